@@ -1,0 +1,123 @@
+"""The `hangar` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+from . import session
+
+
+def _operator(a: argparse.Namespace) -> None:
+    from hangar_operator.main import run
+
+    from hangar.config import load
+
+    asyncio.run(run(load(), a.kubeconfig))
+
+
+def _api(a: argparse.Namespace) -> None:
+    from hangar_api.app import run
+
+    from hangar.config import load
+
+    run(load(), a.kubeconfig, host=a.host)
+
+
+def _crds(a: argparse.Namespace) -> None:
+    from hangar import crdgen
+    from hangar.paths import repo_root
+
+    root = Path(a.root) if a.root else repo_root()
+    if a.check:
+        drift = crdgen.drift(root)
+        if drift:
+            print("CRDs drift from the models; run `hangar crds`: " + ", ".join(drift), file=sys.stderr)
+            raise SystemExit(1)
+        print("CRDs match the models")
+        return
+    for p in crdgen.write(root):
+        print(p)
+
+
+def _openapi(a: argparse.Namespace) -> None:
+    from hangar_api.app import create_app
+
+    from hangar.config import Settings
+
+    print(json.dumps(create_app(Settings()).openapi(), indent=2))
+
+
+def _dev(a: argparse.Namespace) -> None:
+    from hangar.devcluster import dev
+
+    if a.dev_cmd == "up":
+        st = dev.up(with_clis=not a.no_clis)
+        print(f"hangar dev is up in {st.get('started_in_seconds', '?')}s")
+        print(f"  API       {st['api_url']}  (token in the hangar context file)")
+        print(f"  kubectl   export KUBECONFIG={st['kubeconfig']}; kubectl get hangar")
+        print('  try       hangar session new demo "list the files and say hello" -e default --wait')
+    elif a.dev_cmd == "down":
+        raise SystemExit(dev.down())
+    elif a.dev_cmd == "status":
+        raise SystemExit(dev.status())
+    elif a.dev_cmd == "binaries":
+        from hangar.devcluster import binaries
+
+        print(binaries.ensure().dir)
+    elif a.dev_cmd == "runner":
+        from hangar.devcluster.runner_main import main as runner_main
+
+        runner_main(a)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hangar", description="Run coding agents in sandbox pods.")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("operator", help="run the operator (kopf) and its driver gateway")
+    o.add_argument("--kubeconfig")
+    o.set_defaults(func=_operator)
+    ap = sub.add_parser("api", help="run the API sidecar (REST)")
+    ap.add_argument("--kubeconfig")
+    ap.add_argument("--host", default="0.0.0.0")
+    ap.set_defaults(func=_api)
+    c = sub.add_parser("crds", help="write crds/ and the chart's crds/ from the models")
+    c.add_argument("--check", action="store_true", help="fail if the files drift from the models")
+    c.add_argument("--root")
+    c.set_defaults(func=_crds)
+    oa = sub.add_parser("openapi", help="print the REST API's OpenAPI document")
+    oa.set_defaults(func=_openapi)
+    d = sub.add_parser("dev", help="a whole hangar on this machine")
+    ds = d.add_subparsers(dest="dev_cmd", required=True)
+    up = ds.add_parser("up", help="start control plane, CRDs, operator, API, pod runner, model server")
+    up.add_argument("--no-clis", action="store_true", help="don't install the agent CLIs")
+    ds.add_parser("down", help="stop everything `up` started")
+    ds.add_parser("status", help="what runs")
+    ds.add_parser("binaries", help="build or find the control-plane binaries")
+    r = ds.add_parser("runner", help="run the local pod runner (development runtime)")
+    r.add_argument("--root", required=True)
+    r.add_argument("--node", default="hangar-local")
+    r.add_argument("--map", action="append", default=[], help="CONTAINER_PATH=LOCAL_DIR")
+    r.add_argument("--kubeconfig")
+    d.set_defaults(func=_dev)
+    session.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.WARNING)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

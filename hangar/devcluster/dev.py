@@ -1,0 +1,187 @@
+"""`hangar dev up | down | status`: the embedded default, everything on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..cli.context import Context, context_file, save
+from ..paths import repo_root, state_dir
+from . import binaries
+from .controlplane import ControlPlane, free_port, stop_process
+from .stack import Stack, install_crds, kill_under, wait_http, write_state
+
+DEMO_ENV = "default"
+
+
+def dev_root() -> Path:
+    return Path(os.environ.get("HANGAR_DEV_ROOT") or state_dir() / "dev")
+
+
+def _state_file() -> Path:
+    return dev_root() / "state.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not running
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def up(with_clis: bool = True) -> dict[str, Any]:
+    root = dev_root()
+    if _state_file().exists():
+        st = json.loads(_state_file().read_text())
+        if any(_alive(pid) for pid in st.get("pids", {}).values()):
+            print("hangar dev is already up; `hangar dev status` shows it, `hangar dev down` stops it")
+            return dict(st)
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    bins = binaries.ensure()
+    if with_clis:
+        subprocess.run(
+            ["bash", str(repo_root() / "tools" / "install-clis.sh")], check=True, stdout=subprocess.DEVNULL
+        )
+    cp = ControlPlane(bins, root / "cluster").start()
+    pids: dict[str, int] = {p.name: p.popen.pid for p in cp.processes}
+    try:
+        asyncio.run(install_crds(str(cp.kubeconfig)))
+        # A scripted model server so the demo runs a real CLI with no model account and no network.
+        model_port = free_port()
+        with (root / "model.log").open("ab") as fh:
+            model = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "hangar.testing.model_server",
+                    "--anthropic",
+                    "--port",
+                    str(model_port),
+                ],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        pids["model"] = model.pid
+        stack = Stack(root / "hangar", cp.kubeconfig)
+        stack.start_operator()
+        stack.start_api()
+        stack.start_runner()
+        pids.update({n: p.pid for n, p in stack.procs.items()})
+        wait_http(f"http://127.0.0.1:{model_port}/healthz", 30)
+        _demo_environment(str(cp.kubeconfig), model_port)
+    except BaseException:
+        for pid in reversed(list(pids.values())):
+            stop_process(pid)
+        raise
+    ctx = Context(stack.api_url, stack.token, str(cp.kubeconfig), stack.namespace)
+    save(ctx)
+    state = {
+        **stack.state(),
+        "pids": pids,
+        "server": cp.server,
+        "model_url": f"http://127.0.0.1:{model_port}",
+        "started_in_seconds": round(time.monotonic() - t0, 1),
+        "root": str(root),
+    }
+    write_state(_state_file(), state)
+    return state
+
+
+def _demo_environment(kubeconfig: str, model_port: int) -> None:
+    body = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Environment",
+        "metadata": {"name": DEMO_ENV},
+        "spec": {
+            "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
+            "env": [
+                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{model_port}"},
+                {"name": "ANTHROPIC_API_KEY", "value": "sk-ant-dev-not-a-real-key"},
+                {"name": "OPENAI_BASE_URL", "value": f"http://127.0.0.1:{model_port}/v1"},
+            ],
+        },
+    }
+    subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "apply", "-f", "-"],
+        input=json.dumps(body).encode(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PATH": _kubectl_path()},
+    )
+
+
+def _kubectl_path() -> str:
+    bins = binaries.ensure(build=False)
+    return f"{bins.dir}:{os.environ.get('PATH', '')}"
+
+
+def status() -> int:
+    if not _state_file().exists():
+        print("hangar dev is down")
+        return 1
+    st = json.loads(_state_file().read_text())
+    ok = True
+    for name, pid in st["pids"].items():
+        alive = _alive(pid)
+        ok = ok and alive
+        print(f"{name:24} pid {pid:<8} {'running' if alive else 'NOT RUNNING'}")
+    for name, url in (("operator", st["operator_url"] + "/healthz"), ("api", st["api_url"] + "/healthz")):
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                health = "healthy" if r.status == 200 else f"HTTP {r.status}"
+        except Exception as e:
+            health, ok = f"unhealthy ({e})", False
+        print(f"{name + ' health':24} {health}")
+    print(f"API      {st['api_url']}")
+    print(f"kubectl  KUBECONFIG={st['kubeconfig']} kubectl get hangar")
+    print(f"context  {context_file()}")
+    return 0 if ok else 1
+
+
+def down() -> int:
+    if not _state_file().exists():
+        print("hangar dev is down")
+        return 0
+    st = json.loads(_state_file().read_text())
+    order = [
+        "api",
+        "operator",
+        "runner",
+        "model",
+        "kwok",
+        "kube-scheduler",
+        "kube-controller-manager",
+        "kube-apiserver",
+        "etcd",
+    ]
+    pids: dict[str, int] = st["pids"]
+    for name in sorted(pids, key=lambda n: order.index(n) if n in order else -1):
+        stop_process(pids[name], grace=10)
+    killed = kill_under(Path(st["root"]))
+    _state_file().unlink()
+    ctx = context_file()
+    if ctx.exists():
+        ctx.unlink()
+    left = [n for n, p in pids.items() if _alive(p)]
+    print(
+        f"hangar dev stopped ({len(pids)} processes{', and ' + str(len(killed)) + ' sandbox processes' if killed else ''})"
+    )
+    if left:
+        print(f"still running: {', '.join(left)}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,34 @@
+"""Entry point of `hangar dev runner`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+
+from kubernetes_asyncio import client, config
+
+from .podrunner import PodRunner
+
+
+async def _main(a: argparse.Namespace) -> None:
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=a.kubeconfig, client_configuration=cfg)
+    paths = {}
+    for m in a.map:
+        k, _, v = m.partition("=")
+        paths[k] = Path(v)
+    async with client.ApiClient(cfg) as api:
+        runner = PodRunner(api, Path(a.root), node=a.node, image_paths=paths)
+        task = asyncio.create_task(runner.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def main(a: argparse.Namespace) -> None:
+    asyncio.run(_main(a))

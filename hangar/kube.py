@@ -1,0 +1,123 @@
+"""A small typed layer over kubernetes_asyncio for hangar's resources and the core objects it manages."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .models import GROUP, VERSION
+
+Obj = dict[str, Any]
+JsonPatch = list[Obj]
+
+__all__ = ["ApiException", "Kube", "Obj"]
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, namespace: str | None = None) -> Kube:
+        cfg = client.Configuration()
+        if kubeconfig or os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        else:
+            config.load_incluster_config(client_configuration=cfg)
+        ns = namespace or os.environ.get("HANGAR_NAMESPACE") or "default"
+        return cls(client.ApiClient(cfg), ns)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    # hangar resources -------------------------------------------------------------------------------
+    async def get(self, plural: str, name: str) -> Obj | None:
+        try:
+            out: Obj = await self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, plural, name
+            )
+            return out
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def list(self, plural: str, label_selector: str | None = None) -> list[Obj]:
+        kw: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        out = await self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, **kw)
+        items: list[Obj] = out.get("items", [])
+        return items
+
+    async def create(self, plural: str, body: Obj) -> Obj:
+        out: Obj = await self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, plural, body
+        )
+        return out
+
+    async def patch(self, plural: str, name: str, body: Obj | JsonPatch) -> Obj:
+        ctype = "application/json-patch+json" if isinstance(body, list) else "application/merge-patch+json"
+        out: Obj = await self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, plural, name, body, _content_type=ctype
+        )
+        return out
+
+    async def patch_status(self, plural: str, name: str, status: Obj) -> Obj:
+        out: Obj = await self.custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            self.namespace,
+            plural,
+            name,
+            {"status": status},
+            _content_type="application/merge-patch+json",
+        )
+        return out
+
+    async def delete(self, plural: str, name: str) -> bool:
+        try:
+            await self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, plural, name, propagation_policy="Background"
+            )
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    async def watch(self, plural: str, resource_version: str | None = None) -> AsyncIterator[Obj]:
+        """Yields watch events ({"type", "object"}) for one plural, forever, re-listing after expiry."""
+        while True:
+            w = watch.Watch()
+            kw: dict[str, Any] = {"timeout_seconds": 300}
+            if resource_version:
+                kw["resource_version"] = resource_version
+            try:
+                async with w.stream(
+                    self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, plural, **kw
+                ) as stream:
+                    async for ev in stream:
+                        obj = ev["object"]
+                        resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
+                        yield ev
+            except ApiException as e:
+                if e.status != 410:
+                    raise
+                resource_version = None
+
+
+def owner_ref(obj: Obj, controller: bool = True) -> Obj:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }

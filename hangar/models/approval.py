@@ -1,0 +1,66 @@
+"""Approval: one tool call waiting for a decision."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from .base import ApprovalPolicy, Model, Resource, ResourceInfo, col
+
+Decision = Literal["allow", "deny", "allow_always"]
+ResolvedBy = Literal["person", "policy", "tower", "timeout"]
+
+
+class ApprovalSpec(Model):
+    session: str | None = None
+    job: str | None = None
+    turn: str = Field(min_length=1)
+    request_id: str = Field(min_length=1, description="The CLI's own id for the prompt")
+    tool: str
+    command: str | None = Field(
+        default=None, description="Shown whole up to 2,000 characters, else both ends with the cut marked"
+    )
+    args_hash: str
+    policy: ApprovalPolicy
+    tainted: bool = False
+    why: str = ""
+    # What a person asks for: written by REST, the CLI or kubectl patch. The outcome is in status.
+    decision: Decision | None = None
+    decided_by: str | None = None
+    message: str | None = Field(default=None, max_length=8192)
+
+
+class ApprovalStatus(Model):
+    phase: Literal["Pending", "Allowed", "Denied", "Expired", "Withdrawn"] = "Pending"
+    decision: Decision | None = None
+    by: str | None = None
+    message: str | None = None
+    resolved_by: ResolvedBy | None = None
+    receipt: str | None = None
+    requested_at: datetime | None = None
+    decided_at: datetime | None = None
+    delivered_at: datetime | None = None
+    deadline: datetime | None = None
+
+
+class Approval(Resource):
+    info: ClassVar[ResourceInfo] = ResourceInfo(
+        kind="Approval",
+        plural="approvals",
+        singular="approval",
+        short_names=["happ"],
+        columns=[
+            col("Session", "string", ".spec.session"),
+            col("Tool", "string", ".spec.tool"),
+            col("Command", "string", ".spec.command", priority=1),
+            col("Phase", "string", ".status.phase"),
+            col("By", "string", ".status.resolvedBy"),
+            col("Tainted", "boolean", ".spec.tainted", priority=1),
+            col("Age", "date", ".metadata.creationTimestamp"),
+        ],
+    )
+    kind: str = "Approval"
+    spec: ApprovalSpec
+    status: ApprovalStatus | None = None

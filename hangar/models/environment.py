@@ -1,0 +1,82 @@
+"""Environment: the sandbox template sessions and jobs run in."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+
+from .base import ApprovalPolicy, Model, Resource, ResourceInfo, col, name_rule
+
+
+class EnvVar(Model):
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = ""
+
+
+class SecretRef(Model):
+    """A Secret whose keys become environment variables of the agent (envFrom)."""
+
+    name: str = Field(min_length=1, max_length=253)
+    prefix: str = ""
+
+
+class Resources(Model):
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+
+class McpServer(Model):
+    # Field names inside an MCP entry follow the spec's Environment YAML (``mcp.<name>.write_tools``).
+    model_config = ConfigDict(alias_generator=None, populate_by_name=True, extra="ignore")
+
+    url: str | None = None
+    command: list[str] | None = None
+    trust: Literal["trusted", "untrusted"] = "untrusted"
+    write_tools: list[str] = Field(default_factory=list, description="fnmatch patterns of write tools")
+
+
+class Repository(Model):
+    url: str = Field(min_length=1)
+    base_branch: str = "main"
+
+
+class EnvironmentSpec(Model):
+    image: str = Field(min_length=1, description="The sandbox image; it needs python3 3.8+ for the driver")
+    resources: Resources = Field(default_factory=Resources)
+    env: list[EnvVar] = Field(default_factory=list)
+    secret_refs: list[SecretRef] = Field(default_factory=list)
+    pod_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Merged into the sandbox pod spec (strategic fields only)"
+    )
+    runtime_class_name: str | None = None
+    approvals: ApprovalPolicy | None = None
+    mcp: dict[str, McpServer] = Field(default_factory=dict)
+    egress: list[str] = Field(
+        default_factory=list, description="Hosts or CIDRs (with optional :port) the sandbox may reach"
+    )
+    repository: Repository | None = None
+
+
+class EnvironmentStatus(Model):
+    sessions: int = 0
+    observed_generation: int | None = None
+
+
+class Environment(Resource):
+    info: ClassVar[ResourceInfo] = ResourceInfo(
+        kind="Environment",
+        plural="environments",
+        singular="environment",
+        short_names=["henv"],
+        columns=[
+            col("Image", "string", ".spec.image"),
+            col("Approvals", "string", ".spec.approvals"),
+            col("Repository", "string", ".spec.repository.url", priority=1),
+            col("Age", "date", ".metadata.creationTimestamp"),
+        ],
+        root_rules=[name_rule("Environment")],
+    )
+    kind: str = "Environment"
+    spec: EnvironmentSpec
+    status: EnvironmentStatus | None = None

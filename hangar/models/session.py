@@ -1,0 +1,113 @@
+"""Session: a named, long-lived conversation with one agent in one sandbox."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from .base import ApprovalPolicy, Condition, Harness, Model, Resource, ResourceInfo, col, name_rule
+
+SessionPhase = Literal[
+    "Pending", "Starting", "Idle", "Running", "Suspending", "Suspended", "Stopped", "Failed"
+]
+
+
+class SessionSpec(Model):
+    harness: Harness = "claude"
+    environment: str = Field(min_length=1, max_length=253)
+    approvals: ApprovalPolicy | None = Field(
+        default=None, description="Overrides the environment's and the deployment's policy"
+    )
+    model: str | None = None
+    prompt: str | None = Field(
+        default=None,
+        max_length=262144,
+        description="First message: starts turn 1 when the session is created",
+    )
+    stopped: bool = Field(
+        default=False, description="Stop the session: interrupt any turn, release the sandbox"
+    )
+    tainted: bool = Field(default=False, description="Start tainted (intake work that reads untrusted input)")
+
+
+class Sandbox(Model):
+    pod: str | None = None
+    run: str | None = None
+    connected: bool = False
+    started_at: datetime | None = None
+
+
+class Taint(Model):
+    tainted: bool = False
+    reasons: list[str] = Field(default_factory=list)
+    since: datetime | None = None
+
+
+class Checkpoint(Model):
+    id: str
+    turn: str | None = None
+    at: datetime | None = None
+    size: int = 0
+    sha256: str = ""
+
+
+class PendingApproval(Model):
+    id: str
+    turn: str
+    tool: str
+    command: str | None = None
+
+
+class Counters(Model):
+    turns: int = 0
+    steers: int = 0
+    interrupts: int = 0
+    approvals: int = 0
+    sandboxes: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class SessionStatus(Model):
+    phase: SessionPhase = "Pending"
+    reason: str = ""
+    message: str = ""
+    policy: ApprovalPolicy | None = None
+    sandbox: Sandbox = Field(default_factory=Sandbox)
+    conversation: str | None = Field(default=None, description="The CLI's session or thread id")
+    current_turn: str | None = None
+    last_turn: str | None = None
+    taint: Taint = Field(default_factory=Taint)
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    counters: Counters = Field(default_factory=Counters)
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+
+
+class Session(Resource):
+    info: ClassVar[ResourceInfo] = ResourceInfo(
+        kind="Session",
+        plural="sessions",
+        singular="session",
+        short_names=["hsess"],
+        columns=[
+            col("Harness", "string", ".spec.harness"),
+            col("Environment", "string", ".spec.environment"),
+            col("Phase", "string", ".status.phase"),
+            col("Approvals", "string", ".status.policy"),
+            col("Turns", "integer", ".status.counters.turns"),
+            col("Pending", "string", ".status.pendingApprovals[*].id", "approvals waiting for a decision"),
+            col("Tainted", "boolean", ".status.taint.tainted"),
+            col("Pod", "string", ".status.sandbox.pod", priority=1),
+            col("Cost", "number", ".status.counters.costUsd", "USD so far", priority=1),
+            col("Age", "date", ".metadata.creationTimestamp"),
+        ],
+        root_rules=[name_rule("Session")],
+    )
+    kind: str = "Session"
+    spec: SessionSpec
+    status: SessionStatus | None = None

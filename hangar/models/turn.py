@@ -1,0 +1,124 @@
+"""Turn: one turn of a session or job. Requests (steers, interrupts) in spec; what happened in status."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from .base import ApprovalPolicy, Condition, Model, Resource, ResourceInfo, SteerClass, col
+from .session import Taint
+
+TurnPhase = Literal["Queued", "Running", "NeedsInput", "Completed", "Failed", "Interrupted"]
+Outcome = Literal["completed", "failed", "interrupted"]
+SteerStatus = Literal["sending", "delivered", "queued", "cancelled", "refused"]
+
+MESSAGE_MAX = 262144
+
+
+class Steer(Model):
+    id: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][-a-z0-9]*$")
+    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    by: str = ""
+    klass: SteerClass = Field(default="unclassified", alias="class")
+    withdrawn: bool = False
+
+
+class InterruptRequest(Model):
+    id: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][-a-z0-9]*$")
+    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    by: str = ""
+    klass: SteerClass = Field(default="unclassified", alias="class")
+
+
+class TurnSpec(Model):
+    session: str | None = None
+    job: str | None = None
+    index: int = Field(ge=1)
+    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    by: str = ""
+    steers: list[Steer] = Field(default_factory=list, max_length=200)
+    interrupts: list[InterruptRequest] = Field(default_factory=list, max_length=50)
+    from_steer: str | None = Field(default=None, description="The queued steer this turn was started by")
+    klass: SteerClass = Field(
+        default="unclassified", alias="class", description="For follow-ups and queued steers"
+    )
+
+
+class SteerState(Model):
+    id: str
+    status: SteerStatus = "sending"
+    at: datetime | None = None
+    reason: str = ""
+    klass: SteerClass = Field(default="unclassified", alias="class")
+    classified_by: str | None = None
+    classified_at: datetime | None = None
+    next_turn: str | None = None
+
+
+class InterruptState(Model):
+    id: str
+    status: Literal["sent", "confirmed", "killed"] = "sent"
+    at: datetime | None = None
+    reason: str = ""
+
+
+class Artifact(Model):
+    name: str
+    path: str
+    size: int = 0
+    sha256: str = ""
+
+
+class Usage(Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class TurnStatus(Model):
+    phase: TurnPhase = "Queued"
+    outcome: Outcome | None = None
+    exit_status: int | None = None
+    reason: str = ""
+    policy: ApprovalPolicy | None = None
+    summary: str = ""
+    result: dict[str, Any] | None = None
+    question: str | None = None
+    steers: list[SteerState] = Field(default_factory=list)
+    interrupts: list[InterruptState] = Field(default_factory=list)
+    artifacts: list[Artifact] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+    taint: Taint = Field(default_factory=Taint)
+    run: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Turn(Resource):
+    info: ClassVar[ResourceInfo] = ResourceInfo(
+        kind="Turn",
+        plural="turns",
+        singular="turn",
+        short_names=["hturn"],
+        columns=[
+            col("Session", "string", ".spec.session"),
+            col("Job", "string", ".spec.job", priority=1),
+            col("Index", "integer", ".spec.index"),
+            col("Phase", "string", ".status.phase"),
+            col("Exit", "integer", ".status.exitStatus"),
+            col("Summary", "string", ".status.summary", priority=1),
+            col("Age", "date", ".metadata.creationTimestamp"),
+        ],
+        root_rules=[
+            {
+                "rule": "has(self.spec.session) != has(self.spec.job)",
+                "message": "a Turn belongs to exactly one of spec.session or spec.job",
+            }
+        ],
+    )
+    kind: str = "Turn"
+    spec: TurnSpec
+    status: TurnStatus | None = None

@@ -1,0 +1,233 @@
+"""The database: SQLite by default, PostgreSQL in production. One small async interface over both.
+
+SQL is written once with ``?`` placeholders; the PostgreSQL backend rewrites them to ``%s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS events (
+        scope TEXT NOT NULL, seq INTEGER NOT NULL, turn TEXT, kind TEXT NOT NULL,
+        payload TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY (scope, seq))""",
+    """CREATE TABLE IF NOT EXISTS driver_events (
+        run TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (run, seq))""",
+    """CREATE TABLE IF NOT EXISTS audit (
+        at TEXT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
+        detail TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS audit_action ON audit (action, at)",
+    """CREATE TABLE IF NOT EXISTS seen_ids (
+        kind TEXT NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY (kind, id))""",
+]
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    scope: str
+    turn: str | None
+    kind: str
+    payload: dict[str, Any]
+    at: str
+
+    def dump(self) -> dict[str, Any]:
+        return {"seq": self.seq, "turn": self.turn, "kind": self.kind, "at": self.at, **self.payload}
+
+
+class _Backend(Protocol):
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None: ...
+    async def fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+    async def transaction(self, steps: list[tuple[str, tuple[Any, ...]]]) -> bool: ...
+    async def close(self) -> None: ...
+
+
+class _Sqlite:
+    def __init__(self, path: str) -> None:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.lock = asyncio.Lock()
+
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        async with self.lock:
+            await asyncio.to_thread(self.conn.execute, sql, params)
+
+    async def fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        async with self.lock:
+            return await asyncio.to_thread(lambda: self.conn.execute(sql, params).fetchall())
+
+    async def transaction(self, steps: list[tuple[str, tuple[Any, ...]]]) -> bool:
+        def run() -> bool:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                for sql, params in steps:
+                    self.conn.execute(sql, params)
+                self.conn.execute("COMMIT")
+                return True
+            except sqlite3.IntegrityError:
+                self.conn.execute("ROLLBACK")
+                return False
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+
+        async with self.lock:
+            return await asyncio.to_thread(run)
+
+    async def close(self) -> None:
+        self.conn.close()
+
+
+class _Postgres:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = asyncio.Lock()
+
+    @classmethod
+    async def connect(cls, url: str) -> _Postgres:
+        import psycopg
+
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        return cls(conn)
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        async with self.lock:
+            await self.conn.execute(self._sql(sql), params)
+
+    async def fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        async with self.lock:
+            cur = await self.conn.execute(self._sql(sql), params)
+            rows: list[tuple[Any, ...]] = await cur.fetchall()
+            return rows
+
+    async def transaction(self, steps: list[tuple[str, tuple[Any, ...]]]) -> bool:
+        import psycopg
+
+        async with self.lock:
+            try:
+                async with self.conn.transaction():
+                    for sql, params in steps:
+                        await self.conn.execute(self._sql(sql), params)
+                return True
+            except psycopg.errors.UniqueViolation:
+                return False
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+class Database:
+    def __init__(self, backend: _Backend, url: str) -> None:
+        self.backend = backend
+        self.url = url
+
+    async def migrate(self) -> None:
+        for stmt in SCHEMA:
+            await self.backend.execute(stmt)
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+    # activity events -----------------------------------------------------------------------------------
+    def _event_steps(
+        self, scope: str, kind: str, payload: dict[str, Any], turn: str | None
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        return [
+            (
+                "INSERT INTO events (scope, seq, turn, kind, payload, at) "
+                "SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ? FROM events WHERE scope = ?",
+                (scope, turn, kind, json.dumps(payload), now(), scope),
+            )
+        ]
+
+    async def append_event(
+        self, scope: str, kind: str, payload: dict[str, Any], turn: str | None = None
+    ) -> None:
+        for _ in range(5):  # another writer took the same seq: take the next one
+            if await self.backend.transaction(self._event_steps(scope, kind, payload, turn)):
+                return
+        raise RuntimeError(f"could not append event to {scope}")
+
+    async def record_driver_event(
+        self, run: str, seq: int, scope: str, kind: str, payload: dict[str, Any], turn: str | None
+    ) -> bool:
+        """Stores a driver event exactly once. False when (run, seq) was already stored."""
+        steps = [("INSERT INTO driver_events (run, seq) VALUES (?, ?)", (run, seq))]
+        for _ in range(5):
+            if await self.backend.transaction(steps + self._event_steps(scope, kind, payload, turn)):
+                return True
+            if await self.backend.fetch("SELECT 1 FROM driver_events WHERE run = ? AND seq = ?", (run, seq)):
+                return False
+        raise RuntimeError(f"could not record driver event {run}#{seq}")
+
+    async def mark_driver_event(self, run: str, seq: int) -> bool:
+        """Marks a driver event seen without an activity event (for events not shown to users)."""
+        return await self.backend.transaction(
+            [("INSERT INTO driver_events (run, seq) VALUES (?, ?)", (run, seq))]
+        )
+
+    async def driver_acked(self, run: str) -> int:
+        rows = await self.backend.fetch(
+            "SELECT COALESCE(MAX(seq), 0) FROM driver_events WHERE run = ?", (run,)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    async def events(self, scope: str, since: int = 0, limit: int = 1000) -> list[Event]:
+        rows = await self.backend.fetch(
+            "SELECT seq, scope, turn, kind, payload, at FROM events WHERE scope = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?",
+            (scope, since, limit),
+        )
+        return [Event(int(r[0]), r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+
+    async def last_seq(self, scope: str) -> int:
+        rows = await self.backend.fetch("SELECT COALESCE(MAX(seq), 0) FROM events WHERE scope = ?", (scope,))
+        return int(rows[0][0])
+
+    # audit ---------------------------------------------------------------------------------------------
+    async def audit(self, actor: str, action: str, target: str, **detail: Any) -> None:
+        await self.backend.execute(
+            "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+            (now(), actor, action, target, json.dumps(detail)),
+        )
+
+    async def audit_entries(self, action: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        if action:
+            rows = await self.backend.fetch(
+                "SELECT at, actor, action, target, detail FROM audit WHERE action = ? ORDER BY at DESC LIMIT ?",
+                (action, limit),
+            )
+        else:
+            rows = await self.backend.fetch(
+                "SELECT at, actor, action, target, detail FROM audit ORDER BY at DESC LIMIT ?", (limit,)
+            )
+        return [{"at": r[0], "actor": r[1], "action": r[2], "target": r[3], **json.loads(r[4])} for r in rows]
+
+
+async def open_database(url: str) -> Database:
+    if url.startswith("sqlite:///"):
+        backend: _Backend = _Sqlite(url.removeprefix("sqlite:///"))
+    elif url.startswith(("postgresql://", "postgres://")):
+        backend = await _Postgres.connect(url)
+    else:
+        raise ValueError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
+    db = Database(backend, url)
+    await db.migrate()
+    return db

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test command: sets up what it needs (cold: ~10 minutes; warm: seconds), runs the checks and the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+echo "== lint and types"
+ruff check .
+ruff format --check .
+mypy
+hangar crds --check
+python -m vermin -q -t=3.8- --no-tips --violations sandbox-image/ >/dev/null || {
+  python -m vermin -t=3.8- --no-tips --violations sandbox-image/; exit 1; }
+echo "== tests"
+read -r PG_URL PG_DIR < <(bash tools/postgres.sh)
+trap 'bash tools/postgres.sh stop "$PG_DIR"' EXIT
+export HANGAR_TEST_POSTGRES_URL="$PG_URL"
+python -m pytest -q -p no:cacheprovider "$@"
