@@ -130,7 +130,7 @@ class PodRunner:
             }
             try:
                 try:
-                    await coord.replace_namespaced_lease(self.node, "kube-node-lease", body)
+                    await coord.patch_namespaced_lease(self.node, "kube-node-lease", body)
                 except ApiException as e:
                     if e.status != 404:
                         raise
@@ -146,12 +146,86 @@ class PodRunner:
         os.chmod(self.root, 0o755)
         await self.register_node()
         beat = asyncio.create_task(self.heartbeat())
+        volumes = asyncio.create_task(self._provision())
         try:
             await self._fail_orphans()
             await self._watch()
         finally:
             beat.cancel()
+            volumes.cancel()
             await self.stop_all()
+
+    # --- volumes: a tiny provisioner, so PVCs bind and the scheduler places pods that use them ----------
+    def _pvc_dir(self, ns: str, claim: str) -> Path:
+        return self.root / "pvc" / ns / claim
+
+    async def _provision(self) -> None:
+        while True:
+            w = watch.Watch()
+            try:
+                async with w.stream(
+                    self.core.list_persistent_volume_claim_for_all_namespaces, timeout_seconds=300
+                ) as stream:
+                    async for ev in stream:
+                        pvc = ev["raw_object"]
+                        if ev["type"] == "DELETED":
+                            await self._release_volume(pvc)
+                        elif (pvc.get("status") or {}).get("phase") == "Pending" and not pvc["spec"].get(
+                            "volumeName"
+                        ):
+                            await self._bind_volume(pvc)
+            except (ApiException, OSError, asyncio.TimeoutError) as e:
+                log.warning("PVC watch broke (%s); re-watching", e)
+                await asyncio.sleep(1)
+
+    async def _bind_volume(self, pvc: dict[str, Any]) -> None:
+        meta = pvc["metadata"]
+        path = self._pvc_dir(meta["namespace"], meta["name"])
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o755)
+        size = ((pvc["spec"].get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+        pv = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {
+                "name": f"local-{meta['uid']}",
+                "labels": {"hangar.dev/runtime": "local-dev"},
+                "annotations": {"hangar.dev/runtime": RUNTIME_NOTE},
+            },
+            "spec": {
+                "capacity": {"storage": size},
+                "accessModes": pvc["spec"].get("accessModes") or ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": pvc["spec"].get("storageClassName") or "",
+                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+                "claimRef": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [self.node]}
+                                ]
+                            }
+                        ]
+                    }
+                },
+            },
+        }
+        try:
+            await self.core.create_persistent_volume(pv)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    async def _release_volume(self, pvc: dict[str, Any]) -> None:
+        meta = pvc["metadata"]
+        try:
+            await self.core.delete_persistent_volume(f"local-{meta['uid']}")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        shutil.rmtree(self._pvc_dir(meta["namespace"], meta["name"]), ignore_errors=True)
 
     async def _fail_orphans(self) -> None:
         """Pods this node ran before a restart have no process any more: they failed."""

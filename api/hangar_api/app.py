@@ -1,0 +1,94 @@
+"""The api sidecar: REST (and, later, MCP and the governance webhook) over hangar's resources."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from starlette.responses import Response
+
+from hangar.config import Settings
+from hangar.kube import Kube
+from hangar.store import open_database
+from hangar.turns import create_turn
+
+from . import sessions
+from .auth import Tokens
+
+log = logging.getLogger("hangar.api")
+
+REQUESTS = Counter("hangar_api_requests_total", "API requests", ["method", "route", "status"])
+LATENCY = Histogram("hangar_api_request_seconds", "API request latency", ["route"])
+
+
+class TurnFactory:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    async def create(self, session: str, message: str, *, by: str) -> str:
+        return await create_turn(self.kube, session, message, by=by)
+
+
+def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.kube = await Kube.connect(kubeconfig, settings.namespace)
+        app.state.db = await open_database(settings.database_url)
+        app.state.tokens = Tokens.from_env()
+        app.state.turns = TurnFactory(app.state.kube)
+        app.state.ready = True
+        try:
+            yield
+        finally:
+            await app.state.db.close()
+            await app.state.kube.close()
+
+    app = FastAPI(
+        title="hangar",
+        version="0.1.0",
+        description="Run coding agents in sandbox pods as named sessions and jobs; steer, interrupt and "
+        "approve them.",
+        lifespan=lifespan,
+    )
+    app.state.ready = False
+    app.include_router(sessions.router)
+
+    @app.middleware("http")
+    async def metrics_mw(request: Request, call_next: Any) -> Response:
+        route = request.scope.get("route")
+        resp: Response = await call_next(request)
+        path = getattr(request.scope.get("route"), "path", None) or (route.path if route else "unmatched")
+        REQUESTS.labels(request.method, path, str(resp.status_code)).inc()
+        return resp
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> PlainTextResponse:
+        if not app.state.ready:
+            return PlainTextResponse("starting", status_code=503)
+        return PlainTextResponse("ok")
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+    return app
+
+
+def run(settings: Settings, kubeconfig: str | None = None, host: str = "0.0.0.0") -> None:
+    import uvicorn
+
+    uvicorn.run(create_app(settings, kubeconfig), host=host, port=settings.api_port, log_level="info")

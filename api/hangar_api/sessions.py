@@ -1,0 +1,172 @@
+"""REST routes for sessions, their turns and activity events. Every route acts by creating or patching
+resources; the operator does the rest."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from pydantic import BaseModel, Field
+
+from hangar.kube import ApiException, Kube
+from hangar.models.base import NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
+from hangar.models.turn import MESSAGE_MAX
+from hangar.store import Database
+
+from .auth import Caller, admin
+from .views import session_view, turn_view
+
+router = APIRouter(prefix="/api/sessions", tags=["sessions"])
+
+
+class NewSession(BaseModel):
+    name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    environment: str = Field(min_length=1, max_length=253)
+    message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
+    harness: Harness = "claude"
+    approvals: ApprovalPolicy | None = None
+    model: str | None = None
+    tainted: bool = False
+
+
+class Message(BaseModel):
+    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+
+
+def kube(request: Request) -> Kube:
+    k: Kube = request.app.state.kube
+    return k
+
+
+def db(request: Request) -> Database:
+    d: Database = request.app.state.db
+    return d
+
+
+Admin = Annotated[Caller, Depends(admin)]
+KubeDep = Annotated[Kube, Depends(kube)]
+DbDep = Annotated[Database, Depends(db)]
+
+
+async def get_session(k: Kube, ref: str) -> dict[str, Any]:
+    if not re.fullmatch(NAME_PATTERN, ref) or len(ref) > NAME_MAX:
+        raise HTTPException(404, f"no session {ref!r}")
+    s = await k.get("sessions", ref)
+    if s is None or s["metadata"].get("deletionTimestamp"):
+        raise HTTPException(404, f"no session {ref!r}")
+    return s
+
+
+async def session_turns(k: Kube, ref: str) -> list[dict[str, Any]]:
+    return await k.list("turns", label_selector=f"hangar.dev/session={ref}")
+
+
+@router.post("", status_code=201)
+async def create_session(body: NewSession, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+    if await k.get("environments", body.environment) is None:
+        raise HTTPException(
+            422, f"unknown environment {body.environment!r}: create it first (kind Environment)"
+        )
+    spec: dict[str, Any] = {"harness": body.harness, "environment": body.environment, "tainted": body.tainted}
+    if body.approvals:
+        spec["approvals"] = body.approvals
+    if body.model:
+        spec["model"] = body.model
+    if body.message:
+        spec["prompt"] = body.message
+    obj = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": body.name, "annotations": {"hangar.dev/created-by": who.subject}},
+        "spec": spec,
+    }
+    try:
+        created = await k.create("sessions", obj)
+    except ApiException as e:
+        if e.status == 409:
+            raise HTTPException(409, f"session {body.name!r} already exists") from None
+        if e.status == 422:
+            raise HTTPException(422, _reason(e)) from None
+        raise
+    await d.audit(
+        who.subject, "session.create", body.name, harness=body.harness, environment=body.environment
+    )
+    return session_view(created, [])
+
+
+@router.get("")
+async def list_sessions(_: Admin, k: KubeDep) -> dict[str, Any]:
+    items = await k.list("sessions")
+    return {"sessions": [session_view(s) for s in sorted(items, key=lambda s: s["metadata"]["name"])]}
+
+
+@router.get("/{ref}")
+async def read_session(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+    s = await get_session(k, ref)
+    return session_view(s, await session_turns(k, ref))
+
+
+@router.delete("/{ref}", status_code=202)
+async def delete_session(ref: str, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+    await get_session(k, ref)
+    await k.delete("sessions", ref)
+    await d.audit(who.subject, "session.delete", ref)
+    return {"deleted": ref}
+
+
+@router.post("/{ref}/messages", status_code=202)
+async def send_message(
+    ref: str, body: Message, who: Admin, request: Request, k: KubeDep, d: DbDep
+) -> dict[str, Any]:
+    """Starts a turn when the session is idle; otherwise the message waits as the next turn."""
+    s = await get_session(k, ref)
+    phase = (s.get("status") or {}).get("phase")
+    if phase == "Failed":
+        raise HTTPException(409, f"session {ref!r} failed: {(s.get('status') or {}).get('message', '')}")
+    turn = await request.app.state.turns.create(ref, body.message, by=who.subject)
+    await d.audit(who.subject, "session.send", ref, turn=turn)
+    t = await k.get("turns", turn)
+    return {"turn": turn_view(t) if t else {"name": turn}, "kind": "turn"}
+
+
+@router.get("/{ref}/turns")
+async def list_turns(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+    await get_session(k, ref)
+    turns = sorted(await session_turns(k, ref), key=lambda t: int(t["spec"].get("index", 0)))
+    return {"turns": [turn_view(t) for t in turns]}
+
+
+@router.get("/{ref}/turns/{n}")
+async def read_turn(ref: str, n: int, _: Admin, k: KubeDep) -> dict[str, Any]:
+    await get_session(k, ref)
+    t = await k.get("turns", f"{ref}-{n}")
+    if t is None or t["spec"].get("session") != ref:
+        raise HTTPException(404, f"session {ref!r} has no turn {n}")
+    return turn_view(t)
+
+
+@router.get("/{ref}/events")
+async def read_events(
+    ref: str,
+    _: Admin,
+    k: KubeDep,
+    d: DbDep,
+    response: Response,
+    since: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> dict[str, Any]:
+    await get_session(k, ref)
+    events = await d.events(f"session/{ref}", since, limit)
+    last = events[-1].seq if events else since
+    response.headers["X-Hangar-Last-Seq"] = str(last)
+    return {"events": [e.dump() for e in events], "last_seq": last}
+
+
+def _reason(e: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(e.body or b"{}").get("message", e.reason))
+    except Exception:
+        return str(e.reason)

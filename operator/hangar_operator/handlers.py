@@ -1,0 +1,56 @@
+"""kopf handlers: thin entry points that hand each change to the Runtime's idempotent reconcilers."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from hangar.models import GROUP, VERSION
+
+from .state import runtime
+
+log = logging.getLogger("hangar.operator")
+
+
+@kopf.on.resume(GROUP, VERSION, "sessions")
+@kopf.on.create(GROUP, VERSION, "sessions")
+@kopf.on.update(GROUP, VERSION, "sessions")
+async def session_changed(name: str, **_: Any) -> None:
+    rt = runtime()
+    await rt.check_sandbox(name)
+    await rt.reconcile_session(name)
+
+
+@kopf.timer(GROUP, VERSION, "sessions", interval=5.0, idle=5.0)
+async def session_tick(name: str, **_: Any) -> None:
+    """Retries what waits on something outside the session: a free slot, an environment, a lost pod."""
+    rt = runtime()
+    await rt.check_sandbox(name)
+    await rt.reconcile_session(name)
+
+
+@kopf.on.resume(GROUP, VERSION, "turns")
+@kopf.on.create(GROUP, VERSION, "turns")
+@kopf.on.update(GROUP, VERSION, "turns")
+async def turn_changed(body: kopf.Body, **_: Any) -> None:
+    rt = runtime()
+    obj = dict(body)
+    await rt.reconcile_turn(obj)
+    session = obj["spec"].get("session")
+    if session:
+        await rt.reconcile_session(session)
+
+
+@kopf.on.event(
+    "", "v1", "pods", labels={"app.kubernetes.io/part-of": "hangar", "app.kubernetes.io/component": "sandbox"}
+)
+async def sandbox_pod_event(event: kopf.RawEvent, **_: Any) -> None:
+    pod = event["object"]
+    phase = (pod.get("status") or {}).get("phase")
+    if event["type"] == "DELETED":
+        await runtime().pod_gone(pod, "was deleted")
+    elif phase in ("Failed", "Succeeded"):
+        reason = (pod.get("status") or {}).get("reason") or phase
+        await runtime().pod_gone(pod, f"ended ({reason})")

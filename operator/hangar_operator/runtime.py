@@ -1,0 +1,706 @@
+"""The operator's live side: sessions, their sandboxes and turns, driven by resources and driver events.
+
+Every entry point (a kopf handler, a driver event, a pod event, a timer) ends in an idempotent
+``reconcile_*`` that reads the resources and moves them one step on, under a per-session lock. So a
+restart of the operator, a repeated event or a lost watch never does anything twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from hangar.config import Settings
+from hangar.kube import ApiException, Kube, Obj
+from hangar.models import LIVE_HARNESSES
+from hangar.models.environment import EnvironmentSpec
+from hangar.models.session import SessionStatus
+from hangar.store import Database
+from hangar.turns import create_turn, turn_index
+
+from . import metrics
+from .gateway import Gateway
+from .sandbox import pvc_name, run_key_secret, sandbox_pod, workspace_pvc
+
+log = logging.getLogger("hangar.operator")
+
+RUN_RE = re.compile(r"^(?P<session>[a-z][-a-z0-9]*)-r(?P<n>\d+)$")
+ACTIVE_PHASES = ("Starting", "Idle", "Running")
+# Activity the users see; the rest of the driver's events only move resources.
+SHOWN = {
+    "text",
+    "tool_use",
+    "tool_result",
+    "permission_request",
+    "permission_cancelled",
+    "steer",
+    "turn_started",
+    "turn_ended",
+    "handback",
+    "log",
+    "driver_ready",
+}
+
+
+def iso(ts: float | None = None) -> str:
+    dt = datetime.fromtimestamp(ts, UTC) if ts is not None else datetime.now(UTC)
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def session_of_run(run: str) -> str | None:
+    m = RUN_RE.match(run)
+    return m.group("session") if m else None
+
+
+class Runtime:
+    def __init__(self, kube: Kube, db: Database, settings: Settings) -> None:
+        self.kube = kube
+        self.db = db
+        self.settings = settings
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.slot_lock = asyncio.Lock()
+        self.deadlines: dict[str, asyncio.Task[None]] = {}
+        self.gateway = Gateway(
+            host=settings.gateway_host,
+            port=settings.gateway_port,
+            key_for_run=self.key_for_run,
+            on_event=self.on_event,
+            on_connect=self.on_connect,
+            on_disconnect=self.on_disconnect,
+            on_rejected=self.on_rejected,
+            acked_for_run=self.db.driver_acked,
+        )
+        self.gateway_port = 0
+
+    async def start(self) -> None:
+        self.gateway_port = await self.gateway.start()
+        log.info("driver gateway listening on %s:%s", self.settings.gateway_host, self.gateway_port)
+
+    async def stop(self) -> None:
+        for t in self.deadlines.values():
+            t.cancel()
+        await self.gateway.stop()
+
+    def gateway_address(self) -> str:
+        return self.settings.gateway_address or f"127.0.0.1:{self.gateway_port}"
+
+    def lock(self, session: str) -> asyncio.Lock:
+        return self.locks.setdefault(session, asyncio.Lock())
+
+    async def event(self, session: str, kind: str, payload: dict[str, Any], turn: str | None = None) -> None:
+        await self.db.append_event(f"session/{session}", kind, payload, turn)
+
+    # --- the gateway's callbacks ------------------------------------------------------------------------
+    async def key_for_run(self, run: str) -> bytes | None:
+        session = session_of_run(run)
+        if session is None:
+            return None
+        s = await self.kube.get("sessions", session)
+        if s is None or (s.get("status") or {}).get("sandbox", {}).get("run") != run:
+            return None  # a driver of a sandbox this session no longer has
+        try:
+            secret = await self.kube.core.read_namespaced_secret(f"{run}-key", self.kube.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        import base64
+
+        data = (secret.data or {}).get("run-key")
+        return base64.b64decode(data) if data else None
+
+    async def on_rejected(self, who: str, reason: str) -> None:
+        metrics.DRIVER_REJECTED.labels(reason=reason.split(":")[0][:40]).inc()
+        log.warning("driver message refused from %s: %s", who, reason)
+        await self.db.audit("gateway", "driver.rejected", who, reason=reason)
+        session = session_of_run(who)
+        if session:
+            await self.event(session, "driver_rejected", {"reason": reason})
+
+    async def on_connect(self, run: str, hello: dict[str, Any]) -> None:
+        session = session_of_run(run)
+        if not session:
+            return
+        async with self.lock(session):
+            s = await self.kube.get("sessions", session)
+            if not s:
+                return
+            st = SessionStatus.model_validate(s.get("status") or {})
+            if st.sandbox.run != run:
+                return
+            patch: dict[str, Any] = {"sandbox": {"connected": True}}
+            if st.phase == "Starting":
+                patch.update(phase="Idle", reason="", message="sandbox connected")
+                started = st.sandbox.started_at
+                if started is not None:
+                    metrics.SANDBOX_CONNECT.observe(max(0.0, time.time() - started.timestamp()))
+            await self.kube.patch_status("sessions", session, patch)
+        await self.event(session, "driver_connected", {"run": run, "driver": hello.get("driver", "")})
+        await self.reconcile_session(session)
+
+    async def on_disconnect(self, run: str) -> None:
+        session = session_of_run(run)
+        if not session:
+            return
+        async with self.lock(session):
+            s = await self.kube.get("sessions", session)
+            if s and (s.get("status") or {}).get("sandbox", {}).get("run") == run:
+                await self.kube.patch_status("sessions", session, {"sandbox": {"connected": False}})
+
+    async def on_event(self, run: str, seq: int, name: str, payload: dict[str, Any]) -> None:
+        """A signed driver event: apply its effect (idempotent), then record it once. Raising = no ack."""
+        session = session_of_run(run)
+        if session is None:
+            return
+        if await self.db.driver_acked(run) >= seq:
+            return
+        turn = payload.get("turn") if isinstance(payload.get("turn"), str) else None
+        async with self.lock(session):
+            turn = turn or await self._current_turn(session)
+            await self._apply(session, run, name, payload, turn)
+        if name in SHOWN:
+            await self.db.record_driver_event(run, seq, f"session/{session}", name, payload, turn)
+        else:
+            await self.db.mark_driver_event(run, seq)
+        if name in ("turn_ended", "steer", "driver_ready"):
+            await self.reconcile_session(session)
+
+    async def _current_turn(self, session: str) -> str | None:
+        s = await self.kube.get("sessions", session)
+        return ((s or {}).get("status") or {}).get("currentTurn")
+
+    async def _apply(self, session: str, run: str, name: str, p: dict[str, Any], turn: str | None) -> None:
+        if name == "conversation" and p.get("id"):
+            await self.kube.patch_status("sessions", session, {"conversation": str(p["id"])})
+        elif name == "usage" and turn:
+            await self.kube.patch_status(
+                "turns",
+                turn,
+                {
+                    "usage": {
+                        "inputTokens": int(p.get("input_tokens") or 0),
+                        "outputTokens": int(p.get("output_tokens") or 0),
+                    },
+                    **({"costUsd": float(p["cost_usd"])} if p.get("cost_usd") is not None else {}),
+                },
+            )
+        elif name == "turn_ended" and turn:
+            await self._turn_ended(session, turn, p)
+        elif name == "steer" and turn:
+            await self._steer_outcome(session, turn, str(p.get("steer_id", "")), str(p.get("status", "")))
+        elif name == "handback" and turn:
+            await self._handback(session, turn, p)
+        elif name == "permission_request" and turn:
+            await self._permission(session, turn, p)
+        elif name == "command_result" and turn:
+            await self._command_result(session, turn, p)
+
+    # --- turn outcomes ----------------------------------------------------------------------------------
+    async def _turn_ended(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
+        turn = await self.kube.get("turns", turn_name)
+        if turn is None:
+            return
+        status = turn.get("status") or {}
+        if status.get("phase") in ("Completed", "Failed", "Interrupted"):
+            return
+        raw = p.get("outcome")
+        outcome = raw if isinstance(raw, str) and raw in ("completed", "failed", "interrupted") else "failed"
+        phase = {"completed": "Completed", "failed": "Failed", "interrupted": "Interrupted"}[outcome]
+        code = p.get("exit_status")
+        exit_status = int(code) if isinstance(code, int) else (130 if outcome == "interrupted" else 0)
+        usage = p.get("usage") or {}
+        patch: dict[str, Any] = {
+            "phase": phase,
+            "outcome": outcome,
+            "exitStatus": exit_status,
+            "summary": str(p.get("summary") or "")[:4000],
+            "reason": str(p.get("error") or "")[:2000],
+            "finishedAt": iso(),
+            "usage": {
+                "inputTokens": int(usage.get("input_tokens") or 0),
+                "outputTokens": int(usage.get("output_tokens") or 0),
+            },
+        }
+        if p.get("cost_usd") is not None:
+            patch["costUsd"] = float(p["cost_usd"])
+        if status.get("question"):
+            patch["phase"] = "NeedsInput"
+        interrupts = status.get("interrupts") or []
+        if interrupts:
+            patch["interrupts"] = [
+                {**i, "status": "confirmed"} if i.get("status") == "sent" else i for i in interrupts
+            ]
+            self._cancel_deadline(turn_name)
+        await self.kube.patch_status("turns", turn_name, patch)
+        metrics.TURNS.labels(outcome=outcome).inc()
+        started = status.get("startedAt")
+        if started:
+            metrics.TURN_SECONDS.observe(max(0.0, time.time() - datetime.fromisoformat(started).timestamp()))
+        s = await self.kube.get("sessions", session)
+        if s is None:
+            return
+        st = SessionStatus.model_validate(s.get("status") or {})
+        counters = st.counters.model_copy()
+        counters.input_tokens += patch["usage"]["inputTokens"]
+        counters.output_tokens += patch["usage"]["outputTokens"]
+        counters.cost_usd = round(counters.cost_usd + float(p.get("cost_usd") or 0.0), 6)
+        spatch: dict[str, Any] = {"lastTurn": turn_name, "counters": counters.dump()}
+        if st.current_turn == turn_name:
+            spatch["currentTurn"] = None
+            if st.phase == "Running":
+                spatch["phase"] = "Idle"
+        await self.kube.patch_status("sessions", session, spatch)
+
+    async def _steer_outcome(self, session: str, turn_name: str, steer_id: str, outcome: str) -> None:
+        if outcome not in ("delivered", "queued"):
+            return
+        turn = await self.kube.get("turns", turn_name)
+        if turn is None:
+            return
+        states = list((turn.get("status") or {}).get("steers") or [])
+        state = next((x for x in states if x.get("id") == steer_id), None)
+        if state is None:
+            state = {"id": steer_id}
+            states.append(state)
+        if state.get("status") in ("delivered", "queued", "cancelled"):
+            return
+        state.update(status=outcome, at=iso())
+        if outcome == "queued":
+            steer = next((x for x in turn["spec"].get("steers", []) if x.get("id") == steer_id), None)
+            if steer is not None:
+                state["nextTurn"] = await self.create_turn(
+                    session,
+                    steer["message"],
+                    by=steer.get("by", ""),
+                    from_steer=steer_id,
+                    klass=steer.get("class", "unclassified"),
+                )
+        await self.kube.patch_status("turns", turn_name, {"steers": states})
+        metrics.STEERS.labels(status=outcome).inc()
+        await self.event(
+            session, "progress", {"message": f"steered: {outcome}", "steer": steer_id}, turn_name
+        )
+
+    async def _handback(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
+        kind = p.get("kind")
+        if kind == "result" and isinstance(p.get("result"), dict):
+            await self.kube.patch_status("turns", turn_name, {"result": p["result"]})
+        elif kind == "ask" and p.get("question"):
+            await self.kube.patch_status("turns", turn_name, {"question": str(p["question"])[:4000]})
+        elif kind == "artifact" and p.get("name"):
+            turn = await self.kube.get("turns", turn_name)
+            arts = list(((turn or {}).get("status") or {}).get("artifacts") or [])
+            if not any(a.get("name") == p["name"] for a in arts):
+                arts.append(
+                    {
+                        "name": str(p["name"]),
+                        "path": str(p.get("path", "")),
+                        "size": int(p.get("size") or 0),
+                        "sha256": str(p.get("sha256") or ""),
+                    }
+                )
+                await self.kube.patch_status("turns", turn_name, {"artifacts": arts})
+
+    async def _permission(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
+        """Approvals beyond auto come with the approvals work; under auto every prompt is allowed."""
+        turn = await self.kube.get("turns", turn_name)
+        policy = ((turn or {}).get("status") or {}).get("policy") or "auto"
+        s = await self.kube.get("sessions", session)
+        run = ((s or {}).get("status") or {}).get("sandbox", {}).get("run")
+        if policy == "auto" and run:
+            await self.gateway.send(run, "answer", {"request_id": p.get("request_id"), "decision": "allow"})
+
+    async def _command_result(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
+        op = p.get("op")
+        if op == "steer" and not p.get("ok"):
+            await self._steer_refused(turn_name, str(p.get("steer_id", "")), str(p.get("error") or "refused"))
+
+    async def _steer_refused(self, turn_name: str, steer_id: str, reason: str) -> None:
+        turn = await self.kube.get("turns", turn_name)
+        if turn is None:
+            return
+        states = list((turn.get("status") or {}).get("steers") or [])
+        for x in states:
+            if x.get("id") == steer_id and x.get("status") == "sending":
+                x.update(status="refused", reason=reason, at=iso())
+        await self.kube.patch_status("turns", turn_name, {"steers": states})
+
+    # --- turns ------------------------------------------------------------------------------------------
+    async def create_turn(
+        self,
+        session: str,
+        message: str,
+        *,
+        by: str = "",
+        from_steer: str | None = None,
+        klass: str = "unclassified",
+    ) -> str:
+        return await create_turn(self.kube, session, message, by=by, from_steer=from_steer, klass=klass)
+
+    async def reconcile_turn(self, turn: Obj) -> None:
+        """Delivers what the Turn's spec asks for and its status doesn't show yet (steers, interrupts)."""
+        session = turn["spec"].get("session")
+        if not session:
+            return
+        name = turn["metadata"]["name"]
+        async with self.lock(session):
+            turn = await self.kube.get("turns", name) or turn
+            status = turn.get("status") or {}
+            if status.get("phase") not in ("Running", "NeedsInput"):
+                return
+            s = await self.kube.get("sessions", session)
+            run = ((s or {}).get("status") or {}).get("sandbox", {}).get("run")
+            if not run:
+                return
+            await self._deliver_interrupts(session, run, turn)
+
+    async def _deliver_interrupts(self, session: str, run: str, turn: Obj) -> None:
+        name = turn["metadata"]["name"]
+        status = turn.get("status") or {}
+        known = {i.get("id") for i in status.get("interrupts") or []}
+        new = [i for i in turn["spec"].get("interrupts", []) if i.get("id") not in known]
+        if not new:
+            return
+        states = list(status.get("interrupts") or [])
+        for req in new:
+            states.append({"id": req["id"], "status": "sent", "at": iso()})
+            await self.gateway.send(
+                run, "interrupt", {"turn": name}, command_id=f"interrupt-{name}-{req['id']}"
+            )
+            metrics.INTERRUPTS.inc()
+            await self.event(
+                session, "progress", {"message": "interrupt requested", "by": req.get("by", "")}, name
+            )
+        await self.kube.patch_status("turns", name, {"interrupts": states})
+        self._arm_deadline(session, name)
+
+    def _arm_deadline(self, session: str, turn: str) -> None:
+        self._cancel_deadline(turn)
+        self.deadlines[turn] = asyncio.create_task(self._interrupt_deadline(session, turn))
+
+    def _cancel_deadline(self, turn: str) -> None:
+        task = self.deadlines.pop(turn, None)
+        if task and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _interrupt_deadline(self, session: str, turn_name: str) -> None:
+        """An interrupt the driver doesn't confirm with a signed turn_ended in time kills the run."""
+        await asyncio.sleep(self.settings.interrupt_grace)
+        async with self.lock(session):
+            turn = await self.kube.get("turns", turn_name)
+            if turn is None or (turn.get("status") or {}).get("phase") not in ("Running", "NeedsInput"):
+                return
+            states = [
+                {**i, "status": "killed", "reason": "no confirmation from the driver in time"}
+                if i.get("status") == "sent"
+                else i
+                for i in (turn.get("status") or {}).get("interrupts") or []
+            ]
+            await self.kube.patch_status(
+                "turns",
+                turn_name,
+                {
+                    "phase": "Interrupted",
+                    "outcome": "interrupted",
+                    "exitStatus": 130,
+                    "finishedAt": iso(),
+                    "reason": "the driver did not confirm the interrupt in time; hangar killed the run",
+                    "interrupts": states,
+                },
+            )
+            metrics.INTERRUPT_KILLS.inc()
+            await self._release_sandbox(session, "interrupt not confirmed: run killed", keep_phase="Idle")
+        self.deadlines.pop(turn_name, None)
+        await self.reconcile_session(session)
+
+    # --- sessions ---------------------------------------------------------------------------------------
+    async def reconcile_session(self, name: str) -> None:
+        async with self.lock(name):
+            await self._reconcile_session(name)
+
+    async def _reconcile_session(self, name: str) -> None:
+        s = await self.kube.get("sessions", name)
+        if s is None or s["metadata"].get("deletionTimestamp"):
+            self.locks.pop(name, None)
+            return
+        spec = s["spec"]
+        st = SessionStatus.model_validate(s.get("status") or {})
+        if st.phase in ("Failed",):
+            return
+        if spec.get("stopped"):
+            if st.phase != "Stopped":
+                await self._stop(name, st)
+            return
+        env_obj = await self.kube.get("environments", spec["environment"])
+        if env_obj is None:
+            await self.kube.patch_status(
+                "sessions",
+                name,
+                {
+                    "phase": "Pending",
+                    "reason": "EnvironmentNotFound",
+                    "message": f"environment {spec['environment']!r} does not exist",
+                },
+            )
+            return
+        env = EnvironmentSpec.model_validate(env_obj["spec"])
+        policy = spec.get("approvals") or env.approvals or self.settings.approvals or "auto"
+        if st.policy != policy:
+            await self.kube.patch_status("sessions", name, {"policy": policy})
+            st.policy = policy
+        if spec.get("prompt") and st.counters.turns == 0 and not st.current_turn:
+            turns = await self.kube.list("turns", label_selector=f"hangar.dev/session={name}")
+            if not turns:
+                await self.create_turn(name, spec["prompt"], by="session.spec.prompt")
+        turns = sorted(
+            await self.kube.list("turns", label_selector=f"hangar.dev/session={name}"), key=turn_index
+        )
+        queued = [t for t in turns if (t.get("status") or {}).get("phase", "Queued") == "Queued"]
+        await self._sync_counters(name, st, turns)
+        if st.sandbox.pod is None:
+            wants = st.counters.sandboxes == 0 or bool(queued)
+            if wants:
+                await self._start_sandbox(s, st, env)
+            return
+        if st.sandbox.connected and st.current_turn is None and queued:
+            await self._start_turn(s, st, queued[0], policy)
+
+    async def _sync_counters(self, name: str, st: SessionStatus, turns: list[Obj]) -> None:
+        n_turns = len(turns)
+        n_steers = sum(len(t["spec"].get("steers", [])) for t in turns)
+        n_int = sum(len(t["spec"].get("interrupts", [])) for t in turns)
+        c = st.counters
+        if (c.turns, c.steers, c.interrupts) != (n_turns, n_steers, n_int):
+            c.turns, c.steers, c.interrupts = n_turns, n_steers, n_int
+            await self.kube.patch_status("sessions", name, {"counters": c.dump()})
+
+    async def _start_turn(self, s: Obj, st: SessionStatus, turn: Obj, policy: str) -> None:
+        name = s["metadata"]["name"]
+        tname = turn["metadata"]["name"]
+        harness = s["spec"].get("harness", "claude")
+        run = st.sandbox.run
+        assert run is not None
+        if policy != "auto" and harness not in LIVE_HARNESSES:
+            await self.kube.patch_status(
+                "turns",
+                tname,
+                {
+                    "phase": "Failed",
+                    "outcome": "failed",
+                    "exitStatus": 1,
+                    "policy": policy,
+                    "finishedAt": iso(),
+                    "reason": f"approvals {policy!r} needs a live turn, and {harness} runs one-shot: "
+                    "refusing to run with permission checks off",
+                },
+            )
+            await self.event(name, "turn_failed", {"reason": "policy needs a live harness"}, tname)
+            return
+        await self.kube.patch_status(
+            "turns",
+            tname,
+            {
+                "phase": "Running",
+                "policy": policy,
+                "run": run,
+                "startedAt": iso(),
+                "taint": st.taint.dump(),
+            },
+        )
+        await self.kube.patch_status("sessions", name, {"phase": "Running", "currentTurn": tname})
+        await self.gateway.send(
+            run,
+            "start_turn",
+            {
+                "turn": tname,
+                "message": turn["spec"]["message"],
+                "model": s["spec"].get("model"),
+                "conversation": st.conversation,
+                "approvals": policy,
+                "tainted": st.taint.tainted,
+            },
+            command_id=f"start-{tname}",
+        )
+        await self.event(name, "turn_started", {"message": turn["spec"]["message"][:2000]}, tname)
+
+    async def _start_sandbox(self, s: Obj, st: SessionStatus, env: EnvironmentSpec) -> None:
+        name = s["metadata"]["name"]
+        async with self.slot_lock:
+            sessions = await self.kube.list("sessions")
+            in_use = sum(
+                1
+                for x in sessions
+                if (x.get("status") or {}).get("sandbox", {}).get("pod") and x["metadata"]["name"] != name
+            )
+            if in_use >= self.settings.max_sandboxes:
+                msg = f"waiting for a sandbox slot ({in_use} of {self.settings.max_sandboxes} in use)"
+                if st.message != msg:
+                    await self.kube.patch_status(
+                        "sessions", name, {"phase": "Pending", "reason": "NoSandboxSlot", "message": msg}
+                    )
+                return
+            n = st.counters.sandboxes + 1
+            run = f"{name}-r{n}"
+            secret, _key = run_key_secret(s, run)
+            core = self.kube.core
+            ns = self.kube.namespace
+            try:
+                await core.create_namespaced_secret(ns, secret)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+            try:
+                await core.create_namespaced_persistent_volume_claim(ns, workspace_pvc(s, self.settings))
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+            pod = sandbox_pod(s, env, run, run, self.settings, self.gateway_address())
+            try:
+                await core.create_namespaced_pod(ns, pod)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+            counters = st.counters.model_copy()
+            counters.sandboxes = n
+            await self.kube.patch_status(
+                "sessions",
+                name,
+                {
+                    "phase": "Starting",
+                    "reason": "",
+                    "message": f"starting sandbox {run}",
+                    "sandbox": {"pod": run, "run": run, "connected": False, "startedAt": iso()},
+                    "counters": counters.dump(),
+                },
+            )
+            metrics.SANDBOXES_STARTED.inc()
+        await self.event(name, "sandbox_starting", {"pod": run})
+
+    async def _release_sandbox(self, name: str, why: str, keep_phase: str = "Idle") -> None:
+        """Deletes the sandbox pod and its run key; the workspace volume (and the conversation) stays."""
+        s = await self.kube.get("sessions", name)
+        if s is None:
+            return
+        sb = (s.get("status") or {}).get("sandbox") or {}
+        pod, run = sb.get("pod"), sb.get("run")
+        core, ns = self.kube.core, self.kube.namespace
+        if pod:
+            try:
+                await core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        if run:
+            try:
+                await core.delete_namespaced_secret(f"{run}-key", ns)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        await self.kube.patch_status(
+            "sessions",
+            name,
+            {
+                "phase": keep_phase,
+                "message": why,
+                "currentTurn": None,
+                "sandbox": {"pod": None, "run": None, "connected": False, "startedAt": None},
+            },
+        )
+        await self.event(name, "sandbox_released", {"pod": pod, "reason": why})
+
+    async def _stop(self, name: str, st: SessionStatus) -> None:
+        if st.current_turn:
+            turn = await self.kube.get("turns", st.current_turn)
+            if turn and (turn.get("status") or {}).get("phase") in ("Running", "NeedsInput"):
+                await self.kube.patch_status(
+                    "turns",
+                    st.current_turn,
+                    {
+                        "phase": "Interrupted",
+                        "outcome": "interrupted",
+                        "exitStatus": 130,
+                        "reason": "the session was stopped",
+                        "finishedAt": iso(),
+                    },
+                )
+        await self._release_sandbox(name, "stopped", keep_phase="Stopped")
+
+    async def pod_gone(self, pod: Obj, why: str) -> None:
+        """The sandbox pod was deleted or ended: fail the running turn, free the slot; the next turn restarts."""
+        labels = pod["metadata"].get("labels") or {}
+        session = labels.get("hangar.dev/session")
+        run = labels.get("hangar.dev/run")
+        if not session or not run:
+            return
+        async with self.lock(session):
+            s = await self.kube.get("sessions", session)
+            if s is None:
+                return
+            st = SessionStatus.model_validate(s.get("status") or {})
+            if st.sandbox.run != run:
+                return
+            if st.current_turn:
+                turn = await self.kube.get("turns", st.current_turn)
+                if turn and (turn.get("status") or {}).get("phase") in ("Running", "NeedsInput"):
+                    await self.kube.patch_status(
+                        "turns",
+                        st.current_turn,
+                        {
+                            "phase": "Failed",
+                            "outcome": "failed",
+                            "exitStatus": 1,
+                            "finishedAt": iso(),
+                            "reason": f"sandbox pod {pod['metadata']['name']} {why}",
+                        },
+                    )
+                    metrics.TURNS.labels(outcome="failed").inc()
+            await self._release_sandbox(session, f"sandbox pod {pod['metadata']['name']} {why}")
+        await self.reconcile_session(session)
+
+    async def check_sandbox(self, name: str) -> None:
+        """After a restart, or periodically: a sandbox whose pod is gone is released."""
+        s = await self.kube.get("sessions", name)
+        st = SessionStatus.model_validate(((s or {}).get("status")) or {})
+        if not st.sandbox.pod:
+            return
+        try:
+            pod = await self.kube.core.read_namespaced_pod(st.sandbox.pod, self.kube.namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            await self.pod_gone(
+                {
+                    "metadata": {
+                        "name": st.sandbox.pod,
+                        "labels": {"hangar.dev/session": name, "hangar.dev/run": st.sandbox.run},
+                    }
+                },
+                "is gone",
+            )
+            return
+        phase = pod.status.phase if pod.status else None
+        if phase in ("Failed", "Succeeded"):
+            await self.pod_gone(
+                {"metadata": {"name": st.sandbox.pod, "labels": pod.metadata.labels or {}}},
+                f"ended ({phase})",
+            )
+        elif st.phase == "Starting" and st.sandbox.started_at is not None:
+            if time.time() - st.sandbox.started_at.timestamp() > self.settings.connect_timeout:
+                await self.pod_gone(
+                    {"metadata": {"name": st.sandbox.pod, "labels": pod.metadata.labels or {}}},
+                    f"did not connect within {self.settings.connect_timeout:.0f}s",
+                )
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+Callback = Callable[..., Awaitable[None]]
+__all__ = ["Runtime", "new_id", "pvc_name", "session_of_run"]

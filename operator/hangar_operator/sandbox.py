@@ -1,0 +1,181 @@
+"""The objects one sandbox run is made of: the run key Secret, the workspace PVC and the sandbox Pod.
+
+Pure functions of the Session, its Environment and the settings, so they are easy to read and test.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from hangar_driver.protocol import new_run_key
+
+from hangar.config import Settings
+from hangar.kube import Obj, owner_ref
+from hangar.models.environment import EnvironmentSpec
+
+# Paths inside the sandbox container. The local pod runner maps these to local directories.
+DRIVER_DIR = "/opt/hangar/lib"
+KEY_DIR = "/var/run/hangar/key"
+KEY_FILE = f"{KEY_DIR}/run-key"
+WORKSPACE = "/workspace"
+AGENT_HOME = "/home/agent"
+AGENT_UID = 1001
+DRIVER_UID = 1000
+
+PART_OF = {"app.kubernetes.io/part-of": "hangar"}
+
+
+def labels(session: str, run: str | None = None, component: str = "sandbox") -> dict[str, str]:
+    out = {**PART_OF, "app.kubernetes.io/component": component, "hangar.dev/session": session}
+    if run:
+        out["hangar.dev/run"] = run
+    return out
+
+
+def pvc_name(session: str) -> str:
+    return f"{session}-workspace"
+
+
+def run_key_secret(session: Obj, run: str) -> tuple[Obj, str]:
+    key = new_run_key()
+    name = session["metadata"]["name"]
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": f"{run}-key",
+            "labels": labels(name, run, "run-key"),
+            "ownerReferences": [owner_ref(session)],
+        },
+        "type": "Opaque",
+        "data": {"run-key": base64.b64encode(key.encode()).decode()},
+    }
+    return secret, key
+
+
+def workspace_pvc(session: Obj, settings: Settings) -> Obj:
+    """One volume per session, kept across sandboxes: the checkout and the agent's HOME (conversation)."""
+    name = session["metadata"]["name"]
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": settings.workspace_size}},
+    }
+    if settings.storage_class:
+        spec["storageClassName"] = settings.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": pvc_name(name),
+            "labels": labels(name, component="workspace"),
+            "ownerReferences": [owner_ref(session)],
+        },
+        "spec": spec,
+    }
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """Deep merge of pod overrides: dicts merge, containers merge by name, anything else is replaced."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for k, v in override.items():
+            out[k] = _merge(base[k], v) if k in base else v
+        return out
+    if (
+        isinstance(base, list)
+        and isinstance(override, list)
+        and all(isinstance(x, dict) and "name" in x for x in base + override)
+    ):
+        by_name = {x["name"]: x for x in base}
+        merged = [_merge(by_name[x["name"]], x) if x["name"] in by_name else x for x in override]
+        names = {x["name"] for x in override}
+        return [x for x in base if x["name"] not in names] + merged
+    return override
+
+
+def sandbox_pod(
+    session: Obj, env: EnvironmentSpec, run: str, pod_name: str, settings: Settings, gateway: str
+) -> Obj:
+    name = session["metadata"]["name"]
+    spec = session["spec"]
+    agent_env: list[dict[str, Any]] = [
+        {"name": f"HANGAR_AGENT_ENV_{e.name}", "value": e.value} for e in env.env
+    ]
+    container: dict[str, Any] = {
+        "name": "sandbox",
+        "image": env.image,
+        "command": ["python3", "-m", "hangar_driver"],
+        "workingDir": WORKSPACE,
+        "env": [
+            {"name": "PYTHONPATH", "value": DRIVER_DIR},
+            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+            {"name": "HANGAR_GATEWAY", "value": gateway},
+            {"name": "HANGAR_RUN_ID", "value": run},
+            {"name": "HANGAR_SESSION", "value": name},
+            {"name": "HANGAR_HARNESS", "value": spec.get("harness", "claude")},
+            {"name": "HANGAR_RUN_KEY_FILE", "value": KEY_FILE},
+            {"name": "HANGAR_WORKSPACE", "value": WORKSPACE},
+            {"name": "HANGAR_AGENT_HOME", "value": AGENT_HOME},
+            {"name": "HANGAR_AGENT_UID", "value": str(AGENT_UID)},
+            {"name": "HANGAR_AGENT_GID", "value": str(AGENT_UID)},
+            {"name": "HANGAR_CLI_PATH", "value": settings.cli_path},
+            *agent_env,
+        ],
+        "envFrom": [
+            {"prefix": f"HANGAR_AGENT_ENV_{ref.prefix}", "secretRef": {"name": ref.name}}
+            for ref in env.secret_refs
+        ],
+        "volumeMounts": [
+            {"name": "workspace", "mountPath": WORKSPACE, "subPath": "workspace"},
+            {"name": "workspace", "mountPath": AGENT_HOME, "subPath": "home"},
+            {"name": "driver", "mountPath": DRIVER_DIR, "readOnly": True},
+            {"name": "run-key", "mountPath": KEY_DIR, "readOnly": True},
+        ],
+        "resources": env.resources.dump(),
+        # The driver starts as root only to drop the agent to its own uid; nothing else needs privilege.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {
+                "drop": ["ALL"],
+                "add": ["SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"],
+            },
+        },
+    }
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name,
+            "labels": labels(name, run),
+            "annotations": {"hangar.dev/run": run},
+            "ownerReferences": [owner_ref(session)],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 10,
+            "initContainers": [
+                {
+                    "name": "install-driver",
+                    "image": settings.driver_image,
+                    "command": ["cp", "-a", "/opt/hangar/lib/.", "/driver/"],
+                    "volumeMounts": [{"name": "driver", "mountPath": "/driver"}],
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+            "containers": [container],
+            "volumes": [
+                {"name": "workspace", "persistentVolumeClaim": {"claimName": pvc_name(name)}},
+                {"name": "driver", "emptyDir": {}},
+                {"name": "run-key", "secret": {"secretName": f"{run}-key", "defaultMode": 0o400}},
+            ],
+        },
+    }
+    runtime_class = env.runtime_class_name or settings.runtime_class
+    if runtime_class:
+        pod["spec"]["runtimeClassName"] = runtime_class
+    if env.pod_overrides:
+        pod["spec"] = _merge(pod["spec"], env.pod_overrides)
+    return pod

@@ -1,0 +1,117 @@
+"""The contract between the driver core and one harness adapter (Claude Code, Codex, one-shot).
+
+Standard library only, Python 3.8+: this runs on the environment image's own python3.
+
+An adapter owns the agent CLI process for one sandbox run. The driver core calls it from its own threads;
+the adapter reports everything that happens through ``emit`` (thread-safe, never blocks for long) and asks
+for permission decisions through ``emit("permission_request", ...)``; the decision comes back through
+``answer``. The core serialises calls into one adapter with a lock, so an adapter need not be re-entrant,
+but ``emit`` may be called from the adapter's reader thread at any time.
+
+Events (name, payload) an adapter emits:
+
+- ``turn_started``   {"turn": id}
+- ``conversation``   {"id": str}   Claude session_id / Codex thread id, for --resume / thread/resume
+- ``text``           {"text": str}                      assistant text (whole blocks, not deltas)
+- ``tool_use``       {"tool": str, "input": dict, "id": str}
+- ``tool_result``    {"id": str, "is_error": bool, "output": str (first 4000 chars)}
+- ``permission_request`` {"request_id": str, "tool": str, "input": dict, "command": str | None,
+                          "cwd": str | None, "suggestions": list}   the CLI waits until ``answer``
+- ``permission_cancelled`` {"request_id": str}          the CLI withdrew its own request (interrupt)
+- ``steer``          {"steer_id": str, "status": "delivered" | "queued"}   exactly once per steer accepted
+                     by ``steer`` (cancelled ones excepted, see ``withdraw``)
+- ``usage``          {"input_tokens": int, "output_tokens": int, "cost_usd": float | None}   cumulative
+- ``turn_ended``     {"turn": id, "outcome": "completed" | "failed" | "interrupted",
+                      "exit_status": int, "summary": str, "error": str | None,
+                      "usage": {...}, "cost_usd": float | None}
+- ``log``            {"level": str, "message": str}     anything worth showing in the activity stream
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+Emit = Callable[[str, Dict[str, Any]], None]
+
+
+class NotLive(Exception):
+    """The harness cannot take this request mid-turn (one-shot harness, or no turn running)."""
+
+
+class TurnConfig(object):
+    """What a turn needs to start the CLI. Built by the driver core from the start_turn command."""
+
+    def __init__(
+        self,
+        turn_id: str,
+        message: str,
+        cwd: str,
+        env: Dict[str, str],
+        argv_prefix: Optional[List[str]] = None,
+        model: Optional[str] = None,
+        conversation: Optional[str] = None,
+        approvals: str = "auto",
+        tainted: bool = False,
+        run_as: Optional[Dict[str, int]] = None,
+        extra: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        self.turn_id = turn_id
+        self.message = message
+        self.cwd = cwd
+        # The agent's environment: scrubbed by the core, never holds the run key or any hangar credential.
+        self.env = env
+        # How to launch the CLI (e.g. ["claude"] or ["/opt/clis/node_modules/.bin/codex"]).
+        self.argv_prefix = argv_prefix
+        self.model = model
+        # The conversation to continue (Claude session id, Codex thread id), None for a new one.
+        self.conversation = conversation
+        # "auto" runs with the CLI's permission checks off; anything else asks over stdio.
+        self.approvals = approvals
+        self.tainted = tainted
+        # {"uid": n, "gid": n}: the agent's uid, different from the driver's. None: same uid (tests only).
+        self.run_as = run_as
+        self.extra = extra or {}
+
+
+class Harness(object):
+    """Base class: one adapter instance per sandbox run, reused across turns."""
+
+    name = "base"
+    live = False  # True when steer/interrupt/permission prompts work mid-turn
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+        self.lock = threading.RLock()
+
+    def start_turn(self, cfg: TurnConfig) -> None:
+        """Start a turn. Returns once the CLI has the message; the turn's end comes as ``turn_ended``."""
+        raise NotImplementedError
+
+    def steer(self, steer_id: str, message: str) -> None:
+        """Add a message to the running turn. Raises NotLive if this harness cannot.
+
+        The adapter reports the steer's fate with exactly one ``steer`` event: ``delivered`` once the CLI
+        has it inside the running turn, ``queued`` when the turn ended first (the core then starts the next
+        turn with it). Until one of those is emitted the steer may be withdrawn.
+        """
+        raise NotLive(self.name)
+
+    def withdraw(self, steer_id: str) -> bool:
+        """Take back a steer not yet handed to the CLI. True: withdrawn (no ``steer`` event will follow).
+        False: too late, it was (or is being) delivered or queued."""
+        return False
+
+    def interrupt(self) -> None:
+        """Stop the running turn. The turn ends with ``turn_ended`` outcome ``interrupted`` (exit 130)."""
+        raise NotImplementedError
+
+    def answer(self, request_id: str, decision: str, message: Optional[str] = None) -> None:
+        """Answer a ``permission_request``: decision is ``allow``, ``deny`` or ``allow_always``."""
+        raise NotLive(self.name)
+
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the CLI process, if any."""

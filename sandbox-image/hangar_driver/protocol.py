@@ -1,0 +1,372 @@
+"""The signed channel between a sandbox's hangar-driver and the operator's driver gateway.
+
+Standard library only, Python 3.8+. This one module is imported by both ends: the driver (inside the
+sandbox, on the image's own python3) and the operator (``hangar_operator.gateway``).
+
+Transport
+=========
+
+The driver opens one TCP connection to the gateway (``HANGAR_GATEWAY`` = ``host:port``) and keeps it up,
+reconnecting with backoff (0.2 s doubling to 5 s) whenever it breaks. Both directions carry **frames**:
+one JSON object per line, UTF-8, terminated by ``\\n``. A line longer than ``MAX_FRAME_BYTES`` (4 MiB,
+newline excluded) is refused and the connection closed.
+
+Frame
+=====
+
+::
+
+    {"v": 1, "run": RUN_ID, "dir": "d2g" | "g2d", "seq": N, "type": T, "id": ID, "body": {...},
+     "ts": UNIX_FLOAT, "sig": HEX}
+
+- ``v``     protocol version, always 1.
+- ``run``   the run id (one sandbox run = one run key).
+- ``dir``   ``d2g`` (driver to gateway) or ``g2d`` (gateway to driver). A frame is only ever accepted in
+            its own direction, so a frame the gateway signed can't be played back to it as the driver's.
+- ``seq``   ``event`` frames: the event's number, 1, 2, 3… per run, never reused. Other d2g frames: 0.
+            g2d frames: a per-connection frame counter (informational).
+- ``type``  see below; each direction has its own set.
+- ``id``    ``command`` frames: the command id (unique per run). Other frames: a random frame id.
+- ``body``  an object, by type (below).
+- ``ts``    the sender's clock (seconds since the epoch) when the frame was made; informational.
+- ``sig``   lower-case hex HMAC-SHA256 over the frame's *canonical bytes*: the frame without ``sig``,
+            serialised as ``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
+            and encoded as UTF-8. The HMAC key is the run key's text (``new_run_key()``: 32 random bytes,
+            URL-safe base64 without padding) encoded as ASCII, surrounding whitespace stripped
+            (``key_bytes``). The receiver recomputes the canonical bytes from the parsed object and
+            compares with ``hmac.compare_digest``; it also checks ``v``, ``run`` and ``dir`` and that
+            ``type`` belongs to the direction. Frames are written in the same canonical form (plus
+            ``sig``), but a receiver never relies on the sender's byte layout.
+
+Types and bodies
+================
+
+Driver to gateway (``d2g``):
+
+- ``hello``   first frame of every connection. body: ``{"run", "harness", "driver_version", "python",
+              "resume_from", "boot", "live"}``. ``resume_from`` is the lowest event seq the driver still
+              holds unacknowledged (its next seq when none is pending; ``null`` before its first welcome,
+              when it has not numbered any event yet). ``boot`` is random per driver process.
+- ``ack``     acknowledges gateway commands. body: ``{"ids": [command id, ...], "nonce": NONCE}``, where
+              ``nonce`` is the current connection's nonce from ``welcome``. The driver sends one (``ids`` may
+              be empty) right after ``welcome``: this *confirms* the connection (below).
+- ``event``   body: ``{"name": NAME, "payload": {...}}``. NAME is a harness event (``harness.py``:
+              turn_started, conversation, text, tool_use, tool_result, permission_request,
+              permission_cancelled, steer, usage, turn_ended, log) or a driver event:
+              ``driver_ready`` {harness, live, driver_version, python, agent_uid};
+              ``handback`` {turn, kind: done|progress|ask|result|artifact, ...} from ``hangar-agent``;
+              ``command_result`` {command_id, op, ok, error, ...op-specific fields, duplicate?}.
+- ``ping``    body ``{}``; sent when the driver has heard nothing for a while. The gateway answers ``pong``.
+
+Gateway to driver (``g2d``):
+
+- ``welcome`` the answer to a valid ``hello``. body: ``{"acked": N, "nonce": NONCE}``: N is the highest
+              event seq the gateway has durably stored for the run (0 for none).
+- ``ack``     body ``{"seq": N}``: cumulative, every event up to N is durably stored.
+- ``command`` ``id`` = command id. body: ``{"op": OP, ...}`` with OP one of start_turn, steer, withdraw,
+              interrupt, answer, taint, checkpoint, shutdown (see ``hangar_driver.main`` for each body).
+- ``pong``    body ``{}``.
+
+Handshake
+=========
+
+1. driver → ``hello`` (signed). The gateway looks up the run key by ``run``; an unknown run, a bad
+   signature or any other first frame closes the connection and is reported (audited) as rejected.
+2. gateway → ``welcome {acked, nonce}``.
+3. driver → ``ack {ids: [], nonce}``. Until this signed frame arrives with the right nonce the connection
+   is *unconfirmed*: it gets no commands, replaces no older connection, and any other frame is rejected.
+   A replayed ``hello`` therefore gains an attacker nothing: it can't sign the confirmation.
+4. Confirmed: the gateway sends every command not yet acknowledged by the driver, in the order they were
+   queued; the driver resends every event after ``acked``, in seq order. A newer confirmed connection for
+   the same run replaces the older one. Any later frame with a bad signature, the wrong run or
+   direction, or a wrong nonce is rejected and closes the connection.
+
+Exactly once
+============
+
+Events: the driver numbers events 1, 2, 3… (it takes the starting point from its first ``welcome``, so a
+restarted driver process continues after what the gateway already stored), and keeps every event in an
+outbox until a gateway ``ack`` covers it. After every (re)connect it resends all events after
+``welcome.acked``. The gateway delivers events strictly in seq order: the next expected seq is handed to
+the operator's store, and only once that returned (durably stored) is it acknowledged; a seq it already
+stored is acknowledged again but not delivered again; if storing fails the event is not acknowledged
+and the connection is closed, so the driver resends it after reconnecting.
+
+Commands: the gateway keeps every command until the driver's ``ack`` names its id and resends the
+unacknowledged ones on each confirmed connection. The driver acknowledges a command once it has recorded
+its id, executes each id at most once, and always reports a ``command_result`` event; for an id it has
+already seen it acknowledges again and re-sends the recorded result (``duplicate: true``), or nothing
+more if the command is still running (its result follows). Command ids should be deterministic on the
+operator side (e.g. the steer id) so that a command re-sent after an operator restart is recognised.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import math
+import secrets
+import time
+from typing import Any, Dict, Optional, Union
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+
+D2G = "d2g"
+G2D = "g2d"
+
+# Driver to gateway.
+HELLO = "hello"
+EVENT = "event"
+ACK = "ack"
+PING = "ping"
+# Gateway to driver.
+WELCOME = "welcome"
+COMMAND = "command"
+PONG = "pong"
+
+TYPES = {D2G: frozenset({HELLO, EVENT, ACK, PING}), G2D: frozenset({WELCOME, ACK, COMMAND, PONG})}
+
+# Command ops.
+OP_START_TURN = "start_turn"
+OP_STEER = "steer"
+OP_WITHDRAW = "withdraw"
+OP_INTERRUPT = "interrupt"
+OP_ANSWER = "answer"
+OP_TAINT = "taint"
+OP_CHECKPOINT = "checkpoint"
+OP_SHUTDOWN = "shutdown"
+OPS = frozenset(
+    {OP_START_TURN, OP_STEER, OP_WITHDRAW, OP_INTERRUPT, OP_ANSWER, OP_TAINT, OP_CHECKPOINT, OP_SHUTDOWN}
+)
+
+# Event names the driver itself emits (the harness adapters emit the rest, see harness.py).
+EV_DRIVER_READY = "driver_ready"
+EV_HANDBACK = "handback"
+EV_COMMAND_RESULT = "command_result"
+HARNESS_EVENTS = frozenset(
+    {
+        "turn_started",
+        "conversation",
+        "text",
+        "tool_use",
+        "tool_result",
+        "permission_request",
+        "permission_cancelled",
+        "steer",
+        "usage",
+        "turn_ended",
+        "log",
+    }
+)
+EVENT_NAMES = HARNESS_EVENTS | {EV_DRIVER_READY, EV_HANDBACK, EV_COMMAND_RESULT}
+HANDBACK_KINDS = frozenset({"done", "progress", "ask", "result", "artifact"})
+
+Frame = Dict[str, Any]
+Key = Union[str, bytes]
+
+
+class ProtocolError(ValueError):
+    """A frame that can't be accepted: malformed, too large, or not verifiable."""
+
+
+class FrameTooLarge(ProtocolError):
+    pass
+
+
+class BadSignature(ProtocolError):
+    """The frame is not one this run's key signed for this direction. ``str(exc)`` is the reason."""
+
+
+def new_run_key() -> str:
+    """A fresh run key: 32 random bytes, URL-safe base64 without padding (43 characters)."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode("ascii").rstrip("=")
+
+
+def key_bytes(key: Key) -> bytes:
+    """The HMAC key for a run key as stored (text, a file's bytes): surrounding whitespace stripped."""
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    key = key.strip()
+    if not key:
+        raise ValueError("empty run key")
+    return key
+
+
+def new_id() -> str:
+    return secrets.token_hex(8)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ProtocolError("non-finite number in frame: %s" % name)
+
+
+def canonical(frame: Frame) -> bytes:
+    """The bytes a frame's signature covers: the frame without ``sig``, in canonical JSON."""
+    obj = {k: v for k, v in frame.items() if k != "sig"}
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
+
+
+def _digest(key: Key, data: bytes) -> str:
+    return hmac.new(key_bytes(key), data, hashlib.sha256).hexdigest()
+
+
+def scrub(value: Any) -> Any:
+    """Make a value safe to sign: lone surrogates replaced, non-finite floats and unknown types made text,
+    dict keys made strings. Used on payloads that come from subprocess output."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {scrub(str(k)): scrub(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub(v) for v in value]
+    return scrub(str(value))
+
+
+def make_frame(
+    run: str, direction: str, ftype: str, body: Dict[str, Any], seq: int = 0, fid: Optional[str] = None
+) -> Frame:
+    """An unsigned frame (pass it to ``sign``)."""
+    return {
+        "v": PROTOCOL_VERSION,
+        "run": run,
+        "dir": direction,
+        "seq": seq,
+        "type": ftype,
+        "id": fid if fid is not None else new_id(),
+        "body": body,
+        "ts": time.time(),
+    }
+
+
+def sign(key: Key, frame: Frame) -> Frame:
+    """A copy of ``frame`` with ``sig`` set. Values that can't be signed as they are (lone surrogates,
+    NaN) are scrubbed first."""
+    out = {k: v for k, v in frame.items() if k != "sig"}
+    try:
+        data = canonical(out)
+    except (UnicodeEncodeError, ValueError, TypeError):
+        out = scrub(out)
+        data = canonical(out)
+    out["sig"] = _digest(key, data)
+    return out
+
+
+def verify(key: Key, frame: Frame, expected_dir: str, expected_run: str) -> None:
+    """Raise ``BadSignature`` (with the reason as its message) unless ``frame`` is a well-formed frame of
+    protocol version 1, for ``expected_run``, travelling in ``expected_dir``, with a type of that
+    direction, signed with ``key``."""
+    if not isinstance(frame, dict):
+        raise BadSignature("malformed frame")
+    sig = frame.get("sig")
+    if not isinstance(sig, str) or len(sig) != 64:
+        raise BadSignature("missing signature")
+    try:
+        data = canonical(frame)
+    except (UnicodeEncodeError, ValueError, TypeError):
+        raise BadSignature("malformed frame") from None
+    expected = _digest(key, data)
+    if not hmac.compare_digest(expected.encode("ascii"), sig.encode("utf-8", "replace")):
+        raise BadSignature("bad signature")
+    if frame.get("v") != PROTOCOL_VERSION:
+        raise BadSignature("unsupported protocol version")
+    if frame.get("run") != expected_run:
+        raise BadSignature("wrong run")
+    if frame.get("dir") != expected_dir:
+        raise BadSignature("wrong direction")
+    if expected_dir not in TYPES or frame.get("type") not in TYPES[expected_dir]:
+        raise BadSignature("unknown frame type")
+    seq = frame.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise BadSignature("malformed frame: seq")
+    if not isinstance(frame.get("id"), str) or not isinstance(frame.get("body"), dict):
+        raise BadSignature("malformed frame: id/body")
+
+
+def encode(frame: Frame) -> bytes:
+    """A signed frame as one line on the wire (``\\n``-terminated)."""
+    data = json.dumps(frame, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    raw = data.encode("utf-8")
+    if len(raw) > MAX_FRAME_BYTES:
+        raise FrameTooLarge("frame of %d bytes exceeds %d" % (len(raw), MAX_FRAME_BYTES))
+    return raw + b"\n"
+
+
+def decode(line: bytes) -> Frame:
+    """Parse one line from the wire (with or without its ``\\n``). Raises ``FrameTooLarge`` for a line
+    over ``MAX_FRAME_BYTES`` and ``ProtocolError`` for anything that is not a JSON object. It does not
+    verify the signature: call ``verify``."""
+    if line.endswith(b"\n"):
+        line = line[:-1]
+    if len(line) > MAX_FRAME_BYTES:
+        raise FrameTooLarge("frame of %d bytes exceeds %d" % (len(line), MAX_FRAME_BYTES))
+    try:
+        obj = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+    except ProtocolError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError("malformed frame: %s" % (exc.__class__.__name__,)) from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("malformed frame: not an object")
+    return obj
+
+
+def read_key_file(path: str) -> bytes:
+    """Read a run key from a file (a Secret volume)."""
+    with open(path, "rb") as fh:
+        return key_bytes(fh.read(4096))
+
+
+def fingerprint(key: Key) -> str:
+    """A short, non-reversible name for a key, for logs (never log the key)."""
+    return hashlib.sha256(b"hangar-run-key:" + key_bytes(key)).hexdigest()[:12]
+
+
+__all__ = [
+    "ACK",
+    "COMMAND",
+    "D2G",
+    "EVENT",
+    "EVENT_NAMES",
+    "EV_COMMAND_RESULT",
+    "EV_DRIVER_READY",
+    "EV_HANDBACK",
+    "G2D",
+    "HANDBACK_KINDS",
+    "HARNESS_EVENTS",
+    "HELLO",
+    "MAX_FRAME_BYTES",
+    "OPS",
+    "PING",
+    "PONG",
+    "PROTOCOL_VERSION",
+    "TYPES",
+    "WELCOME",
+    "BadSignature",
+    "FrameTooLarge",
+    "ProtocolError",
+    "canonical",
+    "decode",
+    "encode",
+    "fingerprint",
+    "key_bytes",
+    "make_frame",
+    "new_id",
+    "new_run_key",
+    "read_key_file",
+    "scrub",
+    "sign",
+    "verify",
+]

@@ -1,0 +1,120 @@
+"""Helpers for end-to-end tests: a REST client on the stack, environments, waiting for turns."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hangar.devcluster.stack import Stack
+from hangar.paths import cli_dir
+
+DONE = ("Completed", "Failed", "Interrupted", "NeedsInput")
+
+
+def clis_installed() -> bool:
+    bin_dir = cli_dir() / "node_modules" / ".bin"
+    return all((bin_dir / n).exists() for n in ("claude", "codex"))
+
+
+class Api:
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.http = httpx.Client(
+            base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=30
+        )
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return self.http.get(path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+        return self.http.post(path, json=body, **kw)
+
+    def delete(self, path: str) -> httpx.Response:
+        return self.http.delete(path)
+
+    def session(self, name: str) -> dict[str, Any]:
+        r = self.get(f"/api/sessions/{name}")
+        r.raise_for_status()
+        return dict(r.json())
+
+    def turn(self, name: str, n: int) -> dict[str, Any] | None:
+        r = self.get(f"/api/sessions/{name}/turns/{n}")
+        return dict(r.json()) if r.status_code == 200 else None
+
+    def events(self, name: str, since: int = 0) -> list[dict[str, Any]]:
+        r = self.get(f"/api/sessions/{name}/events", params={"since": since, "limit": 1000})
+        r.raise_for_status()
+        return list(r.json()["events"])
+
+    def wait_turn(
+        self, name: str, n: int, timeout: float = 90, phases: tuple[str, ...] = DONE
+    ) -> dict[str, Any]:
+        return wait(
+            lambda: _phase_in(self.turn(name, n), phases),
+            timeout,
+            f"turn {n} of {name} in {phases}",
+            lambda: self.debug(name),
+        )
+
+    def wait_event(
+        self, name: str, pred: Callable[[dict[str, Any]], bool], timeout: float = 60
+    ) -> dict[str, Any]:
+        return wait(
+            lambda: next((e for e in self.events(name) if pred(e)), None),
+            timeout,
+            "event",
+            lambda: self.debug(name),
+        )
+
+    def debug(self, name: str) -> str:
+        try:
+            s = self.session(name)
+            ev = self.events(name)
+        except Exception as e:
+            return f"(no session: {e})"
+        return json.dumps({"session": s, "events": ev[-30:]}, indent=1)[-6000:]
+
+
+def _phase_in(t: dict[str, Any] | None, phases: tuple[str, ...]) -> dict[str, Any] | None:
+    return t if t is not None and t["phase"] in phases else None
+
+
+def wait(fn: Callable[[], Any], timeout: float, what: str, debug: Callable[[], str] | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}\n{debug() if debug else ''}")
+
+
+def environment(cluster: Any, name: str, env: dict[str, str], approvals: str | None = None) -> None:
+    spec: dict[str, Any] = {
+        "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+    }
+    if approvals:
+        spec["approvals"] = approvals
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "hangar.dev/v1alpha1",
+                "kind": "Environment",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+        ),
+    )
+
+
+def workspace(stack: Stack, session: str) -> Path:
+    return stack.root / "runner" / "pvc" / stack.namespace / f"{session}-workspace" / "workspace"

@@ -1,0 +1,207 @@
+"""The signed frame format shared by the sandbox driver and the operator's gateway (hangar_driver.protocol)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hangar_driver import protocol as P
+
+ROOT = Path(__file__).resolve().parent.parent
+SANDBOX = ROOT / "sandbox-image"
+
+
+def _event(key: str, run: str = "run-1", seq: int = 1) -> dict[str, Any]:
+    body = {"name": "text", "payload": {"text": 'héllo ✓ \u2028 "quoted"\nnext'}}
+    return P.sign(key, P.make_frame(run, P.D2G, P.EVENT, body, seq=seq))
+
+
+def test_run_key_is_32_random_bytes_urlsafe() -> None:
+    k1, k2 = P.new_run_key(), P.new_run_key()
+    assert k1 != k2
+    assert len(k1) == 43 and all(c.isalnum() or c in "-_" for c in k1)
+    import base64
+
+    assert len(base64.urlsafe_b64decode(k1 + "=")) == 32
+    # a key read from a file with a trailing newline is the same key
+    assert P.key_bytes(k1 + "\n") == P.key_bytes(k1.encode()) == k1.encode()
+
+
+def test_sign_verify_roundtrip_over_the_wire() -> None:
+    key = P.new_run_key()
+    frame = _event(key)
+    line = P.encode(frame)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    decoded = P.decode(line)
+    assert decoded == frame
+    P.verify(key, decoded, P.D2G, "run-1")
+    # bytes key and str key are the same key
+    P.verify(key.encode(), decoded, P.D2G, "run-1")
+    # the signature is over the canonical form: key order on the wire does not matter
+    shuffled = json.dumps(dict(reversed(list(frame.items()))), ensure_ascii=True).encode()
+    P.verify(key, P.decode(shuffled), P.D2G, "run-1")
+    # canonical bytes are exactly the documented serialisation
+    obj = {k: v for k, v in frame.items() if k != "sig"}
+    assert (
+        P.canonical(frame)
+        == json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    )
+
+
+def test_tampering_with_one_byte_of_the_body_is_refused() -> None:
+    key = P.new_run_key()
+    line = P.encode(_event(key))
+    i = line.index(b"hello") if b"hello" in line else line.index(b"llo")
+    tampered = line[:i] + b"j" + line[i + 1 :]
+    assert tampered != line
+    with pytest.raises(P.BadSignature, match="bad signature"):
+        P.verify(key, P.decode(tampered), P.D2G, "run-1")
+    # changing the seq (a replayed event renumbered) is refused too
+    frame = P.decode(line)
+    frame["seq"] = 2
+    with pytest.raises(P.BadSignature, match="bad signature"):
+        P.verify(key, frame, P.D2G, "run-1")
+    # flipping one hex digit of the signature
+    frame = P.decode(line)
+    frame["sig"] = ("0" if frame["sig"][0] != "0" else "1") + frame["sig"][1:]
+    with pytest.raises(P.BadSignature, match="bad signature"):
+        P.verify(key, frame, P.D2G, "run-1")
+    # no signature at all
+    frame = P.decode(line)
+    del frame["sig"]
+    with pytest.raises(P.BadSignature):
+        P.verify(key, frame, P.D2G, "run-1")
+
+
+def test_wrong_key_is_refused() -> None:
+    frame = _event(P.new_run_key())
+    with pytest.raises(P.BadSignature, match="bad signature"):
+        P.verify(P.new_run_key(), frame, P.D2G, "run-1")
+
+
+def test_wrong_direction_and_g2d_replayed_as_d2g_are_refused() -> None:
+    key = P.new_run_key()
+    ack = P.sign(key, P.make_frame("run-1", P.G2D, P.ACK, {"seq": 3}))
+    P.verify(key, ack, P.G2D, "run-1")
+    # replaying the gateway's own frame back to it as if the driver sent it
+    with pytest.raises(P.BadSignature, match="wrong direction"):
+        P.verify(key, ack, P.D2G, "run-1")
+    # relabelling the direction breaks the signature
+    relabelled = dict(ack, dir=P.D2G)
+    with pytest.raises(P.BadSignature, match="bad signature"):
+        P.verify(key, relabelled, P.D2G, "run-1")
+    # a d2g frame can't be played to the driver either
+    with pytest.raises(P.BadSignature, match="wrong direction"):
+        P.verify(key, _event(key), P.G2D, "run-1")
+    # a type that belongs to the other direction, even signed, is refused
+    odd = P.sign(key, P.make_frame("run-1", P.D2G, P.COMMAND, {"op": "shutdown"}))
+    with pytest.raises(P.BadSignature, match="unknown frame type"):
+        P.verify(key, odd, P.D2G, "run-1")
+
+
+def test_wrong_run_and_version_are_refused() -> None:
+    key = P.new_run_key()
+    with pytest.raises(P.BadSignature, match="wrong run"):
+        P.verify(key, _event(key, run="run-2"), P.D2G, "run-1")
+    v2 = P.sign(key, dict(P.make_frame("run-1", P.D2G, P.PING, {}), v=2))
+    with pytest.raises(P.BadSignature, match="version"):
+        P.verify(key, v2, P.D2G, "run-1")
+
+
+def test_size_limit() -> None:
+    key = P.new_run_key()
+    big = P.sign(
+        key,
+        P.make_frame(
+            "run-1", P.D2G, P.EVENT, {"name": "text", "payload": {"text": "x" * P.MAX_FRAME_BYTES}}, seq=1
+        ),
+    )
+    with pytest.raises(P.FrameTooLarge):
+        P.encode(big)
+    with pytest.raises(P.FrameTooLarge):
+        P.decode(b"{" + b" " * P.MAX_FRAME_BYTES + b"}\n")
+    # just under the limit is fine
+    frame = P.make_frame("run-1", P.D2G, P.EVENT, {"name": "text", "payload": {"text": ""}}, seq=1)
+    overhead = len(P.encode(P.sign(key, frame))) - 1
+    frame["body"]["payload"]["text"] = "y" * (P.MAX_FRAME_BYTES - overhead)
+    line = P.encode(P.sign(key, frame))
+    assert len(line) == P.MAX_FRAME_BYTES + 1
+    P.verify(key, P.decode(line), P.D2G, "run-1")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"not json\n", b"[1,2]\n", b'{"v":1,"x":NaN}\n', b"\xff\xfe\n", b'"string"\n', b"[" * 100000 + b"\n"],
+)
+def test_malformed_lines_are_protocol_errors(line: bytes) -> None:
+    with pytest.raises(P.ProtocolError):
+        P.decode(line)
+
+
+def test_unsignable_values_are_scrubbed_not_crashing() -> None:
+    key = P.new_run_key()
+    frame = P.sign(
+        key,
+        P.make_frame(
+            "run-1",
+            P.D2G,
+            P.EVENT,
+            {"name": "text", "payload": {"text": "bad \udcff", "n": float("nan")}},
+            seq=1,
+        ),
+    )
+    P.verify(key, P.decode(P.encode(frame)), P.D2G, "run-1")
+    assert frame["body"]["payload"]["n"] == "nan"
+
+
+# ------------------------------------------------------------------------ the sandbox side is stdlib, 3.8
+
+
+def _sandbox_sources() -> list[Path]:
+    files = sorted((SANDBOX / "hangar_driver").glob("*.py"))
+    files += [
+        p
+        for p in sorted((SANDBOX / "bin").iterdir())
+        if p.is_file() and p.read_bytes().startswith(b"#!") and b"python" in p.read_bytes().split(b"\n", 1)[0]
+    ]
+    return files
+
+
+def test_sandbox_image_imports_only_the_standard_library() -> None:
+    allowed = set(sys.stdlib_module_names) | {"hangar_driver", "__future__"}
+    bad = []
+    for path in _sandbox_sources():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                if name.split(".")[0] not in allowed:
+                    bad.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not bad, bad
+
+
+def test_hangar_agent_is_executable() -> None:
+    agent = SANDBOX / "bin" / "hangar-agent"
+    assert agent.stat().st_mode & 0o111 == 0o111
+
+
+def test_sandbox_image_is_python38_compatible() -> None:
+    vermin = Path(sys.executable).parent / "vermin"
+    if not vermin.exists():
+        pytest.skip("vermin not installed (.venv/bin/pip install vermin)")
+    out = subprocess.run(
+        [str(vermin), "-t=3.8-", "--no-tips", "--violations", str(SANDBOX)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -1,0 +1,59 @@
+"""Sessions end to end: REST → resources → operator → sandbox pod → driver → the real CLI → status."""
+
+from __future__ import annotations
+
+import pytest
+
+from hangar.devcluster.stack import Stack
+from hangar.testing.model_server import ScriptedModel, Step
+
+from .conftest import Cluster
+from .e2e import Api, clis_installed, environment, workspace
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)"),
+]
+
+
+def test_claude_turn_runs_a_command_and_the_next_turn_remembers(cluster: Cluster, stack: Stack) -> None:
+    model = ScriptedModel(
+        [
+            Step(text="I will write the file.", command="echo hello-from-claude > hello.txt"),
+            Step(when="tool_result", text="FINAL: wrote hello.txt"),
+            Step(when="what did you write", text="FINAL: earlier I wrote hello.txt"),
+        ]
+    )
+    url = model.start()
+    try:
+        environment(cluster, "e2e-claude", {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-test"})
+        api = Api(stack)
+        r = api.post(
+            "/api/sessions",
+            {
+                "name": "cc-basic",
+                "environment": "e2e-claude",
+                "harness": "claude",
+                "message": "please write hello.txt",
+            },
+        )
+        assert r.status_code == 201, r.text
+        t1 = api.wait_turn("cc-basic", 1)
+        assert t1["phase"] == "Completed", api.debug("cc-basic")
+        assert t1["exit_status"] == 0 and "FINAL: wrote hello.txt" in t1["summary"]
+        assert (workspace(stack, "cc-basic") / "hello.txt").read_text().strip() == "hello-from-claude"
+        s = api.session("cc-basic")
+        assert s["phase"] == "Idle" and s["sandbox"]["connected"] and s["conversation"]
+        r = api.post("/api/sessions/cc-basic/messages", {"message": "what did you write?"})
+        assert r.status_code == 202, r.text
+        t2 = api.wait_turn("cc-basic", 2)
+        assert t2["phase"] == "Completed" and "earlier I wrote hello.txt" in t2["summary"]
+        # The second request carried the first turn: the same conversation.
+        last = model.requests[-1]
+        assert last.contains("please write hello.txt") and last.contains("what did you write?")
+        kinds = [e["kind"] for e in api.events("cc-basic")]
+        assert kinds.count("turn_ended") == 2 and "tool_use" in kinds
+        out = cluster.kubectl("get", "hangar").stdout
+        assert "session.hangar.dev/cc-basic" in out and "turn.hangar.dev/cc-basic-2" in out
+    finally:
+        model.stop()

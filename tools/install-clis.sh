@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Install the pinned coding-agent CLIs (Claude Code, Codex, pi) with npm into one directory.
+#
+#   tools/install-clis.sh [DIR]
+#
+# DIR defaults to /var/cache/hangar/clis when run as root (the agent runs under another uid, so the tree is made
+# world-readable and -traversable), else ${XDG_CACHE_HOME:-$HOME/.cache}/hangar/clis. Idempotent: a stamp file
+# records the pinned set; when it matches and the binaries are there, nothing is downloaded (~1 GB otherwise).
+# Prints the bin dir (DIR/node_modules/.bin) as its last line.
+set -euo pipefail
+
+PACKAGES=(
+  "@anthropic-ai/claude-code@2.1.332"
+  "@openai/codex@0.171.0"
+  "@mariozechner/pi-coding-agent@0.73.1"
+)
+
+if [[ $# -ge 1 && -n "$1" ]]; then
+  dir="$1"
+elif [[ "$(id -u)" == "0" ]]; then
+  dir="/var/cache/hangar/clis"
+else
+  dir="${XDG_CACHE_HOME:-$HOME/.cache}/hangar/clis"
+fi
+
+command -v npm >/dev/null 2>&1 || {
+  echo "install-clis: npm not found (node >= 20 is needed)" >&2
+  exit 1
+}
+
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"
+bin="$dir/node_modules/.bin"
+stamp="$dir/.hangar-clis.stamp"
+want="$(printf '%s\n' "${PACKAGES[@]}")"
+
+have_all() {
+  [[ -f "$stamp" ]] && [[ "$(cat "$stamp")" == "$want" ]] || return 1
+  local b
+  for b in claude codex pi; do
+    [[ -x "$bin/$b" ]] || return 1
+  done
+}
+
+if have_all; then
+  echo "install-clis: already installed in $dir" >&2
+else
+  echo "install-clis: installing ${PACKAGES[*]} into $dir" >&2
+  rm -f "$stamp"
+  # A package.json of our own keeps npm from walking up into an unrelated project.
+  [[ -f "$dir/package.json" ]] || printf '{"name":"hangar-clis","private":true}\n' >"$dir/package.json"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${PACKAGES[@]}" >&2
+  for b in claude codex pi; do
+    [[ -x "$bin/$b" ]] || {
+      echo "install-clis: $bin/$b missing after npm install" >&2
+      exit 1
+    }
+  done
+  printf '%s\n' "$want" >"$stamp"
+fi
+
+# Readable and traversable by every uid (the agent runs as another user); executables stay executable.
+chmod -R o+rX,g+rX "$dir"
+# Each parent up to / must be traversable too when the default root-owned location is used.
+p="$dir"
+while [[ "$p" != "/" ]]; do
+  chmod o+x "$p" 2>/dev/null || true
+  p="$(dirname "$p")"
+done
+
+echo "$bin"
