@@ -57,3 +57,44 @@ def test_claude_turn_runs_a_command_and_the_next_turn_remembers(cluster: Cluster
         assert "session.hangar.dev/cc-basic" in out and "turn.hangar.dev/cc-basic-2" in out
     finally:
         model.stop()
+
+
+def test_codex_turn_runs_a_command_and_the_next_turn_remembers(cluster: Cluster, stack: Stack) -> None:
+    model = ScriptedModel(
+        [
+            Step(text="I will write the file.", command="echo hello-from-codex > hello.txt"),
+            Step(when="tool_result", text="FINAL: wrote hello.txt"),
+            Step(when="what did you write", text="FINAL: earlier I wrote hello.txt"),
+        ]
+    )
+    model.start()
+    try:
+        environment(
+            cluster, "e2e-codex", {"OPENAI_BASE_URL": model.openai_base_url, "OPENAI_API_KEY": "sk-test"}
+        )
+        api = Api(stack)
+        r = api.post(
+            "/api/sessions",
+            {
+                "name": "cx-basic",
+                "environment": "e2e-codex",
+                "harness": "codex",
+                "model": "fake-model",
+                "message": "please write hello.txt",
+            },
+        )
+        assert r.status_code == 201, r.text
+        t1 = api.wait_turn("cx-basic", 1)
+        assert t1["phase"] == "Completed", api.debug("cx-basic")
+        assert "FINAL: wrote hello.txt" in t1["summary"]
+        assert (workspace(stack, "cx-basic") / "hello.txt").read_text().strip() == "hello-from-codex"
+        assert t1["usage"]["input_tokens"] > 0
+        assert (
+            api.post("/api/sessions/cx-basic/messages", {"message": "what did you write?"}).status_code == 202
+        )
+        t2 = api.wait_turn("cx-basic", 2)
+        assert t2["phase"] == "Completed" and "earlier I wrote hello.txt" in t2["summary"]
+        last = model.requests[-1]
+        assert last.contains("please write hello.txt") and last.contains("what did you write?")
+    finally:
+        model.stop()

@@ -527,7 +527,7 @@ class Runtime:
             },
             command_id=f"start-{tname}",
         )
-        await self.event(name, "turn_started", {"message": turn["spec"]["message"][:2000]}, tname)
+        await self.event(name, "turn_requested", {"message": turn["spec"]["message"][:2000]}, tname)
 
     async def _start_sandbox(self, s: Obj, st: SessionStatus, env: EnvironmentSpec) -> None:
         name = s["metadata"]["name"]
@@ -645,21 +645,29 @@ class Runtime:
             st = SessionStatus.model_validate(s.get("status") or {})
             if st.sandbox.run != run:
                 return
-            if st.current_turn:
-                turn = await self.kube.get("turns", st.current_turn)
-                if turn and (turn.get("status") or {}).get("phase") in ("Running", "NeedsInput"):
+            lost = f"sandbox pod {pod['metadata']['name']} {why}"
+            for turn in await self.kube.list("turns", label_selector=f"hangar.dev/session={session}"):
+                tstatus = turn.get("status") or {}
+                if tstatus.get("run") != run:
+                    continue
+                tname = turn["metadata"]["name"]
+                if tstatus.get("phase") in ("Running", "NeedsInput"):
                     await self.kube.patch_status(
                         "turns",
-                        st.current_turn,
+                        tname,
                         {
                             "phase": "Failed",
                             "outcome": "failed",
                             "exitStatus": 1,
                             "finishedAt": iso(),
-                            "reason": f"sandbox pod {pod['metadata']['name']} {why}",
+                            "reason": lost,
                         },
                     )
                     metrics.TURNS.labels(outcome="failed").inc()
+                elif tstatus.get("phase") == "Failed" and lost not in tstatus.get("reason", ""):
+                    # The driver saw its CLI die as the pod went: say why it died.
+                    reason = f"{lost}: {tstatus.get('reason', '')}".rstrip(": ")
+                    await self.kube.patch_status("turns", tname, {"reason": reason[:2000]})
             await self._release_sandbox(session, f"sandbox pod {pod['metadata']['name']} {why}")
         await self.reconcile_session(session)
 

@@ -1,0 +1,71 @@
+"""The sessions REST API refuses bad input with a clear 4xx and changes nothing."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from hangar.devcluster.stack import Stack
+
+from .conftest import Cluster
+from .e2e import Api, environment
+
+pytestmark = pytest.mark.e2e
+
+
+def names(cluster: Cluster, kind: str) -> list[str]:
+    return sorted(cluster.kubectl("get", kind, "-o", "name").stdout.split())
+
+
+def test_tokens_and_roles(stack: Stack) -> None:
+    r = httpx.get(f"{stack.api_url}/api/sessions")
+    assert r.status_code == 401 and r.json()["detail"] == "missing bearer token"
+    r = httpx.get(f"{stack.api_url}/api/sessions", headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401 and r.json()["detail"] == "unknown token"
+
+
+def test_bad_session_input_is_refused_and_nothing_is_created(cluster: Cluster, stack: Stack) -> None:
+    api = Api(stack)
+    environment(cluster, "api-env", {})
+    before = names(cluster, "hsess")
+    r = api.post("/api/sessions", {"name": "no-env", "environment": "missing-env", "message": "hi"})
+    assert r.status_code == 422 and "unknown environment 'missing-env'" in r.json()["detail"]
+    for bad in ("Bad_Name", "-x", "a" * 41, ""):
+        r = api.post("/api/sessions", {"name": bad, "environment": "api-env"})
+        assert r.status_code == 422, bad
+        assert r.json()["detail"][0]["loc"] == ["body", "name"]
+    r = api.post("/api/sessions", {"name": "ok-name", "environment": "api-env", "harness": "emacs"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "harness"]
+    r = api.post("/api/sessions", {"name": "ok-name", "environment": "api-env", "message": ""})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "message"]
+    r = api.post("/api/sessions", {"name": "ok-name", "environment": "api-env", "approvals": "yolo"})
+    assert r.status_code == 422
+    assert names(cluster, "hsess") == before
+
+
+def test_session_lifecycle_errors(cluster: Cluster, stack: Stack) -> None:
+    api = Api(stack)
+    environment(cluster, "api-env", {})
+    assert api.post("/api/sessions", {"name": "api-dup", "environment": "api-env"}).status_code == 201
+    r = api.post("/api/sessions", {"name": "api-dup", "environment": "api-env"})
+    assert r.status_code == 409 and "already exists" in r.json()["detail"]
+    assert api.get("/api/sessions/nope").status_code == 404
+    assert api.get("/api/sessions/api-dup/turns/7").status_code == 404
+    assert api.get("/api/sessions/api-dup/events", params={"since": -1}).status_code == 422
+    r = api.post("/api/sessions/api-dup/messages", {"message": ""})
+    assert r.status_code == 422
+    r = api.post("/api/sessions/api-dup/messages", {})
+    assert r.status_code == 422
+    assert names(cluster, "hturn") == [n for n in names(cluster, "hturn") if "api-dup" not in n]
+    assert api.delete("/api/sessions/api-dup").status_code == 202
+    r = api.post("/api/sessions/api-dup/messages", {"message": "are you there?"})
+    assert r.status_code == 404 and r.json()["detail"] == "no session 'api-dup'"
+    assert api.delete("/api/sessions/api-dup").status_code == 404
+    assert not [n for n in names(cluster, "hturn") if "api-dup" in n]
+
+
+def test_openapi_is_published(stack: Stack) -> None:
+    doc = httpx.get(f"{stack.api_url}/openapi.json").json()
+    assert "/api/sessions/{ref}/messages" in doc["paths"]
+    schema = doc["components"]["schemas"]["NewSession"]
+    assert schema["properties"]["harness"]["enum"] == ["claude", "codex", "pi", "antigravity"]
