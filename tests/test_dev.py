@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from .e2e import clis_installed
+
 
 def hangar(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -30,6 +32,7 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.e2e
+@pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)")
 def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     root = tmp_path / "dev"
     env = {**os.environ, "HANGAR_DEV_ROOT": str(root), "XDG_STATE_HOME": str(tmp_path / "state")}
@@ -48,12 +51,18 @@ def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         st = hangar(env, "dev", "status")
         assert st.returncode == 0, st.stdout
         assert "operator health" in st.stdout and "NOT RUNNING" not in st.stdout
-        # The CLI finds the API through the context file.
-        ls = hangar(env, "session", "list")
-        assert ls.returncode == 0, ls.stderr
-        # kubectl works with the kubeconfig dev up wrote, and the demo environment is there.
-        bins = Path(state["kubeconfig"]).parent
-        assert bins.exists()
+        # The CLI finds the API through the context file, and the demo runs a real Claude Code turn.
+        demo = hangar(
+            env, "session", "new", "demo", "list the files and say hello", "-e", "default", "--wait"
+        )
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        assert "turn 1: Completed (exit 0)" in demo.stdout, demo.stdout
+        got = hangar(env, "session", "get", "demo")
+        assert "session demo  Idle" in got.stdout
+        kubectl = [str(Path(state["kubectl"])), "--kubeconfig", state["kubeconfig"], "get", "hangar"]
+        listed = subprocess.run(kubectl, capture_output=True, text=True, timeout=30).stdout
+        assert "session.hangar.dev/demo" in listed and "turn.hangar.dev/demo-1" in listed
+        assert "environment.hangar.dev/default" in listed
     finally:
         down = hangar(env, "dev", "down")
     assert down.returncode == 0, down.stdout + down.stderr

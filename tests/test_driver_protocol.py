@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from hangar_driver import protocol as P
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from hangar_driver import protocol as P
 from hangar_operator.gateway import Gateway
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hangar.devcluster.stack import Stack
@@ -98,3 +100,78 @@ def test_codex_turn_runs_a_command_and_the_next_turn_remembers(cluster: Cluster,
         assert last.contains("please write hello.txt") and last.contains("what did you write?")
     finally:
         model.stop()
+
+
+def test_antigravity_one_shot_command_runs_a_turn(cluster: Cluster, stack: Stack) -> None:
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "hangar.dev/v1alpha1",
+                "kind": "Environment",
+                "metadata": {"name": "e2e-oneshot"},
+                "spec": {
+                    "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
+                    "harnessOptions": {
+                        "command": [
+                            "sh",
+                            "-c",
+                            'echo "$1" > asked.txt; echo "antigravity did: $1"',
+                            "antigravity",
+                        ]
+                    },
+                },
+            }
+        ),
+    )
+    api = Api(stack)
+    r = api.post(
+        "/api/sessions",
+        {
+            "name": "ag-basic",
+            "environment": "e2e-oneshot",
+            "harness": "antigravity",
+            "message": "tidy the imports",
+        },
+    )
+    assert r.status_code == 201, r.text
+    t1 = api.wait_turn("ag-basic", 1)
+    assert t1["phase"] == "Completed" and t1["exit_status"] == 0, api.debug("ag-basic")
+    assert "antigravity did: tidy the imports" in t1["summary"]
+    assert (workspace(stack, "ag-basic") / "asked.txt").read_text().strip() == "tidy the imports"
+
+
+def test_one_shot_harness_refuses_a_policy_that_needs_prompts(cluster: Cluster, stack: Stack) -> None:
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "hangar.dev/v1alpha1",
+                "kind": "Environment",
+                "metadata": {"name": "e2e-oneshot-ask"},
+                "spec": {
+                    "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
+                    "approvals": "ask",
+                    "harnessOptions": {"command": ["sh", "-c", "touch ran.txt", "x"]},
+                },
+            }
+        ),
+    )
+    api = Api(stack)
+    r = api.post(
+        "/api/sessions",
+        {
+            "name": "ag-ask",
+            "environment": "e2e-oneshot-ask",
+            "harness": "antigravity",
+            "message": "do something",
+        },
+    )
+    assert r.status_code == 201, r.text
+    t1 = api.wait_turn("ag-ask", 1)
+    assert t1["phase"] == "Failed" and "needs a live turn" in t1["reason"], t1
+    assert not (workspace(stack, "ag-ask") / "ran.txt").exists()

@@ -15,10 +15,11 @@ PACKAGES=(
   "@mariozechner/pi-coding-agent@0.73.1"
 )
 
+default_root_dir="/var/cache/hangar/clis"
 if [[ $# -ge 1 && -n "$1" ]]; then
   dir="$1"
 elif [[ "$(id -u)" == "0" ]]; then
-  dir="/var/cache/hangar/clis"
+  dir="$default_root_dir"
 else
   dir="${XDG_CACHE_HOME:-$HOME/.cache}/hangar/clis"
 fi
@@ -31,6 +32,12 @@ command -v npm >/dev/null 2>&1 || {
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 bin="$dir/node_modules/.bin"
+
+# One install at a time into the same directory (CI and `hangar dev` may both call this).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$dir/.hangar-clis.lock"
+  flock 9
+fi
 stamp="$dir/.hangar-clis.stamp"
 want="$(printf '%s\n' "${PACKAGES[@]}")"
 
@@ -60,11 +67,19 @@ else
 fi
 
 # Readable and traversable by every uid (the agent runs as another user); executables stay executable.
-chmod -R o+rX,g+rX "$dir"
-# Each parent up to / must be traversable too when the default root-owned location is used.
-p="$dir"
+chmod o+rx,g+rx "$dir"
+chmod -R o+rX,g+rX "$dir/node_modules"
+chmod o+r,g+r "$dir/package.json" "$stamp" 2>/dev/null || true
+# Every parent must be traversable too. Fix that for the default location only; elsewhere, say so.
+p="$(dirname "$dir")"
 while [[ "$p" != "/" ]]; do
-  chmod o+x "$p" 2>/dev/null || true
+  if ! [[ "$(stat -c %A "$p")" =~ ^d........[xt] ]]; then
+    if [[ "$dir" == "$default_root_dir" ]]; then
+      chmod o+x "$p"
+    else
+      echo "install-clis: warning: $p is not traversable by other users; an agent running as another uid cannot reach $dir" >&2
+    fi
+  fi
   p="$(dirname "$p")"
 done
 

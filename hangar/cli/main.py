@@ -13,17 +13,15 @@ from . import session
 
 
 def _operator(a: argparse.Namespace) -> None:
-    from hangar_operator.main import run
-
     from hangar.config import load
+    from hangar_operator.main import run
 
     asyncio.run(run(load(), a.kubeconfig))
 
 
 def _api(a: argparse.Namespace) -> None:
-    from hangar_api.app import run
-
     from hangar.config import load
+    from hangar_api.app import run
 
     run(load(), a.kubeconfig, host=a.host)
 
@@ -45,9 +43,8 @@ def _crds(a: argparse.Namespace) -> None:
 
 
 def _openapi(a: argparse.Namespace) -> None:
-    from hangar_api.app import create_app
-
     from hangar.config import Settings
+    from hangar_api.app import create_app
 
     print(json.dumps(create_app(Settings()).openapi(), indent=2))
 

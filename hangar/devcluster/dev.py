@@ -97,6 +97,7 @@ def up(with_clis: bool = True) -> dict[str, Any]:
         "model_url": f"http://127.0.0.1:{model_port}",
         "started_in_seconds": round(time.monotonic() - t0, 1),
         "root": str(root),
+        "kubectl": str(bins.path("kubectl") or "kubectl"),
     }
     write_state(_state_file(), state)
     return state

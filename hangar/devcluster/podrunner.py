@@ -174,7 +174,7 @@ class PodRunner:
                             "volumeName"
                         ):
                             await self._bind_volume(pvc)
-            except (ApiException, OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, ApiException, OSError) as e:
                 log.warning("PVC watch broke (%s); re-watching", e)
                 await asyncio.sleep(1)
 

@@ -26,6 +26,10 @@ class ApprovalSpec(Model):
     policy: ApprovalPolicy
     tainted: bool = False
     why: str = ""
+    rule: str = Field(
+        default="", description="The rule id that flagged the call (ask, handback, force-push, …)"
+    )
+    governed: bool = Field(default=False, description="Tower decides (governed policy); until then it waits")
     # What a person asks for: written by REST, the CLI or kubectl patch. The outcome is in status.
     decision: Decision | None = None
     decided_by: str | None = None
@@ -43,6 +47,18 @@ class ApprovalStatus(Model):
     decided_at: datetime | None = None
     delivered_at: datetime | None = None
     deadline: datetime | None = None
+    reason: str = ""
+
+
+# A decision is made once: spec.decision may be set only while the Approval is Pending, and never changed.
+DECIDE_ONCE = {
+    "rule": "has(oldSelf.spec.decision) ? self.spec == oldSelf.spec : "
+    "(!has(self.spec.decision) || !has(oldSelf.status) || !has(oldSelf.status.phase) || "
+    "oldSelf.status.phase == 'Pending')",
+    "message": "an Approval is decided once, while it is Pending: its decision can't be changed, and an "
+    "Approval that expired, was resolved by policy or was withdrawn takes no decision",
+    "reason": "FieldValueForbidden",
+}
 
 
 class Approval(Resource):
@@ -60,6 +76,7 @@ class Approval(Resource):
             col("Tainted", "boolean", ".spec.tainted", priority=1),
             col("Age", "date", ".metadata.creationTimestamp"),
         ],
+        root_rules=[DECIDE_ONCE],
     )
     kind: str = "Approval"
     spec: ApprovalSpec

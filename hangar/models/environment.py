@@ -51,11 +51,23 @@ class EnvironmentSpec(Model):
     )
     runtime_class_name: str | None = None
     approvals: ApprovalPolicy | None = None
+    approval_timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=86400,
+        description="Seconds an approval waits for a decision before it is denied "
+        "(default: HANGAR_APPROVAL_TIMEOUT_SECONDS, 600)",
+    )
     mcp: dict[str, McpServer] = Field(default_factory=dict)
     egress: list[str] = Field(
         default_factory=list, description="Hosts or CIDRs (with optional :port) the sandbox may reach"
     )
     repository: Repository | None = None
+    harness_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Passed to the harness adapter: antigravity command and message_via, pi provider and "
+        "pi_args, codex base_url, env_key and codex_config, claude claude_args",
+    )
 
 
 class EnvironmentStatus(Model):

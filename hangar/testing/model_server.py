@@ -609,7 +609,9 @@ class ScriptedModel:
         server.model = self
         self._server = server
         self.port = server.server_address[1]
-        self._thread = threading.Thread(target=server.serve_forever, name="scripted-model", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), name="scripted-model", daemon=True
+        )
         self._thread.start()
         return self.base_url
 

@@ -47,10 +47,11 @@ async def turn_changed(body: kopf.Body, **_: Any) -> None:
     "", "v1", "pods", labels={"app.kubernetes.io/part-of": "hangar", "app.kubernetes.io/component": "sandbox"}
 )
 async def sandbox_pod_event(event: kopf.RawEvent, **_: Any) -> None:
-    pod = event["object"]
-    phase = (pod.get("status") or {}).get("phase")
+    pod: dict[str, Any] = dict(event["object"])
+    status: dict[str, Any] = pod.get("status") or {}
+    phase = status.get("phase")
     if event["type"] == "DELETED":
         await runtime().pod_gone(pod, "was deleted")
     elif phase in ("Failed", "Succeeded"):
-        reason = (pod.get("status") or {}).get("reason") or phase
+        reason = status.get("reason") or phase
         await runtime().pod_gone(pod, f"ended ({reason})")

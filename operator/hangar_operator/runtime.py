@@ -168,7 +168,7 @@ class Runtime:
             await self.db.record_driver_event(run, seq, f"session/{session}", name, payload, turn)
         else:
             await self.db.mark_driver_event(run, seq)
-        if name in ("turn_ended", "steer", "driver_ready"):
+        if name in ("turn_ended", "steer", "driver_ready", "command_result"):
             await self.reconcile_session(session)
 
     async def _current_turn(self, session: str) -> str | None:
@@ -318,6 +318,22 @@ class Runtime:
 
     async def _command_result(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
         op = p.get("op")
+        if op == "start_turn" and not p.get("ok"):
+            # The driver refused to start it (a turn already runs, the harness can't take the policy…).
+            turn = await self.kube.get("turns", turn_name)
+            if turn and (turn.get("status") or {}).get("phase") == "Running":
+                await self.kube.patch_status(
+                    "turns",
+                    turn_name,
+                    {
+                        "phase": "Failed",
+                        "outcome": "failed",
+                        "exitStatus": 1,
+                        "finishedAt": iso(),
+                        "reason": f"the sandbox refused to start the turn: {p.get('error') or 'no reason given'}",
+                    },
+                )
+                await self.kube.patch_status("sessions", session, {"phase": "Idle", "currentTurn": None})
         if op == "steer" and not p.get("ok"):
             await self._steer_refused(turn_name, str(p.get("steer_id", "")), str(p.get("error") or "refused"))
 
@@ -469,7 +485,7 @@ class Runtime:
                 await self._start_sandbox(s, st, env)
             return
         if st.sandbox.connected and st.current_turn is None and queued:
-            await self._start_turn(s, st, queued[0], policy)
+            await self._start_turn(s, st, queued[0], policy, env)
 
     async def _sync_counters(self, name: str, st: SessionStatus, turns: list[Obj]) -> None:
         n_turns = len(turns)
@@ -480,7 +496,9 @@ class Runtime:
             c.turns, c.steers, c.interrupts = n_turns, n_steers, n_int
             await self.kube.patch_status("sessions", name, {"counters": c.dump()})
 
-    async def _start_turn(self, s: Obj, st: SessionStatus, turn: Obj, policy: str) -> None:
+    async def _start_turn(
+        self, s: Obj, st: SessionStatus, turn: Obj, policy: str, env: EnvironmentSpec
+    ) -> None:
         name = s["metadata"]["name"]
         tname = turn["metadata"]["name"]
         harness = s["spec"].get("harness", "claude")
@@ -523,7 +541,8 @@ class Runtime:
                 "model": s["spec"].get("model"),
                 "conversation": st.conversation,
                 "approvals": policy,
-                "tainted": st.taint.tainted,
+                "tainted": st.taint.tainted or bool(s["spec"].get("tainted")),
+                "extra": env.harness_options,
             },
             command_id=f"start-{tname}",
         )

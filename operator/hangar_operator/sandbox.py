@@ -8,11 +8,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from hangar_driver.protocol import new_run_key
-
 from hangar.config import Settings
 from hangar.kube import Obj, owner_ref
 from hangar.models.environment import EnvironmentSpec
+from hangar_driver.protocol import new_run_key
 
 # Paths inside the sandbox container. The local pod runner maps these to local directories.
 DRIVER_DIR = "/opt/hangar/lib"

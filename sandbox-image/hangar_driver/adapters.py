@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import threading
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional  # noqa: F401 (type comments)
 
 from .harness import Emit, Harness, TurnConfig
 
@@ -46,12 +46,12 @@ def make_harness(name: str, emit: Emit) -> Harness:
     raise ValueError("unknown harness %r (known: %s)" % (name, ", ".join(NAMES)))
 
 
-# -- process plumbing ----------------------------------------------------------------------------------------------
+# -- process plumbing ----------------------------------------------------------------------------------------
 
 
 def _demote(uid: int, gid: int) -> Callable[[], None]:
     def run() -> None:
-        # Runs in the child between fork and exec (after setsid). Drop supplementary groups first (needs root).
+        # Runs in the child between fork and exec (after setsid). Supplementary groups go first (root only).
         if os.getuid() == 0:
             os.setgroups([])
         os.setgid(gid)
@@ -109,12 +109,18 @@ def kill_group(proc: "Optional[subprocess.Popen[bytes]]", sig: int = signal.SIGK
 
 
 def wait_or_kill(proc: "subprocess.Popen[bytes]", timeout: float) -> int:
-    """Wait for the process to exit; kill its group when it takes longer than ``timeout``. Returns the code."""
+    """Wait for the process to exit, killing its group after ``timeout`` seconds. Returns its exit code."""
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         return proc.wait()
+
+
+def exit_status(code: Optional[int], failed: bool = False) -> int:
+    """A process's exit code as a shell reports it (killed by signal N: 128+N); never 0 for a failed turn."""
+    status = 128 - code if code is not None and code < 0 else (code if code is not None else 1)
+    return status or 1 if failed else status
 
 
 class LineReader(object):

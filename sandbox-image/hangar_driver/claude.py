@@ -12,9 +12,10 @@ Why not one long-lived process:
   as a follow-on turn of its own. With a process per turn the hangar turn simply lasts until the CLI has
   nothing left: stdin is closed only when every written steer has been taken in, and the process exit ends the
   turn. Nothing the CLI does after "our" result can leak into the next hangar turn or be lost.
-* An interrupt ends the turn for sure: ``interrupt`` with ``cancel_queued`` (so steers the CLI has read but not
-  taken in do not start a follow-on turn), and if the CLI does not end the turn within INTERRUPT_GRACE seconds
-  its process group is killed. Either way the next turn starts from a fresh process and the saved session.
+* An interrupt ends the turn for sure: ``interrupt`` with ``cancel_queued`` (so steers the CLI has read but
+  not taken in do not start a follow-on turn), and if the CLI does not end the turn within INTERRUPT_GRACE
+  seconds its process group is killed. Either way the next turn starts from a fresh process and the saved
+  session.
 * ``allow_always`` rules (destination ``session``) live in the process and die with it: nothing is written to
   settings files and the next turn asks again, as hangar promises.
 * Each turn takes its own cwd, env, model, approvals and uid from its TurnConfig.
@@ -25,8 +26,8 @@ Steers
 Claude reads a user line written mid-turn inside the next tool result while a tool runs; otherwise the CLI
 queues it as a turn of its own. So the adapter writes a steer only while a tool is in flight (a ``tool_use``
 without its ``tool_result``) and holds it while text streams; held steers are written as soon as the next tool
-call appears. Every line carries our own ``uuid``, and the CLI reports each one's fate as ``command_lifecycle``
-frames (``queued`` -> ``started`` -> ``completed``, or ``cancelled``):
+call appears. Every line carries our own ``uuid``, and the CLI reports each one's fate as
+``command_lifecycle`` frames (``queued`` -> ``started`` -> ``completed``, or ``cancelled``):
 
 * ``started`` before the running CLI turn's ``result``: taken into the running turn -> ``delivered``.
 * ``started`` after that ``result`` (the race: the tool ended as we wrote): the CLI runs it as a follow-on
@@ -35,9 +36,15 @@ frames (``queued`` -> ``started`` -> ``completed``, or ``cancelled``):
 * ``cancelled`` (an interrupt came first), or never taken in: ``queued`` (the core starts the next turn).
 * Held steers still held when the turn ends: ``queued``. ``withdraw`` succeeds for held steers only.
 
-Interrupt: ``control_request`` ``interrupt`` (``cancel_queued``); the CLI confirms with a ``control_response``,
-withdraws its open permission prompts with ``control_cancel_request`` (-> ``permission_cancelled``) and ends the
-turn with an ``error_during_execution`` result. The turn ends ``interrupted``, exit status 130.
+Interrupt: ``control_request`` ``interrupt`` (``cancel_queued``); the CLI confirms with a
+``control_response``, withdraws its open permission prompts with ``control_cancel_request``
+(-> ``permission_cancelled``) and ends the turn with an ``error_during_execution`` result. The turn ends
+``interrupted``, exit status 130 (also when the CLI had just finished on its own: the interrupt was asked for
+before the end was seen).
+
+``TurnConfig.extra["claude_args"]``: more command-line arguments. Approvals ``auto`` runs with
+``--permission-mode bypassPermissions`` and ``IS_SANDBOX=1`` added to the environment (the CLI refuses that
+mode as root otherwise); any other policy leaves the CLI's checks on and its prompts come here.
 """
 
 from __future__ import annotations
@@ -45,20 +52,28 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple  # noqa: F401 (type comments)
 
-from .adapters import LineReader, StdinWriter, kill_group, spawn_agent, text_of, wait_or_kill
+from .adapters import LineReader, StdinWriter, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
 from .harness import Emit, Harness, NotLive, TurnConfig
 
 INTERRUPT_GRACE = 10.0  # seconds the CLI gets to end an interrupted turn before its process group is killed
 EXIT_GRACE = 10.0  # seconds the CLI gets to exit once its stdin is closed
+# After a result, seconds the CLI gets to take in a steer it has been written (it starts a follow-on turn at
+# once, in ~50 ms); past that the process is killed and the steer reported queued.
+FOLLOW_ON_GRACE = 30.0
 DEFAULT_DENY_MESSAGE = "The user denied this tool call."
 
 Event = Tuple[str, Dict[str, Any]]
 
 
 def _zero_usage() -> Dict[str, int]:
-    return {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+    return {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 class _Turn(object):
@@ -82,6 +97,7 @@ class _Turn(object):
         self.usage = _zero_usage()  # this process's totals (modelUsage is cumulative per process)
         self.cost = None  # type: Optional[float]
         self.timer = None  # type: Optional[threading.Timer]
+        self.session_id = None  # type: Optional[str]
 
 
 class ClaudeHarness(Harness):
@@ -90,16 +106,19 @@ class ClaudeHarness(Harness):
 
     def __init__(self, emit: Emit) -> None:
         super().__init__(emit)
+        # Our own lock for the turn state, shared with the reader thread. Not ``self.lock``: the core may hold
+        # that one while it calls us (a steer waiting on codex), and the reader must never wait for the core.
+        self._mu = threading.RLock()
         self._turn = None  # type: Optional[_Turn]
         self._ids = itertools.count(1)
         self._usage = _zero_usage()  # totals of the turns that ended
         self._cost = 0.0
         self._have_cost = False
 
-    # -- the contract ----------------------------------------------------------------------------------------------
+    # -- the contract ----------------------------------------------------------------------------------------
 
     def start_turn(self, cfg: TurnConfig) -> None:
-        with self.lock:
+        with self._mu:
             if self._turn is not None and not self._turn.ended:
                 raise RuntimeError("a turn is already running")
             turn = _Turn(cfg)
@@ -130,7 +149,7 @@ class ClaudeHarness(Harness):
         except OSError as e:
             self._end(turn, "failed", 127, "cannot start %s: %s" % (argv[0], e))
             return
-        with self.lock:
+        with self._mu:
             turn.proc = proc
             turn.writer = StdinWriter(proc)
             turn.reader = LineReader(
@@ -146,7 +165,7 @@ class ClaudeHarness(Harness):
 
     def steer(self, steer_id: str, message: str) -> None:
         events = []  # type: List[Event]
-        with self.lock:
+        with self._mu:
             turn = self._turn
             if turn is None or turn.ended:
                 raise NotLive("no turn running")
@@ -159,7 +178,7 @@ class ClaudeHarness(Harness):
         self._emit_all(events)
 
     def withdraw(self, steer_id: str) -> bool:
-        with self.lock:
+        with self._mu:
             turn = self._turn
             if turn is None:
                 return False
@@ -170,7 +189,7 @@ class ClaudeHarness(Harness):
             return False
 
     def interrupt(self) -> None:
-        with self.lock:
+        with self._mu:
             turn = self._turn
             if turn is None or turn.ended or turn.finishing or turn.interrupted:
                 return
@@ -192,11 +211,13 @@ class ClaudeHarness(Harness):
             self._interrupt_timeout(turn)
 
     def answer(self, request_id: str, decision: str, message: Optional[str] = None) -> None:
-        with self.lock:
+        with self._mu:
             turn = self._turn
             req = turn.pending.pop(request_id, None) if turn is not None else None
             if turn is None or req is None or turn.writer is None:
-                self.emit("log", {"level": "warning", "message": "no open permission request %s" % request_id})
+                self.emit(
+                    "log", {"level": "warning", "message": "no open permission request %s" % request_id}
+                )
                 return
             tool_input = req.get("input") or {}
             if decision == "allow":
@@ -220,11 +241,11 @@ class ClaudeHarness(Harness):
             )
 
     def running(self) -> bool:
-        with self.lock:
+        with self._mu:
             return self._turn is not None and not self._turn.ended
 
     def close(self) -> None:
-        with self.lock:
+        with self._mu:
             turn = self._turn
         if turn is not None and turn.proc is not None and turn.proc.poll() is None:
             kill_group(turn.proc)
@@ -233,7 +254,7 @@ class ClaudeHarness(Harness):
             except Exception:
                 pass
 
-    # -- helpers ---------------------------------------------------------------------------------------------------
+    # -- helpers ---------------------------------------------------------------------------------------------
 
     @staticmethod
     def _user_line(text: str, line_uuid: str) -> Dict[str, Any]:
@@ -284,12 +305,12 @@ class ClaudeHarness(Harness):
                 cost = (cost or 0.0) + turn.cost
         return usage, cost
 
-    # -- reading the CLI -------------------------------------------------------------------------------------------
+    # -- reading the CLI -------------------------------------------------------------------------------------
 
     def _on_message(self, turn: _Turn, obj: Dict[str, Any]) -> None:
         events = []  # type: List[Event]
         finish = False
-        with self.lock:
+        with self._mu:
             kind = obj.get("type")
             if kind == "assistant":
                 self._on_assistant(turn, obj, events)
@@ -320,7 +341,8 @@ class ClaudeHarness(Harness):
                     )
             elif kind == "system":
                 sid = obj.get("session_id")
-                if obj.get("subtype") == "init" and sid:
+                if obj.get("subtype") == "init" and sid and sid != turn.session_id:
+                    turn.session_id = sid
                     events.append(("conversation", {"id": sid}))
             elif kind == "result":
                 finish = self._on_result(turn, obj, events)
@@ -343,7 +365,10 @@ class ClaudeHarness(Harness):
                 turn.open_tools.add(tid)
                 new_tool = True
                 events.append(
-                    ("tool_use", {"tool": block.get("name") or "", "input": block.get("input") or {}, "id": tid})
+                    (
+                        "tool_use",
+                        {"tool": block.get("name") or "", "input": block.get("input") or {}, "id": tid},
+                    )
                 )
         if new_tool and turn.held and not turn.interrupted and not turn.finishing:
             # A tool is in flight now: the CLI will read held steers with its result.
@@ -364,7 +389,11 @@ class ClaudeHarness(Harness):
                 events.append(
                     (
                         "tool_result",
-                        {"id": tid, "is_error": bool(block.get("is_error")), "output": text_of(block.get("content"))},
+                        {
+                            "id": tid,
+                            "is_error": bool(block.get("is_error")),
+                            "output": text_of(block.get("content")),
+                        },
                     )
                 )
 
@@ -380,14 +409,17 @@ class ClaudeHarness(Harness):
             return
         if state == "started":
             del turn.written[line_uuid]
+            if turn.timer is not None and not turn.interrupted:
+                turn.timer.cancel()
+                turn.timer = None
             if not turn.cli_busy:
                 events.append(
                     (
                         "log",
                         {
                             "level": "info",
-                            "message": "steer %s reached claude after its tool had finished: the CLI runs it as "
-                            "a follow-on turn within this turn" % steer_id,
+                            "message": "steer %s reached claude after its tool had finished: the CLI "
+                            "runs it as a follow-on turn within this turn" % steer_id,
                         },
                     )
                 )
@@ -463,6 +495,10 @@ class ClaudeHarness(Harness):
         events.append(("usage", payload))
         if turn.written and not turn.interrupted:
             # A steer lost the race with its tool: the CLI takes it in as a follow-on turn. Keep going.
+            if turn.timer is None:
+                turn.timer = threading.Timer(FOLLOW_ON_GRACE, self._follow_on_timeout, [turn])
+                turn.timer.daemon = True
+                turn.timer.start()
             return False
         turn.finishing = True
         return True
@@ -472,7 +508,7 @@ class ClaudeHarness(Harness):
         code = wait_or_kill(proc, EXIT_GRACE) if proc is not None else -1
         if turn.reader is not None:
             turn.reader.join_stderr()
-        with self.lock:
+        with self._mu:
             if turn.timer is not None:
                 turn.timer.cancel()
             results = list(turn.results)
@@ -485,16 +521,32 @@ class ClaudeHarness(Harness):
         errors = [r for r in results if r.get("is_error") or r.get("subtype") not in (None, "success")]
         if not results:
             stderr = turn.reader.stderr_text() if turn.reader is not None else ""
-            self._end(turn, "failed", code or 1, "claude exited (%s) without a result: %s" % (code, stderr[-2000:]))
+            self._end(
+                turn, "failed", code or 1, "claude exited (%s) without a result: %s" % (code, stderr[-2000:])
+            )
         elif errors:
             last = errors[-1]
-            detail = last.get("result") or "; ".join(str(e) for e in (last.get("errors") or [])) or last.get("subtype")
-            self._end(turn, "failed", code or 1, "claude: %s" % detail, summary)
+            detail = (
+                last.get("result")
+                or "; ".join(str(e) for e in (last.get("errors") or []))
+                or last.get("subtype")
+            )
+            self._end(turn, "failed", exit_status(code, True), "claude: %s" % detail, summary)
         else:
-            self._end(turn, "completed", code, None, summary)
+            self._end(turn, "completed", exit_status(code), None, summary)
+
+    def _follow_on_timeout(self, turn: _Turn) -> None:
+        with self._mu:
+            if turn.ended or turn.proc is None or not turn.written or turn.interrupted:
+                return
+            proc = turn.proc
+        self.emit(
+            "log", {"level": "warning", "message": "claude did not take in a written steer: stopping it"}
+        )
+        kill_group(proc)
 
     def _interrupt_timeout(self, turn: _Turn) -> None:
-        with self.lock:
+        with self._mu:
             if turn.ended or turn.proc is None:
                 return
             proc = turn.proc
@@ -506,7 +558,7 @@ class ClaudeHarness(Harness):
         self, turn: _Turn, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
     ) -> None:
         events = []  # type: List[Event]
-        with self.lock:
+        with self._mu:
             if turn.ended:
                 return
             turn.ended = True

@@ -1,12 +1,12 @@
-"""Codex live adapter: ``codex app-server`` JSON-RPC over stdio (one JSON object per line, no "jsonrpc" field).
+"""Codex live adapter: ``codex app-server``, JSON-RPC over stdio (a JSON object per line, no "jsonrpc" field).
 
 Standard library only, Python 3.8+.
 
 One app-server process per turn: initialize / initialized, ``thread/start`` (or ``thread/resume`` with the
-conversation id for continuity), ``turn/start``; the turn ends with ``turn/completed``, then stdin is closed and
-the process exits. As for Claude, per-turn processes give each turn its own cwd/env/model/approvals/uid, make an
-interrupt final (the process is killed if it does not confirm in time), and keep ``acceptForSession`` grants in
-that one process: the next turn asks again.
+conversation id for continuity), ``turn/start``; the turn ends with ``turn/completed``, then stdin is closed
+and the process exits. As for Claude, per-turn processes give each turn its own cwd/env/model/approvals/uid,
+make an interrupt final (the process is killed if it does not confirm in time), and keep ``acceptForSession``
+grants in that one process: the next turn asks again.
 
 ``$CODEX_HOME/config.toml`` is written before each start with the offline settings (no update check, analytics
 off, plugins/apps off) and, when ``TurnConfig.extra["base_url"]`` (or ``OPENAI_BASE_URL`` in ``cfg.env``) is
@@ -27,6 +27,9 @@ Approvals: ``approvalPolicy`` ``never`` + sandbox ``danger-full-access`` when ap
 ``item/fileChange/requestApproval`` (and the legacy ``execCommandApproval`` / ``applyPatchApproval``) become
 ``permission_request``; ``answer`` sends accept / acceptForSession / decline. Codex's decline carries no text,
 so a deny message is passed to the agent as a steer right after the decline.
+
+The environment is ``cfg.env`` plus ``RUST_LOG=error`` when it names no log level (codex's warnings about an
+unknown model would otherwise fill the stderr tail kept for errors).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from .adapters import LineReader, StdinWriter, kill_group, spawn_agent, text_of, wait_or_kill
+from .adapters import LineReader, StdinWriter, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
 from .harness import Emit, Harness, NotLive, TurnConfig
 
 RPC_TIMEOUT = 60.0  # initialize / thread / turn start
@@ -225,14 +228,17 @@ class CodexHarness(Harness):
 
     def __init__(self, emit: Emit) -> None:
         super().__init__(emit)
+        # Our own lock for the turn state, shared with the reader thread. Not ``self.lock``: the core may hold
+        # that one while it calls us (a steer waiting on codex), and the reader must never wait for the core.
+        self._mu = threading.RLock()
         self._turn = None  # type: Optional[_Turn]
         self._seq = itertools.count(1)
         self._usage = {}  # type: Dict[str, int]  # totals of the turns that ended
 
-    # -- the contract ----------------------------------------------------------------------------------------------
+    # -- the contract ----------------------------------------------------------------------------------------
 
     def start_turn(self, cfg: TurnConfig) -> None:
-        with self.lock:
+        with self._mu:
             if self._turn is not None and not self._turn.ended:
                 raise RuntimeError("a turn is already running")
             turn = _Turn(cfg, next(self._seq))
@@ -250,7 +256,7 @@ class CodexHarness(Harness):
         except OSError as e:
             self._end(turn, "failed", 127, "cannot start %s: %s" % (argv[0], e))
             return
-        with self.lock:
+        with self._mu:
             turn.proc = proc
             turn.writer = StdinWriter(proc)
             turn.rpc = _Rpc(turn.writer)
@@ -285,30 +291,37 @@ class CodexHarness(Harness):
             else:
                 result = rpc.call("thread/start", settings, RPC_TIMEOUT)
             thread_id = str((result.get("thread") or {}).get("id") or cfg.conversation or "")
-            with self.lock:
+            with self._mu:
                 turn.thread_id = thread_id
             self.emit("conversation", {"id": thread_id})
-            with self.lock:
+            with self._mu:
                 turn.turn_start_sent = True
             result = rpc.call(
                 "turn/start",
                 {"threadId": thread_id, "input": [{"type": "text", "text": cfg.message}]},
                 RPC_TIMEOUT,
             )
-            with self.lock:
+            with self._mu:
                 turn.codex_turn = str((result.get("turn") or {}).get("id") or "")
         except RpcError as e:
-            stderr = turn.reader.stderr_text() if turn.reader is not None else ""
-            with self.lock:
+            detail = str(e)
+            if e.code is None:  # no answer: what codex said on stderr is all there is
+                detail += ": " + (turn.reader.stderr_text()[-1500:] if turn.reader is not None else "")
+            with self._mu:
                 if turn.ended:
                     return
-                turn.turn_error = "codex: %s %s" % (e, stderr[-1500:])
+                turn.turn_error = "codex: %s" % detail
                 turn.finishing = True
-            kill_group(proc)  # _on_eof ends the turn as failed
+                # app-server exits once its stdin is closed (killed if not); _on_eof ends the turn.
+                turn.timer = threading.Timer(EXIT_GRACE, kill_group, [proc])
+                turn.timer.daemon = True
+                turn.timer.start()
+            if turn.writer is not None:
+                turn.writer.close()
 
     def steer(self, steer_id: str, message: str) -> None:
         slot = None  # type: Optional[List[Any]]
-        with self.lock:
+        with self._mu:
             turn = self._turn
             if turn is None or turn.ended:
                 raise NotLive("no turn running")
@@ -324,8 +337,10 @@ class CodexHarness(Harness):
             status = "delivered"
         except RpcError as e:
             if e.code != NO_ACTIVE_TURN:
-                self.emit("log", {"level": "warning", "message": "codex refused steer %s: %s" % (steer_id, e)})
-        with self.lock:
+                self.emit(
+                    "log", {"level": "warning", "message": "codex refused steer %s: %s" % (steer_id, e)}
+                )
+        with self._mu:
             mine = turn.inflight_steers.pop(steer_id, None) is not None
         if mine:  # else _end reported it
             self.emit("steer", {"steer_id": steer_id, "status": status})
@@ -334,7 +349,7 @@ class CodexHarness(Harness):
         return False  # nothing is ever held: a steer goes to codex at once
 
     def interrupt(self) -> None:
-        with self.lock:
+        with self._mu:
             turn = self._turn
             if turn is None or turn.ended or turn.finishing or turn.interrupted:
                 return
@@ -352,11 +367,13 @@ class CodexHarness(Harness):
     def answer(self, request_id: str, decision: str, message: Optional[str] = None) -> None:
         if decision not in _DECISIONS_V2:
             raise ValueError("decision must be allow, deny or allow_always, not %r" % decision)
-        with self.lock:
+        with self._mu:
             turn = self._turn
             req = turn.pending.pop(request_id, None) if turn is not None else None
             if turn is None or req is None or turn.writer is None:
-                self.emit("log", {"level": "warning", "message": "no open permission request %s" % request_id})
+                self.emit(
+                    "log", {"level": "warning", "message": "no open permission request %s" % request_id}
+                )
                 return
             turn.answered[req["rpc_id"]] = request_id
             if req["legacy"]:
@@ -372,14 +389,16 @@ class CodexHarness(Harness):
             try:
                 self._send_steer(turn, "I denied %s: %s" % (what, message))
             except RpcError as e:
-                self.emit("log", {"level": "warning", "message": "could not pass the deny message on: %s" % e})
+                self.emit(
+                    "log", {"level": "warning", "message": "could not pass the deny message on: %s" % e}
+                )
 
     def running(self) -> bool:
-        with self.lock:
+        with self._mu:
             return self._turn is not None and not self._turn.ended
 
     def close(self) -> None:
-        with self.lock:
+        with self._mu:
             turn = self._turn
         if turn is not None and turn.proc is not None and turn.proc.poll() is None:
             kill_group(turn.proc)
@@ -388,7 +407,7 @@ class CodexHarness(Harness):
             except Exception:
                 pass
 
-    # -- helpers ---------------------------------------------------------------------------------------------------
+    # -- helpers ---------------------------------------------------------------------------------------------
 
     @staticmethod
     def _steer_params(turn: _Turn, text: str) -> Dict[str, Any]:
@@ -399,7 +418,7 @@ class CodexHarness(Harness):
         }
 
     def _send_steer(self, turn: _Turn, text: str) -> None:
-        with self.lock:
+        with self._mu:
             rpc = turn.rpc
             params = self._steer_params(turn, text)
         if rpc is None:
@@ -411,8 +430,8 @@ class CodexHarness(Harness):
             self.emit(name, payload)
 
     def _turn_usage(self, turn: _Turn) -> Dict[str, int]:
-        """This turn's tokens: the thread's total now, less its total before the turn (a resumed thread reports
-        its earlier total first, under the earlier turn's id)."""
+        """This turn's tokens: the thread's total now, less its total before the turn (a resumed thread
+        reports its earlier total first, under the earlier turn's id)."""
         ours = [t for tid, t in turn.token_notes if turn.codex_turn and tid == turn.codex_turn]
         before = [t for tid, t in turn.token_notes if not (turn.codex_turn and tid == turn.codex_turn)]
         if not ours:
@@ -431,7 +450,7 @@ class CodexHarness(Harness):
         out["cost_usd"] = None
         return out
 
-    # -- reading codex ---------------------------------------------------------------------------------------------
+    # -- reading codex ---------------------------------------------------------------------------------------
 
     def _on_message(self, turn: _Turn, msg: Dict[str, Any]) -> None:
         if "id" in msg and "method" not in msg:
@@ -440,7 +459,7 @@ class CodexHarness(Harness):
             return
         events = []  # type: List[Event]
         finish = False
-        with self.lock:
+        with self._mu:
             method = str(msg.get("method") or "")
             params = msg.get("params") or {}
             if "id" in msg:
@@ -519,23 +538,43 @@ class CodexHarness(Harness):
             item = params.get("item") or {}
             iid = str(item.get("id"))
             kind = item.get("type")
-            if kind in ("commandExecution", "fileChange", "mcpToolCall", "webSearch", "agentMessage", "dynamicToolCall"):
+            if kind in (
+                "commandExecution",
+                "fileChange",
+                "mcpToolCall",
+                "webSearch",
+                "agentMessage",
+                "dynamicToolCall",
+            ):
                 turn.items[iid] = item
             if kind == "commandExecution":
                 events.append(
                     (
                         "tool_use",
-                        {"tool": "shell", "input": {"command": item.get("command"), "cwd": item.get("cwd")}, "id": iid},
+                        {
+                            "tool": "shell",
+                            "input": {"command": item.get("command"), "cwd": item.get("cwd")},
+                            "id": iid,
+                        },
                     )
                 )
             elif kind == "fileChange":
-                events.append(("tool_use", {"tool": "apply_patch", "input": {"changes": item.get("changes")}, "id": iid}))
+                events.append(
+                    (
+                        "tool_use",
+                        {"tool": "apply_patch", "input": {"changes": item.get("changes")}, "id": iid},
+                    )
+                )
             elif kind == "mcpToolCall":
                 name = "mcp:%s.%s" % (item.get("server"), item.get("tool"))
                 args = item.get("arguments")
-                events.append(("tool_use", {"tool": name, "input": args if isinstance(args, dict) else {}, "id": iid}))
+                events.append(
+                    ("tool_use", {"tool": name, "input": args if isinstance(args, dict) else {}, "id": iid})
+                )
             elif kind == "webSearch":
-                events.append(("tool_use", {"tool": "web_search", "input": {"query": item.get("query")}, "id": iid}))
+                events.append(
+                    ("tool_use", {"tool": "web_search", "input": {"query": item.get("query")}, "id": iid})
+                )
         elif method == "item/agentMessage/delta":
             turn.deltas.setdefault(str(params.get("itemId")), []).append(str(params.get("delta") or ""))
         elif method == "item/completed":
@@ -613,7 +652,7 @@ class CodexHarness(Harness):
         code = wait_or_kill(proc, EXIT_GRACE) if proc is not None else -1
         if turn.reader is not None:
             turn.reader.join_stderr()
-        with self.lock:
+        with self._mu:
             status = turn.status
             interrupted = turn.interrupted
             error = turn.turn_error
@@ -625,20 +664,24 @@ class CodexHarness(Harness):
         else:
             if not error:
                 stderr = turn.reader.stderr_text() if turn.reader is not None else ""
-                error = "codex: %s" % (turn.last_error or "exited (%s) before the turn completed: %s" % (code, stderr[-1500:]))
-            self._end(turn, "failed", code if code else 1, error, summary)
+                error = "codex: %s" % (
+                    turn.last_error or "exited (%s) before the turn completed: %s" % (code, stderr[-1500:])
+                )
+            self._end(turn, "failed", exit_status(code, True), error, summary)
 
     def _interrupt_timeout(self, turn: _Turn) -> None:
-        with self.lock:
+        with self._mu:
             if turn.ended or turn.proc is None:
                 return
             proc = turn.proc
         self.emit("log", {"level": "warning", "message": "codex did not confirm the interrupt: killing it"})
         kill_group(proc)
 
-    def _end(self, turn: _Turn, outcome: str, exit_status: int, error: Optional[str], summary: str = "") -> None:
+    def _end(
+        self, turn: _Turn, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
+    ) -> None:
         events = []  # type: List[Event]
-        with self.lock:
+        with self._mu:
             if turn.ended:
                 return
             turn.ended = True
@@ -659,7 +702,13 @@ class CodexHarness(Harness):
                     partial = "".join(turn.deltas.get(iid) or [])
                     if partial:
                         events.append(
-                            ("log", {"level": "info", "message": "codex dropped a partial message (%d chars)" % len(partial)})
+                            (
+                                "log",
+                                {
+                                    "level": "info",
+                                    "message": "codex dropped a partial message (%d chars)" % len(partial),
+                                },
+                            )
                         )
                 else:
                     events.append(("tool_result", {"id": iid, "is_error": True, "output": "(aborted)"}))

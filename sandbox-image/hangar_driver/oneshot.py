@@ -26,7 +26,7 @@ import subprocess
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from .adapters import LineReader, kill_group, spawn_agent, text_of, wait_or_kill
+from .adapters import LineReader, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
 from .harness import Emit, Harness, NotLive, TurnConfig
 
 KILL_GRACE = 3.0
@@ -46,7 +46,12 @@ class _Run(object):
         self.texts = []  # type: List[str]
         self.output = []  # type: List[str]
         self.error = None  # type: Optional[str]
-        self.usage = {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+        self.usage = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        }
         self.cost = None  # type: Optional[float]
 
 
@@ -57,6 +62,9 @@ class OneShotHarness(Harness):
 
     def __init__(self, emit: Emit) -> None:
         super().__init__(emit)
+        # Our own lock for the turn state, shared with the reader thread. Not ``self.lock``: the core may hold
+        # that one while it calls us (a steer waiting on codex), and the reader must never wait for the core.
+        self._mu = threading.RLock()
         self._run = None  # type: Optional[_Run]
         self._usage = {}  # type: Dict[str, int]
         self._cost = None  # type: Optional[float]
@@ -77,7 +85,7 @@ class OneShotHarness(Harness):
 
     # the contract
     def start_turn(self, cfg: TurnConfig) -> None:
-        with self.lock:
+        with self._mu:
             if self._run is not None and not self._run.ended:
                 raise RuntimeError("a turn is already running")
             run = _Run(cfg)
@@ -104,10 +112,14 @@ class OneShotHarness(Harness):
         except OSError as e:
             self._end(run, "failed", 127, "cannot start %s: %s" % (argv[0], e))
             return
-        with self.lock:
+        with self._mu:
             run.proc = proc
             run.reader = LineReader(
-                proc, self.name, lambda obj: self._json(run, obj), lambda: self._on_eof(run), lambda line: self._text(run, line)
+                proc,
+                self.name,
+                lambda obj: self._json(run, obj),
+                lambda: self._on_eof(run),
+                lambda line: self._text(run, line),
             )
             run.reader.start()
         if stdin_text is not None:
@@ -123,7 +135,7 @@ class OneShotHarness(Harness):
         raise NotLive("%s runs one-shot: it asks no permissions" % self.name)
 
     def interrupt(self) -> None:
-        with self.lock:
+        with self._mu:
             run = self._run
             if run is None or run.ended or run.proc is None or run.interrupted:
                 return
@@ -135,11 +147,11 @@ class OneShotHarness(Harness):
         kill_group(proc, signal.SIGTERM)
 
     def running(self) -> bool:
-        with self.lock:
+        with self._mu:
             return self._run is not None and not self._run.ended
 
     def close(self) -> None:
-        with self.lock:
+        with self._mu:
             run = self._run
         if run is not None and run.proc is not None and run.proc.poll() is None:
             kill_group(run.proc)
@@ -160,14 +172,14 @@ class OneShotHarness(Harness):
 
     def _json(self, run: _Run, obj: Dict[str, Any]) -> None:
         events = []  # type: List[Event]
-        with self.lock:
+        with self._mu:
             self.on_json(run, obj, events)
         for name, payload in events:
             self.emit(name, payload)
 
     def _text(self, run: _Run, line: str) -> None:
         events = []  # type: List[Event]
-        with self.lock:
+        with self._mu:
             self.on_text(run, line, events)
         for name, payload in events:
             self.emit(name, payload)
@@ -186,7 +198,7 @@ class OneShotHarness(Harness):
         code = wait_or_kill(run.proc, 10.0)
         if run.reader is not None:
             run.reader.join_stderr()
-        with self.lock:
+        with self._mu:
             if run.timer is not None:
                 run.timer.cancel()
             interrupted = run.interrupted
@@ -198,10 +210,18 @@ class OneShotHarness(Harness):
             self._end(run, "completed", 0, None, summary)
         else:
             stderr = run.reader.stderr_text() if run.reader is not None else ""
-            self._end(run, "failed", code or 1, error or "%s exited %s: %s" % (self.name, code, stderr[-2000:]), summary)
+            self._end(
+                run,
+                "failed",
+                exit_status(code, True),
+                error or "%s exited %s: %s" % (self.name, code, stderr[-2000:]),
+                summary,
+            )
 
-    def _end(self, run: _Run, outcome: str, exit_status: int, error: Optional[str], summary: str = "") -> None:
-        with self.lock:
+    def _end(
+        self, run: _Run, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
+    ) -> None:
+        with self._mu:
             if run.ended:
                 return
             run.ended = True
@@ -262,7 +282,11 @@ class PiHarness(OneShotHarness):
                     events.append(
                         (
                             "tool_use",
-                            {"tool": block.get("name") or "", "input": args if isinstance(args, dict) else {}, "id": str(block.get("id"))},
+                            {
+                                "tool": block.get("name") or "",
+                                "input": args if isinstance(args, dict) else {},
+                                "id": str(block.get("id")),
+                            },
                         )
                     )
             usage = msg.get("usage") or {}
