@@ -23,7 +23,9 @@ PG_URL = os.environ.get("HANGAR_TEST_POSTGRES_URL", "")
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)"),
-    pytest.mark.skipif(not PG_URL, reason="HANGAR_TEST_POSTGRES_URL is not set (tools/test.sh starts a server)"),
+    pytest.mark.skipif(
+        not PG_URL, reason="HANGAR_TEST_POSTGRES_URL is not set (tools/test.sh starts a server)"
+    ),
 ]
 
 
@@ -43,18 +45,27 @@ def pg_stack(cluster: Cluster, stack: Stack) -> Iterator[Stack]:
 
 
 def test_a_session_on_postgresql(cluster: Cluster, stack: Stack, pg_stack: Stack) -> None:
-    model = ScriptedModel([
-        Step(text="Writing.", command="echo pg > pg.txt"),
-        Step(when="tool_result", text="FINAL: stored in postgres"),
-    ])
+    model = ScriptedModel(
+        [
+            Step(text="Writing.", command="echo pg > pg.txt"),
+            Step(when="tool_result", text="FINAL: stored in postgres"),
+        ]
+    )
     url = model.start()
     try:
-        cluster.kubectl("apply", "-n", "pg", "-f", "-", input=(
-            '{"apiVersion": "hangar.dev/v1alpha1", "kind": "Environment", "metadata": {"name": "pg-env"},'
-            ' "spec": {"image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0", "env": ['
-            f'{{"name": "ANTHROPIC_BASE_URL", "value": "{url}"}},'
-            ' {"name": "ANTHROPIC_API_KEY", "value": "sk-ant-test"}]}}'
-        ))
+        cluster.kubectl(
+            "apply",
+            "-n",
+            "pg",
+            "-f",
+            "-",
+            input=(
+                '{"apiVersion": "hangar.dev/v1alpha1", "kind": "Environment", "metadata": {"name": "pg-env"},'
+                ' "spec": {"image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0", "env": ['
+                f'{{"name": "ANTHROPIC_BASE_URL", "value": "{url}"}},'
+                ' {"name": "ANTHROPIC_API_KEY", "value": "sk-ant-test"}]}}'
+            ),
+        )
         api = Api(pg_stack)
         r = api.post("/api/sessions", {"name": "pg-sess", "environment": "pg-env", "message": "write pg.txt"})
         assert r.status_code == 201, r.text
