@@ -9,8 +9,8 @@ ruff check .
 ruff format --check .
 mypy
 hangar crds --check
-python -m vermin -q -t=3.8- --no-tips --violations sandbox-image/ >/dev/null || {
-  python -m vermin -t=3.8- --no-tips --violations sandbox-image/; exit 1; }
+vermin -q -t=3.8- --no-tips --violations sandbox-image/ >/dev/null || {
+  vermin -t=3.8- --no-tips --violations sandbox-image/; exit 1; }
 echo "== tests"
 read -r PG_URL PG_DIR < <(bash tools/postgres.sh)
 trap 'bash tools/postgres.sh stop "$PG_DIR"' EXIT

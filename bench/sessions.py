@@ -1,0 +1,860 @@
+"""Figures of sessions: sandbox connect latency and turn time, each beside the floor it is compared to.
+
+Run: .venv/bin/python bench/sessions.py [--sessions N] [--turns N] [--json] [--poll S] [--keep-logs]
+
+It starts everything it measures on this machine, the way the end-to-end tests do (tests/conftest.py): a local
+control plane (etcd, kube-apiserver, controller-manager, scheduler) with hangar's CRDs, a Stack (operator, API
+and the local pod runner as processes) and a ScriptedModel that answers every model request with
+``FINAL: ok``. The bench Environment gives the agent the same quiet environment as the floor CLI
+(CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, DISABLE_TELEMETRY, DISABLE_AUTOUPDATER, DISABLE_ERROR_REPORTING), so
+both sides run the CLI alike. Everything it started is stopped on exit, Ctrl-C and SIGTERM included.
+
+**Connect latency** (N sessions, one after another, each deleted before the next so HANGAR_MAX_SANDBOXES never
+matters; one warm-up of each side first, not counted): ``POST /api/sessions`` (no message) → the session's ``sandbox.connected`` is true, polled through the
+REST API every 20 ms. Floor: a bare pod on the same control plane and node (``python3 -c 'import time;
+time.sleep(60)'``, no volumes), create → ``status.phase == Running``, polled on the apiserver every 20 ms.
+
+**Turn time** (M turns in one Claude session): ``POST /api/sessions/{name}/messages`` → the turn's phase is
+Completed, polled through the REST API every 20 ms. Floor: the same ``claude`` CLI run directly with the flags
+hangar's driver uses (sandbox-image/hangar_driver/claude.py), one user message on stdin, spawn → the
+``result`` line (``--resume`` of its own previous conversation from the second run on, as hangar does, so both
+conversations grow alike).
+
+Floor and hangar samples are interleaved (floor i, then hangar i) so a burst of load from elsewhere on the
+machine hits both sides alike. Every figure is printed beside its floor with the ratio: on a shared, noisy
+machine the ratio is the figure to compare, not the seconds.
+
+Besides the figures it prints where the time goes (medians of stamps taken on the way: the pod watch, status
+timestamps the operator writes, activity events, model request arrivals) and the CPU seconds each process
+spent per sample (from /proc; the 20 ms polling is part of it, so ``--poll`` shows what observing costs).
+
+Progress goes to stderr; the table (or, with --json, one JSON document with every sample) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from hangar.devcluster import binaries
+from hangar.devcluster.controlplane import ControlPlane
+from hangar.devcluster.stack import Stack, install_crds
+from hangar.paths import cli_dir
+from hangar.testing.model_server import ScriptedModel, Step
+
+POLL = 0.02  # seconds between polls, both sides (--poll)
+MODEL = "claude-sonnet-4-5"
+ENVIRONMENT = "bench-claude"
+NAMESPACE = "default"
+NODE = "hangar-local"
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+# What the floor CLI runs with, and what the bench Environment gives hangar's agent too (same CLI behaviour).
+QUIET_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+}
+API_KEY = "sk-ant-bench-not-a-real-key"
+TIMEOUT = 120.0  # per sample
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- statistics ----------------------------------------------------------------------------------------------------
+
+
+def pct(xs: list[float], p: float) -> float:
+    """Nearest-rank percentile: with fewer than 100 samples p99 is the maximum."""
+    s = sorted(xs)
+    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
+
+
+def summary(xs: list[float]) -> dict[str, float]:
+    return {
+        "n": len(xs),
+        "p50": pct(xs, 50),
+        "p99": pct(xs, 99),
+        "mean": statistics.fmean(xs),
+        "min": min(xs),
+        "max": max(xs),
+    }
+
+
+def med(xs: list[float | None]) -> float | None:
+    ys = [x for x in xs if x is not None]
+    return statistics.median(ys) if ys else None
+
+
+def wall(ts: str | None) -> float | None:
+    """An RFC 3339 time from a status (operator-written, millisecond precision) as a Unix time."""
+    if not ts:
+        return None
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+# -- model request stamps ------------------------------------------------------------------------------------------
+
+
+class Stamps:
+    """Wall-clock arrival times of model requests (the only step's ``when`` records them; it always matches)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: list[float] = []
+
+    def __call__(self, req: Any) -> bool:
+        with self.lock:
+            self.items.append(time.time())
+        return True
+
+    def between(self, a: float, b: float) -> list[float]:
+        with self.lock:
+            return [t for t in self.items if a <= t <= b]
+
+
+# -- CPU time per process: who burns the two cores during a sample -------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int) -> tuple[float, float]:
+    """(own, reaped children) CPU seconds of a process, from /proc/<pid>/stat; (0, 0) when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime) / TICK, (cutime + cstime) / TICK
+
+
+class CpuMeter:
+    """CPU seconds each named process spent between two snapshots. ``name+children`` counts what it reaped:
+    for the sandbox driver that is the agent CLI it ran; for this bench, the floor CLI runs."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = dict(pids)
+
+    def snapshot(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            own, children = cpu_of(pid)
+            out[name] = own
+            if name == "sandbox driver":
+                out["claude CLI (reaped by the driver)"] = children
+            elif name == "bench":
+                out["claude CLI (floor, reaped by the bench)"] = children
+        return out
+
+    @staticmethod
+    def delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+        return {k: b[k] - a.get(k, 0.0) for k in b}
+
+
+def find_driver(session: str) -> int | None:
+    """The sandbox driver process of ``session`` (the local runner runs it as a process on this machine)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if b"hangar_driver" not in (d / "cmdline").read_bytes():
+                continue
+            if f"HANGAR_SESSION={session}".encode() in (d / "environ").read_bytes().split(b"\0"):
+                return int(d.name)
+        except OSError:
+            continue
+    return None
+
+
+# -- pod watch: when each pod was first seen created, bound to the node, Running -----------------------------------
+
+
+class PodTimes:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.seen: dict[str, dict[str, float]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def _run(self) -> None:
+        from kubernetes_asyncio import watch
+
+        core = client.CoreV1Api(self.api)
+        while True:
+            w = watch.Watch()
+            try:
+                async with w.stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=300) as stream:
+                    async for ev in stream:
+                        now = time.time()
+                        pod = ev["raw_object"]
+                        d = self.seen.setdefault(pod["metadata"]["name"] + "/" + pod["metadata"]["uid"], {})
+                        d.setdefault("created", now)
+                        if pod.get("spec", {}).get("nodeName"):
+                            d.setdefault("bound", now)
+                        if (pod.get("status") or {}).get("phase") == "Running":
+                            d.setdefault("running", now)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a broken watch: re-watch
+                log(f"pod watch broke ({e}); re-watching")
+                await asyncio.sleep(0.5)
+
+    def of(self, name: str) -> dict[str, float]:
+        for k, v in self.seen.items():
+            if k.startswith(name + "/"):
+                return v
+        return {}
+
+
+# -- the bench -----------------------------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(
+        self,
+        stack: Stack,
+        kubeconfig: Path,
+        model: ScriptedModel,
+        stamps: Stamps,
+        work: Path,
+        poll: float = POLL,
+        cpu: CpuMeter | None = None,
+    ) -> None:
+        self.poll = poll
+        self.cpu = cpu or CpuMeter({})
+        self.stack = stack
+        self.kubeconfig = kubeconfig
+        self.model = model
+        self.stamps = stamps
+        self.work = work
+        self.children: list[Any] = []  # floor CLI runs, killed on the way out
+
+    async def __aenter__(self) -> Bench:
+        cfg = client.Configuration()
+        await config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
+        self.kapi = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(self.kapi)
+        self.custom = client.CustomObjectsApi(self.kapi)
+        self.http = httpx.AsyncClient(
+            base_url=self.stack.api_url,
+            headers={"Authorization": f"Bearer {self.stack.token}"},
+            timeout=30,
+        )
+        self.pods = PodTimes(self.kapi)
+        self.pods.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for p in self.children:
+            _kill_group(p)
+        await self.pods.stop()
+        await self.http.aclose()
+        await self.kapi.close()
+
+    # -- setup -----------------------------------------------------------------------------------------------
+
+    async def wait_node(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                node = await self.core.read_node(NODE)
+                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+                    return
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"node {NODE} not Ready after {timeout}s (see {self.stack.root}/runner.log)")
+
+    async def environment(self) -> None:
+        env = {"ANTHROPIC_BASE_URL": self.model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
+        body = {
+            "apiVersion": "hangar.dev/v1alpha1",
+            "kind": "Environment",
+            "metadata": {"name": ENVIRONMENT},
+            "spec": {
+                "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+            },
+        }
+        await self.custom.create_namespaced_custom_object(
+            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
+        )
+
+    # -- hangar side -----------------------------------------------------------------------------------------
+
+    async def create_session(self, name: str, model: str | None = None) -> float:
+        body: dict[str, Any] = {"name": name, "environment": ENVIRONMENT, "harness": "claude"}
+        if model:
+            body["model"] = model
+        t0 = time.monotonic()
+        r = await self.http.post("/api/sessions", json=body)
+        if r.status_code != 201:
+            raise RuntimeError(f"POST /api/sessions: {r.status_code} {r.text}")
+        return t0
+
+    async def wait_connected(self, name: str, t0: float) -> dict[str, Any]:
+        while True:
+            r = await self.http.get(f"/api/sessions/{name}")
+            if r.status_code == 200:
+                s = r.json()
+                if (s.get("sandbox") or {}).get("connected"):
+                    return dict(s)
+                if s.get("phase") == "Failed":
+                    raise RuntimeError(f"session {name} failed: {s.get('message')}")
+            if time.monotonic() - t0 > TIMEOUT:
+                raise TimeoutError(f"session {name} not connected after {TIMEOUT}s: {r.text[:2000]}")
+            await asyncio.sleep(self.poll)
+
+    async def delete_session(self, name: str, pod: str | None) -> None:
+        r = await self.http.delete(f"/api/sessions/{name}")
+        if r.status_code not in (202, 404):
+            raise RuntimeError(f"DELETE /api/sessions/{name}: {r.status_code} {r.text}")
+        # Gone for good (finalizers, the garbage collector, the runner stopping the pod) before the next sample.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            gone = await self._gone(
+                lambda: self.custom.get_namespaced_custom_object(
+                    "hangar.dev", "v1alpha1", NAMESPACE, "sessions", name
+                )
+            )
+            if gone and (
+                pod is None or await self._gone(lambda: self.core.read_namespaced_pod(pod, NAMESPACE))
+            ):
+                return
+            await asyncio.sleep(0.1)
+        log(f"warning: session {name} or its pod {pod} still there 60 s after the delete")
+
+    async def event_times(self, name: str, turn: str | None = None) -> dict[str, float]:
+        """When the operator recorded each activity event (its `at`), first of each kind; read after timing."""
+        r = await self.http.get(f"/api/sessions/{name}/events", params={"limit": 1000})
+        out: dict[str, float] = {}
+        if r.status_code != 200:
+            return out
+        for e in r.json()["events"]:
+            if turn is not None and e.get("turn") != turn:
+                continue
+            at = wall(e.get("at"))
+            if at is not None:
+                out.setdefault(e["kind"], at)
+        return out
+
+    @staticmethod
+    async def _gone(read: Any) -> bool:
+        try:
+            await read()
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        return False
+
+    async def connect_sample(self, i: int) -> dict[str, Any]:
+        name = f"bench-c{i}"
+        c0 = self.cpu.snapshot()
+        w0 = time.time()
+        t0 = await self.create_session(name)
+        t_post = time.monotonic()
+        s = await self.wait_connected(name, t0)
+        total = time.monotonic() - t0
+        cpu = self.cpu.delta(c0, self.cpu.snapshot())
+        pod = s["sandbox"].get("pod")
+        started = wall(s["sandbox"].get("started_at") or s["sandbox"].get("startedAt"))
+        pt = self.pods.of(pod) if pod else {}
+        ev = await self.event_times(name)
+        sample = {
+            "total": total,
+            "post": t_post - t0,  # the REST call itself
+            "to_pod_created": (pt["created"] - w0) if "created" in pt else None,
+            "to_bound": (pt["bound"] - w0) if "bound" in pt else None,
+            "to_running": (pt["running"] - w0) if "running" in pt else None,
+            "to_status_started": (started - w0) if started else None,
+            "to_driver_connected_event": (ev["driver_connected"] - w0) if "driver_connected" in ev else None,
+            "cpu": cpu,
+        }
+        await self.delete_session(name, pod)
+        return sample
+
+    async def send(self, name: str, message: str) -> tuple[float, int]:
+        t0 = time.monotonic()
+        r = await self.http.post(f"/api/sessions/{name}/messages", json={"message": message})
+        if r.status_code != 202:
+            raise RuntimeError(f"POST messages: {r.status_code} {r.text}")
+        return t0, int(r.json()["turn"]["index"])
+
+    async def turn_sample(self, name: str, k: int) -> dict[str, Any]:
+        c0 = self.cpu.snapshot()
+        w0 = time.time()
+        t0, n = await self.send(name, f"bench turn {k}: answer briefly")
+        while True:
+            r = await self.http.get(f"/api/sessions/{name}/turns/{n}")
+            if r.status_code == 200:
+                t = r.json()
+                if t["phase"] in ("Completed", "Failed", "Interrupted", "NeedsInput"):
+                    break
+            if time.monotonic() - t0 > TIMEOUT:
+                raise TimeoutError(f"turn {n} of {name} not done after {TIMEOUT}s: {r.text[:2000]}")
+            await asyncio.sleep(self.poll)
+        total = time.monotonic() - t0
+        cpu = self.cpu.delta(c0, self.cpu.snapshot())
+        w1 = time.time()
+        if t["phase"] != "Completed":
+            raise RuntimeError(f"turn {n} of {name} ended {t['phase']}: {t.get('reason')} {t.get('summary')}")
+        reqs = self.stamps.between(w0, w1)
+        started, finished = wall(t.get("started_at")), wall(t.get("finished_at"))
+        ev = await self.event_times(name, t["name"])
+
+        def since(kind: str) -> float | None:
+            return (ev[kind] - w0) if kind in ev else None
+
+        return {
+            "total": total,
+            "to_turn_started": (started - w0) if started else None,
+            "to_driver_turn_started_event": since("turn_started"),
+            "to_first_model_request": (reqs[0] - w0) if reqs else None,
+            "to_last_model_request": (reqs[-1] - w0) if reqs else None,
+            "to_first_text_event": since("text"),
+            "to_turn_ended_event": since("turn_ended"),
+            "to_turn_finished": (finished - w0) if finished else None,
+            "model_requests": len(reqs),
+            "cpu": cpu,
+        }
+
+    # -- floors ----------------------------------------------------------------------------------------------
+
+    async def floor_pod(self, i: int) -> dict[str, Any]:
+        name = f"bench-floor-{i}"
+        cwd = self.work / "floor-pods"  # under the stack root, so stop_all() reaches a leftover process
+        cwd.mkdir(parents=True, exist_ok=True)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": "hangar-bench-floor"}},
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "python:3-slim",
+                        "command": ["python3", "-c", "import time; time.sleep(60)"],
+                        "workingDir": str(cwd),
+                    }
+                ],
+            },
+        }
+        c0 = self.cpu.snapshot()
+        w0 = time.time()
+        t0 = time.monotonic()
+        await self.core.create_namespaced_pod(NAMESPACE, body)
+        while True:
+            pod = await self.core.read_namespaced_pod(name, NAMESPACE)
+            if pod.status and pod.status.phase == "Running":
+                break
+            if pod.status and pod.status.phase in ("Failed", "Succeeded"):
+                raise RuntimeError(f"floor pod {name} ended {pod.status.phase}: {pod.status.message}")
+            if time.monotonic() - t0 > TIMEOUT:
+                raise TimeoutError(f"floor pod {name} not Running after {TIMEOUT}s")
+            await asyncio.sleep(self.poll)
+        total = time.monotonic() - t0
+        cpu = self.cpu.delta(c0, self.cpu.snapshot())
+        pt = self.pods.of(name)
+        sample = {
+            "total": total,
+            "cpu": cpu,
+            "to_bound": (pt["bound"] - w0) if "bound" in pt else None,
+            "to_running": (pt["running"] - w0) if "running" in pt else None,
+        }
+        await self.core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not await self._gone(
+            lambda: self.core.read_namespaced_pod(name, NAMESPACE)
+        ):
+            await asyncio.sleep(0.1)
+        return sample
+
+    async def floor_cli(self, k: int, home: Path, work: Path, conversation: str | None) -> dict[str, Any]:
+        claude = cli_dir() / "node_modules" / ".bin" / "claude"
+        # The argv of hangar_driver/claude.py for approvals "auto" with a model set.
+        argv = [
+            str(claude),
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--permission-prompt-tool",
+            "stdio",
+            "--model",
+            MODEL,
+        ]
+        if conversation:
+            argv += ["--resume", conversation]
+        argv += ["--permission-mode", "bypassPermissions"]
+        env = {
+            "PATH": f"{claude.parent}:{SYSTEM_PATH}",
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "ANTHROPIC_BASE_URL": self.model.anthropic_base_url,
+            "ANTHROPIC_API_KEY": API_KEY,
+            "IS_SANDBOX": "1",
+            **QUIET_ENV,
+        }
+        line = {
+            "type": "user",
+            "message": {
+                "role": "user",
+                "content": [{"type": "text", "text": f"bench turn {k}: answer briefly"}],
+            },
+            "parent_tool_use_id": None,
+            "session_id": "",
+            "uuid": f"00000000-0000-4000-8000-{k:012d}",
+        }
+        c0 = self.cpu.snapshot()
+        w0 = time.time()
+        t0 = time.monotonic()
+        p = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=str(work),
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.children.append(p)
+        assert p.stdin and p.stdout and p.stderr
+        p.stdin.write((json.dumps(line) + "\n").encode())
+        await p.stdin.drain()
+        result: dict[str, Any] | None = None
+        session_id = conversation
+        err_task = asyncio.create_task(p.stderr.read())
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                while True:
+                    raw = await p.stdout.readline()
+                    if not raw:
+                        break
+                    try:
+                        obj = json.loads(raw)
+                    except ValueError:
+                        continue
+                    if obj.get("type") == "system" and obj.get("subtype") == "init":
+                        session_id = obj.get("session_id") or session_id
+                    if obj.get("type") == "result":
+                        result = obj
+                        break
+                t_result = time.monotonic() - t0
+                # As hangar's adapter does once the result is in: close stdin and wait for the exit.
+                p.stdin.close()
+                await p.stdout.read()
+                code = await p.wait()
+                t_exit = time.monotonic() - t0
+        finally:
+            if p.returncode is None:
+                _kill_group(p)
+                await p.wait()
+            self.children.remove(p)
+        cpu = self.cpu.delta(c0, self.cpu.snapshot())
+        stderr = (await err_task).decode(errors="replace")
+        if result is None or result.get("is_error"):
+            raise RuntimeError(
+                f"floor claude run {k}: exit {p.returncode}, result {result}, stderr {stderr[-2000:]}"
+            )
+        reqs = self.stamps.between(w0, time.time())
+        return {
+            "total": t_result,
+            "to_exit": t_exit,
+            "exit_code": code,
+            "to_first_model_request": (reqs[0] - w0) if reqs else None,
+            "to_last_model_request": (reqs[-1] - w0) if reqs else None,
+            "model_requests": len(reqs),
+            "cpu": cpu,
+            "conversation": session_id,
+        }
+
+    # -- the two measurements --------------------------------------------------------------------------------
+
+    async def connect(self, n: int) -> dict[str, Any]:
+        # One warm-up of each (first pod on the node, first driver start, cold caches), not counted.
+        log("connect: warm-up (not counted)")
+        await self.floor_pod(-1)
+        await self.connect_sample(-1)
+        hangar, floor = [], []
+        for i in range(n):
+            f = await self.floor_pod(i)
+            h = await self.connect_sample(i)
+            floor.append(f)
+            hangar.append(h)
+            log(f"connect {i + 1}/{n}: hangar {h['total']:.3f} s   bare pod {f['total']:.3f} s")
+        return {"hangar": hangar, "floor": floor}
+
+    async def turns(self, m: int) -> dict[str, Any]:
+        name = "bench-turns"
+        t0 = await self.create_session(name, model=MODEL)
+        await self.wait_connected(name, t0)
+        driver = find_driver(name)
+        if driver is not None:
+            self.cpu.pids["sandbox driver"] = driver
+        home = self.work / "floor-home"
+        cwd = self.work / "floor-work"
+        home.mkdir(parents=True, exist_ok=True)
+        cwd.mkdir(parents=True, exist_ok=True)
+        conversation: str | None = None
+        hangar, floor = [], []
+        for k in range(1, m + 1):
+            f = await self.floor_cli(k, home, cwd, conversation)
+            conversation = f.pop("conversation")
+            h = await self.turn_sample(name, k)
+            floor.append(f)
+            hangar.append(h)
+            log(
+                f"turn {k}/{m}: hangar {h['total']:.3f} s   claude direct {f['total']:.3f} s "
+                f"(exit {f['to_exit']:.3f} s)   model requests {h['model_requests']}/{f['model_requests']}"
+            )
+        self.cpu.pids.pop("sandbox driver", None)
+        await self.delete_session(name, None)
+        return {"hangar": hangar, "floor": floor}
+
+
+def _kill_group(p: Any) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# -- report --------------------------------------------------------------------------------------------------------
+
+
+def report(res: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"date": res["date"], "machine": res["machine"], "figures": {}, "breakdown": {}}
+    if "connect" in res:
+        h = [x["total"] for x in res["connect"]["hangar"]]
+        f = [x["total"] for x in res["connect"]["floor"]]
+        out["figures"]["connect"] = {"hangar": summary(h), "floor": summary(f)}
+        H, F = res["connect"]["hangar"], res["connect"]["floor"]
+        out["breakdown"]["connect"] = {
+            "hangar: POST /api/sessions returned": med([x["post"] for x in H]),
+            "hangar: operator stamped sandbox.startedAt": med([x["to_status_started"] for x in H]),
+            "hangar: sandbox pod seen created": med([x["to_pod_created"] for x in H]),
+            "hangar: sandbox pod bound to the node": med([x["to_bound"] for x in H]),
+            "hangar: sandbox pod Running": med([x["to_running"] for x in H]),
+            "hangar: driver_connected recorded by the operator": med(
+                [x["to_driver_connected_event"] for x in H]
+            ),
+            "hangar: session sandbox.connected": med([x["total"] for x in H]),
+            "floor: bare pod bound to the node": med([x["to_bound"] for x in F]),
+            "floor: bare pod Running (watch)": med([x["to_running"] for x in F]),
+            "floor: bare pod Running (poll)": med([x["total"] for x in F]),
+        }
+    if "turns" in res:
+        h = [x["total"] for x in res["turns"]["hangar"]]
+        f = [x["total"] for x in res["turns"]["floor"]]
+        fx = [x["to_exit"] for x in res["turns"]["floor"]]
+        out["figures"]["turn"] = {"hangar": summary(h), "floor": summary(f), "floor_to_exit": summary(fx)}
+        H, F = res["turns"]["hangar"], res["turns"]["floor"]
+        out["breakdown"]["turn"] = {
+            "hangar: turn status.startedAt (operator sent start_turn)": med(
+                [x["to_turn_started"] for x in H]
+            ),
+            "hangar: driver's turn_started recorded": med([x["to_driver_turn_started_event"] for x in H]),
+            "hangar: first model request": med([x["to_first_model_request"] for x in H]),
+            "hangar: last model request": med([x["to_last_model_request"] for x in H]),
+            "hangar: first text event recorded": med([x["to_first_text_event"] for x in H]),
+            "hangar: driver's turn_ended recorded": med([x["to_turn_ended_event"] for x in H]),
+            "hangar: turn status.finishedAt (operator applied turn_ended)": med(
+                [x["to_turn_finished"] for x in H]
+            ),
+            "hangar: Completed seen through the API": med([x["total"] for x in H]),
+            "floor: first model request": med([x["to_first_model_request"] for x in F]),
+            "floor: last model request": med([x["to_last_model_request"] for x in F]),
+            "floor: result line": med([x["total"] for x in F]),
+            "floor: process exit": med([x["to_exit"] for x in F]),
+            "model requests per turn (hangar / floor)": [
+                med([x["model_requests"] for x in H]),
+                med([x["model_requests"] for x in F]),
+            ],
+        }
+    for key, src in (("connect", "connect"), ("turn", "turns")):
+        if src in res:
+            out.setdefault("cpu", {})[key] = {
+                side: cpu_medians([x["cpu"] for x in res[src][side]]) for side in ("hangar", "floor")
+            }
+    return out
+
+
+def cpu_medians(samples: list[dict[str, float]]) -> dict[str, float]:
+    keys = sorted({k for s in samples for k in s})
+    return {k: statistics.median([s.get(k, 0.0) for s in samples]) for k in keys}
+
+
+def table(out: dict[str, Any]) -> str:
+    lines = [f"hangar bench/sessions.py — {out['date']} — {out['machine']}", ""]
+    hdr = f"{'figure (seconds)':46} {'p50':>7} {'p99':>7}   {'floor':34} {'p50':>7} {'p99':>7} {'x p50':>6} {'x p99':>6}"
+    lines += [hdr, "-" * len(hdr)]
+    rows = {
+        "connect": [("POST /api/sessions → sandbox.connected", "bare pod create → Running", "floor")],
+        "turn": [
+            ("POST …/messages → turn Completed", "claude -p direct → result line", "floor"),
+            ("  (the same)", "claude -p direct → process exit", "floor_to_exit"),
+        ],
+    }
+    n = []
+    for key, fig in out["figures"].items():
+        h = fig["hangar"]
+        n.append(f"{key} n={h['n']}")
+        for label, floor_label, fkey in rows[key]:
+            f = fig[fkey]
+            lines.append(
+                f"{label:46} {h['p50']:7.3f} {h['p99']:7.3f}   {floor_label:34} {f['p50']:7.3f} {f['p99']:7.3f} "
+                f"{h['p50'] / f['p50']:5.2f}x {h['p99'] / f['p99']:5.2f}x"
+            )
+    lines.append(f"({', '.join(n)}; p99 is nearest-rank: below 100 samples it is the maximum)")
+    for key, bd in out["breakdown"].items():
+        lines += ["", f"where the time goes ({key}; medians, seconds since the request was sent):"]
+        for label, v in bd.items():
+            if isinstance(v, list):
+                lines.append(f"  {label:62} {' / '.join('-' if x is None else f'{x:g}' for x in v)}")
+            else:
+                lines.append(f"  {label:62} {'-' if v is None else f'{v:8.3f}'}")
+    for key, sides in (out.get("cpu") or {}).items():
+        lines += ["", f"CPU seconds per sample ({key}; medians; the bench itself includes its polling):"]
+        names = [
+            k for k in sides["hangar"] if sides["hangar"][k] >= 0.005 or sides["floor"].get(k, 0) >= 0.005
+        ]
+        lines.append(f"  {'process':42} {'hangar':>8} {'floor':>8}")
+        for k in names:
+            lines.append(f"  {k:42} {sides['hangar'][k]:8.3f} {sides['floor'].get(k, 0.0):8.3f}")
+        lines.append(
+            f"  {'total':42} {sum(sides['hangar'].values()):8.3f} {sum(sides['floor'].values()):8.3f}"
+        )
+    return "\n".join(lines)
+
+
+def cpu_meter(stack: Stack, cp: ControlPlane) -> CpuMeter:
+    pids = {p.name: p.popen.pid for p in cp.processes}
+    pids.update({f"hangar {n}": p.pid for n, p in stack.procs.items()})
+    pids["bench"] = os.getpid()
+    return CpuMeter(pids)
+
+
+# -- main ----------------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=20, help="connect-latency samples (default 20)")
+    ap.add_argument("--turns", type=int, default=10, help="turn-time samples (default 10)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
+    a = ap.parse_args()
+    if not (cli_dir() / "node_modules" / ".bin" / "claude").exists():
+        print(f"claude CLI not installed in {cli_dir()}: run tools/install-clis.sh", file=sys.stderr)
+        return 2
+
+    # SIGTERM ends the run like Ctrl-C does, so the finally blocks below stop everything.
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    cp: ControlPlane | None = None
+    stack: Stack | None = None
+    model: ScriptedModel | None = None
+    cp_dir = Path(tempfile.mkdtemp(prefix="hangar-bench-cp-"))
+    root = Path(tempfile.mkdtemp(prefix="hangar-bench-stack-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    res: dict[str, Any] = {
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start",
+        "args": {"sessions": a.sessions, "turns": a.turns, "poll": a.poll},
+    }
+    try:
+        log("control plane: building/locating binaries, starting")
+        bins = binaries.ensure()
+        cp = ControlPlane(bins, cp_dir).start()
+        asyncio.run(install_crds(str(cp.kubeconfig)))
+        log("stack: operator, API, runner")
+        stack = Stack(root, cp.kubeconfig)
+        stack.start_operator()
+        stack.start_api()
+        stack.start_runner()
+        stamps = Stamps()
+        model = ScriptedModel([Step(when=stamps, text="FINAL: ok", repeat=True, name="bench")])
+        model.start()
+
+        async def run() -> None:
+            assert stack is not None and cp is not None and model is not None
+            async with Bench(
+                stack, cp.kubeconfig, model, stamps, root / "bench", a.poll, cpu_meter(stack, cp)
+            ) as b:
+                await b.wait_node()
+                await b.environment()
+                if a.sessions > 0:
+                    res["connect"] = await b.connect(a.sessions)
+                if a.turns > 0:
+                    res["turns"] = await b.turns(a.turns)
+
+        asyncio.run(run())
+        out = report(res)
+        if a.json:
+            out["samples"] = {k: res[k] for k in ("connect", "turns") if k in res}
+            out["args"] = res["args"]
+            print(json.dumps(out, indent=2))
+        else:
+            print(table(out))
+        return 0
+    except KeyboardInterrupt:
+        log("interrupted: cleaning up")
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        if model is not None:
+            model.stop()
+        if stack is not None:
+            stack.stop_all()
+        if cp is not None:
+            cp.stop()
+        if a.keep_logs:
+            log(f"logs kept in {root} and {cp_dir}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(cp_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
