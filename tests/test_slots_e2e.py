@@ -1,0 +1,82 @@
+"""Sandbox slots: sessions beyond HANGAR_MAX_SANDBOXES wait in Pending and say why, then start."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hangar.devcluster.stack import Stack
+
+from .conftest import Cluster
+from .e2e import Api, wait
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def one_slot(cluster: Cluster, stack: Stack) -> Iterator[Stack]:
+    """An operator and API in namespace `slots` allowed one sandbox; pods run on the main stack's runner."""
+    cluster.kubectl("create", "namespace", "slots", check=False)
+    root = Path(tempfile.mkdtemp(prefix="hangar-slots-", dir="/tmp"))
+    s = Stack(root, cluster.kubeconfig, namespace="slots", extra_env={"HANGAR_MAX_SANDBOXES": "1"})
+    try:
+        s.start_operator()
+        s.start_api()
+        yield s
+    finally:
+        s.stop_all()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_session_waits_for_a_slot_and_starts_when_one_frees(cluster: Cluster, one_slot: Stack) -> None:
+    cluster.kubectl(
+        "apply",
+        "-n",
+        "slots",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "hangar.dev/v1alpha1",
+                "kind": "Environment",
+                "metadata": {"name": "slot-env"},
+                "spec": {
+                    "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
+                    "harnessOptions": {"command": ["sh", "-c", "echo ok", "x"]},
+                },
+            }
+        ),
+    )
+    api = Api(one_slot)
+    assert (
+        api.post(
+            "/api/sessions", {"name": "slot-a", "environment": "slot-env", "harness": "antigravity"}
+        ).status_code
+        == 201
+    )
+    wait(lambda: (api.session("slot-a")["sandbox"] or {}).get("connected"), 60, "slot-a connected")
+    assert (
+        api.post(
+            "/api/sessions",
+            {"name": "slot-b", "environment": "slot-env", "harness": "antigravity", "message": "hello"},
+        ).status_code
+        == 201
+    )
+    b = wait(
+        lambda: (s := api.session("slot-b"))["phase"] == "Pending" and s["message"] and s,
+        30,
+        "slot-b pending",
+    )
+    assert b["reason"] == "NoSandboxSlot"
+    assert b["message"] == "waiting for a sandbox slot (1 of 1 in use)"
+    assert b["sandbox"]["pod"] is None
+    out = cluster.kubectl("get", "hsess", "-n", "slots").stdout
+    assert "slot-b" in out and "Pending" in out
+    assert api.delete("/api/sessions/slot-a").status_code == 202
+    t1 = api.wait_turn("slot-b", 1, 60)
+    assert t1["phase"] == "Completed" and "ok" in t1["summary"]
