@@ -69,3 +69,14 @@ def test_openapi_is_published(stack: Stack) -> None:
     assert "/api/sessions/{ref}/messages" in doc["paths"]
     schema = doc["components"]["schemas"]["NewSession"]
     assert schema["properties"]["harness"]["enum"] == ["claude", "codex", "pi", "antigravity"]
+
+
+def test_health_and_metrics_endpoints(stack: Stack) -> None:
+    for base in (stack.api_url, stack.operator_url):
+        assert httpx.get(f"{base}/healthz").text == "ok"
+        assert httpx.get(f"{base}/readyz").status_code == 200
+    op = httpx.get(f"{stack.operator_url}/metrics").text
+    assert "hangar_sandboxes_started_total" in op and "hangar_turns_total" in op
+    httpx.get(f"{stack.api_url}/api/sessions", headers={"Authorization": f"Bearer {stack.token}"})
+    api = httpx.get(f"{stack.api_url}/metrics").text
+    assert 'hangar_api_requests_total{method="GET",route="/api/sessions",status="200"}' in api
