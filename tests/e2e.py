@@ -54,6 +54,17 @@ class Api:
     def wait_turn(
         self, name: str, n: int, timeout: float = 90, phases: tuple[str, ...] = DONE
     ) -> dict[str, Any]:
+        turn = self._wait_turn(name, n, timeout, phases)
+        # The driver's turn_ended event is recorded just after its effect on the status: give it a moment
+        # (a turn the operator ended itself, e.g. when its pod went, has none).
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if any(e["kind"] == "turn_ended" and e.get("turn") == turn["name"] for e in self.events(name)):
+                break
+            time.sleep(0.1)
+        return turn
+
+    def _wait_turn(self, name: str, n: int, timeout: float, phases: tuple[str, ...]) -> dict[str, Any]:
         return wait(
             lambda: _phase_in(self.turn(name, n), phases),
             timeout,

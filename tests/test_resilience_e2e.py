@@ -55,6 +55,10 @@ def test_killing_the_sandbox_fails_the_turn_and_the_next_message_continues(
         wait(lambda: tool_running(api, "cc-kill"), 90, "the tool to start", lambda: api.debug("cc-kill"))
         pod = api.session("cc-kill")["sandbox"]["pod"]
         assert pod == "cc-kill-r1"
+        # Kill it once the CLI has saved the conversation it would resume (a CLI killed before that starts
+        # over in a new conversation, which the operator handles; this test is about continuing).
+        home = workspace(stack, "cc-kill").parent / "home" / ".claude" / "projects"
+        wait(lambda: list(home.glob("*/*.jsonl")), 30, "the conversation saved")
         cluster.kubectl("delete", "pod", pod, "--wait=false")
         t1 = api.wait_turn("cc-kill", 1, 60)
         assert t1["phase"] == "Failed" and t1["outcome"] == "failed"

@@ -10,7 +10,7 @@ from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, clis_installed, environment, workspace
+from .e2e import Api, clis_installed, environment, wait, workspace
 
 pytestmark = [
     pytest.mark.e2e,
@@ -44,8 +44,8 @@ def test_claude_turn_runs_a_command_and_the_next_turn_remembers(cluster: Cluster
         assert t1["phase"] == "Completed", api.debug("cc-basic")
         assert t1["exit_status"] == 0 and "FINAL: wrote hello.txt" in t1["summary"]
         assert (workspace(stack, "cc-basic") / "hello.txt").read_text().strip() == "hello-from-claude"
-        s = api.session("cc-basic")
-        assert s["phase"] == "Idle" and s["sandbox"]["connected"] and s["conversation"]
+        s = wait(lambda: (x := api.session("cc-basic"))["phase"] == "Idle" and x, 10, "session idle")
+        assert s["sandbox"]["connected"] and s["conversation"]
         r = api.post("/api/sessions/cc-basic/messages", {"message": "what did you write?"})
         assert r.status_code == 202, r.text
         t2 = api.wait_turn("cc-basic", 2)
@@ -90,7 +90,7 @@ def test_codex_turn_runs_a_command_and_the_next_turn_remembers(cluster: Cluster,
         assert t1["phase"] == "Completed", api.debug("cx-basic")
         assert "FINAL: wrote hello.txt" in t1["summary"]
         assert (workspace(stack, "cx-basic") / "hello.txt").read_text().strip() == "hello-from-codex"
-        assert t1["usage"]["input_tokens"] > 0
+        assert t1["usage"]["input_tokens"] > 0  # the Turn status' wire form, as the API serves it
         assert (
             api.post("/api/sessions/cx-basic/messages", {"message": "what did you write?"}).status_code == 202
         )

@@ -1,4 +1,5 @@
-"""What the REST API answers: resources turned into the snake_case shapes clients read."""
+"""What the REST API answers: resources turned into the snake_case shapes clients read (the resources
+themselves are camelCase, like every Kubernetes API)."""
 
 from __future__ import annotations
 
@@ -24,43 +25,63 @@ def turn_view(t: Obj) -> dict[str, Any]:
         "result": st.result if st else None,
         "question": st.question if st else None,
         "policy": st.policy if st else None,
-        "usage": st.usage.model_dump() if st else None,
+        "usage": st.usage.model_dump(mode="json", by_alias=False) if st else None,
         "cost_usd": st.cost_usd if st else None,
-        "artifacts": [a.model_dump() for a in st.artifacts] if st else [],
+        "artifacts": [a.model_dump(mode="json", by_alias=False) for a in st.artifacts] if st else [],
         "taint": st.taint.tainted if st else False,
         "started_at": st.started_at.isoformat() if st and st.started_at else None,
         "finished_at": st.finished_at.isoformat() if st and st.finished_at else None,
-        "steers": _steers(turn),
-        "interrupts": [
-            {"id": i.id, "message": i.message, "by": i.by, "class": i.klass} for i in turn.spec.interrupts
-        ],
+        "steers": [steer_view(t, req) for req in t["spec"].get("steers") or []],
+        "interrupts": [interrupt_view(t, req) for req in t["spec"].get("interrupts") or []],
+        "class": turn.spec.klass,
     }
     if turn.spec.from_steer:
         out["from_steer"] = turn.spec.from_steer
     return out
 
 
-def _steers(turn: Turn) -> list[dict[str, Any]]:
-    states = {s.id: s for s in (turn.status.steers if turn.status else [])}
-    out = []
-    for s in turn.spec.steers:
-        st = states.get(s.id)
-        out.append(
-            {
-                "id": s.id,
-                "message": s.message,
-                "by": s.by,
-                "status": "cancelled"
-                if s.withdrawn and (st is None or st.status == "sending")
-                else (st.status if st else "sending"),
-                "reason": st.reason if st else "",
-                "class": st.klass if st and st.klass != "unclassified" else s.klass,
-                "classified_by": st.classified_by if st else None,
-                "classified_at": st.classified_at.isoformat() if st and st.classified_at else None,
-                "next_turn": st.next_turn if st else None,
-            }
-        )
-    return out
+def item_state(turn: Obj, kind: str, item_id: str) -> dict[str, Any]:
+    states = (turn.get("status") or {}).get(kind) or []
+    return dict(next((x for x in states if x.get("id") == item_id), {}))
+
+
+def steer_view(turn: Obj, req: dict[str, Any]) -> dict[str, Any]:
+    """A steer: what was asked (spec) with what became of it (status). The class is the person's word, so
+    it is read from spec; the operator mirrors it into status when it records the classification."""
+    st = item_state(turn, "steers", req["id"])
+    return {
+        "id": req["id"],
+        "turn": turn["metadata"]["name"],
+        "message": req["message"],
+        "by": req.get("by", ""),
+        "status": st.get("status", "sending"),
+        "reason": st.get("reason", ""),
+        "withdraw": st.get("withdraw") or ("requested" if req.get("withdrawn") else None),
+        "class": req.get("class", "unclassified"),
+        "classified_by": req.get("classifiedBy"),
+        "classified_at": req.get("classifiedAt"),
+        "next_turn": st.get("nextTurn"),
+        "written_at": st.get("writtenAt"),
+        "at": st.get("at"),
+    }
+
+
+def interrupt_view(turn: Obj, req: dict[str, Any]) -> dict[str, Any]:
+    st = item_state(turn, "interrupts", req["id"])
+    return {
+        "id": req["id"],
+        "turn": turn["metadata"]["name"],
+        "message": req.get("message"),
+        "by": req.get("by", ""),
+        "status": st.get("status", "requested"),
+        "reason": st.get("reason", ""),
+        "message_status": st.get("messageStatus"),
+        "next_turn": st.get("nextTurn"),
+        "class": req.get("class", "unclassified"),
+        "classified_by": req.get("classifiedBy"),
+        "classified_at": req.get("classifiedAt"),
+        "at": st.get("at"),
+    }
 
 
 def session_view(s: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
@@ -77,13 +98,15 @@ def session_view(s: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
         "reason": st.reason if st else "",
         "message": st.message if st else "",
         "policy": st.policy if st else None,
-        "sandbox": st.sandbox.model_dump(mode="json") if st else None,
+        "sandbox": st.sandbox.model_dump(mode="json", by_alias=False) if st else None,
         "conversation": st.conversation if st else None,
         "current_turn": st.current_turn if st else None,
-        "taint": st.taint.model_dump(mode="json") if st else {"tainted": False},
-        "counters": st.counters.model_dump() if st else {},
-        "pending_approvals": [p.model_dump() for p in st.pending_approvals] if st else [],
-        "checkpoints": [c.model_dump(mode="json") for c in st.checkpoints] if st else [],
+        "taint": st.taint.model_dump(mode="json", by_alias=False) if st else {"tainted": False},
+        "counters": st.counters.model_dump(mode="json", by_alias=False) if st else {},
+        "pending_approvals": [p.model_dump(mode="json", by_alias=False) for p in st.pending_approvals]
+        if st
+        else [],
+        "checkpoints": [c.model_dump(mode="json", by_alias=False) for c in st.checkpoints] if st else [],
     }
     if turns is not None:
         out["turns"] = [turn_view(t) for t in sorted(turns, key=lambda t: int(t["spec"].get("index", 0)))]

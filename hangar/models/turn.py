@@ -13,6 +13,10 @@ from .session import Taint
 TurnPhase = Literal["Queued", "Running", "NeedsInput", "Completed", "Failed", "Interrupted"]
 Outcome = Literal["completed", "failed", "interrupted"]
 SteerStatus = Literal["sending", "delivered", "queued", "cancelled", "refused"]
+WithdrawState = Literal["requested", "withdrawn", "too_late"]
+# sent: on its way to the driver; confirmed: the driver stopped the turn (signed); killed: no confirmation in
+# time, hangar killed the run; too_late: the turn had already ended.
+InterruptStatus = Literal["sent", "confirmed", "killed", "too_late"]
 
 MESSAGE_MAX = 262144
 
@@ -22,14 +26,23 @@ class Steer(Model):
     message: str = Field(min_length=1, max_length=MESSAGE_MAX)
     by: str = ""
     klass: SteerClass = Field(default="unclassified", alias="class")
-    withdrawn: bool = False
+    classified_by: str | None = Field(default=None, description="Who set the class (REST: the caller)")
+    classified_at: datetime | None = None
+    withdrawn: bool = Field(default=False, description="Take it back while it is still sending")
 
 
 class InterruptRequest(Model):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][-a-z0-9]*$")
-    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    message: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MESSAGE_MAX,
+        description="Stop, then go on with this: in the same turn when it is live, else as the next turn",
+    )
     by: str = ""
     klass: SteerClass = Field(default="unclassified", alias="class")
+    classified_by: str | None = None
+    classified_at: datetime | None = None
 
 
 class TurnSpec(Model):
@@ -55,13 +68,25 @@ class SteerState(Model):
     classified_by: str | None = None
     classified_at: datetime | None = None
     next_turn: str | None = None
+    withdraw: WithdrawState | None = Field(
+        default=None,
+        description="requested; then withdrawn (status cancelled) or too_late (the driver had it)",
+    )
+    written_at: datetime | None = Field(default=None, description="When the driver wrote it to the CLI")
 
 
 class InterruptState(Model):
     id: str
-    status: Literal["sent", "confirmed", "killed"] = "sent"
+    status: InterruptStatus = "sent"
     at: datetime | None = None
     reason: str = ""
+    message_status: SteerStatus | None = Field(
+        default=None, description="delivered: the same turn went on with it; queued: it started next_turn"
+    )
+    next_turn: str | None = None
+    klass: SteerClass = Field(default="unclassified", alias="class")
+    classified_by: str | None = None
+    classified_at: datetime | None = None
 
 
 class Artifact(Model):
@@ -92,6 +117,7 @@ class TurnStatus(Model):
     cost_usd: float | None = None
     taint: Taint = Field(default_factory=Taint)
     run: str | None = None
+    restarted: bool = Field(default=False, description="Restarted once in a new conversation")
     started_at: datetime | None = None
     finished_at: datetime | None = None
     conditions: list[Condition] = Field(default_factory=list)

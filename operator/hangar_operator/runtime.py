@@ -25,11 +25,17 @@ from hangar.store import Database
 from hangar.turns import create_turn, turn_index
 
 from . import metrics
+from .approvals import EVENTS as APPROVAL_EVENTS
+from .approvals import Approvals
 from .gateway import Gateway
 from .sandbox import pvc_name, run_key_secret, sandbox_pod, workspace_pvc
+from .steering import EVENTS as STEERING_EVENTS
+from .steering import Steering
 
 log = logging.getLogger("hangar.operator")
 
+# What the CLIs say when asked to resume a conversation they never saved.
+LOST_CONVERSATION = ("No conversation found with session ID", "no rollout found for thread id")
 RUN_RE = re.compile(r"^(?P<session>[a-z][-a-z0-9]*)-r(?P<n>\d+)$")
 ACTIVE_PHASES = ("Starting", "Idle", "Running")
 # Activity the users see; the rest of the driver's events only move resources.
@@ -65,7 +71,6 @@ class Runtime:
         self.settings = settings
         self.locks: dict[str, asyncio.Lock] = {}
         self.slot_lock = asyncio.Lock()
-        self.deadlines: dict[str, asyncio.Task[None]] = {}
         self.gateway = Gateway(
             host=settings.gateway_host,
             port=settings.gateway_port,
@@ -77,14 +82,16 @@ class Runtime:
             acked_for_run=self.db.driver_acked,
         )
         self.gateway_port = 0
+        self.approvals = Approvals(self)
+        self.steering = Steering(self)
 
     async def start(self) -> None:
         self.gateway_port = await self.gateway.start()
         log.info("driver gateway listening on %s:%s", self.settings.gateway_host, self.gateway_port)
 
     async def stop(self) -> None:
-        for t in self.deadlines.values():
-            t.cancel()
+        self.steering.stop()
+        self.approvals.stop()
         await self.gateway.stop()
 
     def gateway_address(self) -> str:
@@ -141,7 +148,11 @@ class Runtime:
                 if started is not None:
                     metrics.SANDBOX_CONNECT.observe(max(0.0, time.time() - started.timestamp()))
             await self.kube.patch_status("sessions", session, patch)
-        await self.event(session, "driver_connected", {"run": run, "driver": hello.get("driver", "")})
+        await self.event(
+            session,
+            "driver_connected",
+            {"run": run, "driver": hello.get("driver_version", ""), "pid": hello.get("pid")},
+        )
         await self.reconcile_session(session)
 
     async def on_disconnect(self, run: str) -> None:
@@ -176,6 +187,10 @@ class Runtime:
         return ((s or {}).get("status") or {}).get("currentTurn")
 
     async def _apply(self, session: str, run: str, name: str, p: dict[str, Any], turn: str | None) -> None:
+        if name in APPROVAL_EVENTS:
+            await self.approvals.on_event(session, run, name, p, turn)
+        if name in STEERING_EVENTS:
+            await self.steering.on_event(session, name, p, turn)
         if name == "conversation" and p.get("id"):
             await self.kube.patch_status("sessions", session, {"conversation": str(p["id"])})
         elif name == "usage" and turn:
@@ -192,8 +207,6 @@ class Runtime:
             )
         elif name == "turn_ended" and turn:
             await self._turn_ended(session, turn, p)
-        elif name == "steer" and turn:
-            await self._steer_outcome(session, turn, str(p.get("steer_id", "")), str(p.get("status", "")))
         elif name == "handback" and turn:
             await self._handback(session, turn, p)
         elif name == "permission_request" and turn:
@@ -214,6 +227,8 @@ class Runtime:
         phase = {"completed": "Completed", "failed": "Failed", "interrupted": "Interrupted"}[outcome]
         code = p.get("exit_status")
         exit_status = int(code) if isinstance(code, int) else (130 if outcome == "interrupted" else 0)
+        if outcome == "failed" and await self._conversation_lost(session, turn, str(p.get("error") or "")):
+            return
         usage = p.get("usage") or {}
         patch: dict[str, Any] = {
             "phase": phase,
@@ -231,13 +246,9 @@ class Runtime:
             patch["costUsd"] = float(p["cost_usd"])
         if status.get("question"):
             patch["phase"] = "NeedsInput"
-        interrupts = status.get("interrupts") or []
-        if interrupts:
-            patch["interrupts"] = [
-                {**i, "status": "confirmed"} if i.get("status") == "sent" else i for i in interrupts
-            ]
-            self._cancel_deadline(turn_name)
+        patch.update(self.steering.end_patch(turn_name, status))
         await self.kube.patch_status("turns", turn_name, patch)
+        await self.steering.after_end(session, turn_name)
         metrics.TURNS.labels(outcome=outcome).inc()
         started = status.get("startedAt")
         if started:
@@ -257,35 +268,30 @@ class Runtime:
                 spatch["phase"] = "Idle"
         await self.kube.patch_status("sessions", session, spatch)
 
-    async def _steer_outcome(self, session: str, turn_name: str, steer_id: str, outcome: str) -> None:
-        if outcome not in ("delivered", "queued"):
-            return
-        turn = await self.kube.get("turns", turn_name)
-        if turn is None:
-            return
-        states = list((turn.get("status") or {}).get("steers") or [])
-        state = next((x for x in states if x.get("id") == steer_id), None)
-        if state is None:
-            state = {"id": steer_id}
-            states.append(state)
-        if state.get("status") in ("delivered", "queued", "cancelled"):
-            return
-        state.update(status=outcome, at=iso())
-        if outcome == "queued":
-            steer = next((x for x in turn["spec"].get("steers", []) if x.get("id") == steer_id), None)
-            if steer is not None:
-                state["nextTurn"] = await self.create_turn(
-                    session,
-                    steer["message"],
-                    by=steer.get("by", ""),
-                    from_steer=steer_id,
-                    klass=steer.get("class", "unclassified"),
-                )
-        await self.kube.patch_status("turns", turn_name, {"steers": states})
-        metrics.STEERS.labels(status=outcome).inc()
-        await self.event(
-            session, "progress", {"message": f"steered: {outcome}", "steer": steer_id}, turn_name
+    async def _conversation_lost(self, session: str, turn: Obj, error: str) -> bool:
+        """A CLI killed before it saved its conversation can't resume it: the turn restarts, once, in a new
+        conversation instead of failing every turn after it."""
+        if not any(m in error for m in LOST_CONVERSATION) or (turn.get("status") or {}).get("restarted"):
+            return False
+        name = turn["metadata"]["name"]
+        s = await self.kube.get("sessions", session)
+        lost = ((s or {}).get("status") or {}).get("conversation")
+        await self.kube.patch_status(
+            "sessions", session, {"conversation": None, "currentTurn": None, "phase": "Idle"}
         )
+        await self.kube.patch_status(
+            "turns",
+            name,
+            {
+                "phase": "Queued",
+                "restarted": True,
+                "startedAt": None,
+                "run": None,
+                "reason": f"the conversation {lost} was lost with its sandbox; the turn restarted in a new one",
+            },
+        )
+        await self.event(session, "conversation_lost", {"conversation": lost, "error": error[:500]}, name)
+        return True
 
     async def _handback(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
         kind = p.get("kind")
@@ -308,13 +314,8 @@ class Runtime:
                 await self.kube.patch_status("turns", turn_name, {"artifacts": arts})
 
     async def _permission(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
-        """Approvals beyond auto come with the approvals work; under auto every prompt is allowed."""
-        turn = await self.kube.get("turns", turn_name)
-        policy = ((turn or {}).get("status") or {}).get("policy") or "auto"
-        s = await self.kube.get("sessions", session)
-        run = ((s or {}).get("status") or {}).get("sandbox", {}).get("run")
-        if policy == "auto" and run:
-            await self.gateway.send(run, "answer", {"request_id": p.get("request_id"), "decision": "allow"})
+        """The turn's approvals policy answers, or a person does (approvals.py)."""
+        await self.approvals.on_permission(session, turn_name, p)
 
     async def _command_result(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
         op = p.get("op")
@@ -334,18 +335,6 @@ class Runtime:
                     },
                 )
                 await self.kube.patch_status("sessions", session, {"phase": "Idle", "currentTurn": None})
-        if op == "steer" and not p.get("ok"):
-            await self._steer_refused(turn_name, str(p.get("steer_id", "")), str(p.get("error") or "refused"))
-
-    async def _steer_refused(self, turn_name: str, steer_id: str, reason: str) -> None:
-        turn = await self.kube.get("turns", turn_name)
-        if turn is None:
-            return
-        states = list((turn.get("status") or {}).get("steers") or [])
-        for x in states:
-            if x.get("id") == steer_id and x.get("status") == "sending":
-                x.update(status="refused", reason=reason, at=iso())
-        await self.kube.patch_status("turns", turn_name, {"steers": states})
 
     # --- turns ------------------------------------------------------------------------------------------
     async def create_turn(
@@ -360,80 +349,12 @@ class Runtime:
         return await create_turn(self.kube, session, message, by=by, from_steer=from_steer, klass=klass)
 
     async def reconcile_turn(self, turn: Obj) -> None:
-        """Delivers what the Turn's spec asks for and its status doesn't show yet (steers, interrupts)."""
+        """Delivers what the Turn's spec asks for and its status doesn't show yet (steering.py)."""
         session = turn["spec"].get("session")
         if not session:
             return
-        name = turn["metadata"]["name"]
         async with self.lock(session):
-            turn = await self.kube.get("turns", name) or turn
-            status = turn.get("status") or {}
-            if status.get("phase") not in ("Running", "NeedsInput"):
-                return
-            s = await self.kube.get("sessions", session)
-            run = ((s or {}).get("status") or {}).get("sandbox", {}).get("run")
-            if not run:
-                return
-            await self._deliver_interrupts(session, run, turn)
-
-    async def _deliver_interrupts(self, session: str, run: str, turn: Obj) -> None:
-        name = turn["metadata"]["name"]
-        status = turn.get("status") or {}
-        known = {i.get("id") for i in status.get("interrupts") or []}
-        new = [i for i in turn["spec"].get("interrupts", []) if i.get("id") not in known]
-        if not new:
-            return
-        states = list(status.get("interrupts") or [])
-        for req in new:
-            states.append({"id": req["id"], "status": "sent", "at": iso()})
-            await self.gateway.send(
-                run, "interrupt", {"turn": name}, command_id=f"interrupt-{name}-{req['id']}"
-            )
-            metrics.INTERRUPTS.inc()
-            await self.event(
-                session, "progress", {"message": "interrupt requested", "by": req.get("by", "")}, name
-            )
-        await self.kube.patch_status("turns", name, {"interrupts": states})
-        self._arm_deadline(session, name)
-
-    def _arm_deadline(self, session: str, turn: str) -> None:
-        self._cancel_deadline(turn)
-        self.deadlines[turn] = asyncio.create_task(self._interrupt_deadline(session, turn))
-
-    def _cancel_deadline(self, turn: str) -> None:
-        task = self.deadlines.pop(turn, None)
-        if task and task is not asyncio.current_task():
-            task.cancel()
-
-    async def _interrupt_deadline(self, session: str, turn_name: str) -> None:
-        """An interrupt the driver doesn't confirm with a signed turn_ended in time kills the run."""
-        await asyncio.sleep(self.settings.interrupt_grace)
-        async with self.lock(session):
-            turn = await self.kube.get("turns", turn_name)
-            if turn is None or (turn.get("status") or {}).get("phase") not in ("Running", "NeedsInput"):
-                return
-            states = [
-                {**i, "status": "killed", "reason": "no confirmation from the driver in time"}
-                if i.get("status") == "sent"
-                else i
-                for i in (turn.get("status") or {}).get("interrupts") or []
-            ]
-            await self.kube.patch_status(
-                "turns",
-                turn_name,
-                {
-                    "phase": "Interrupted",
-                    "outcome": "interrupted",
-                    "exitStatus": 130,
-                    "finishedAt": iso(),
-                    "reason": "the driver did not confirm the interrupt in time; hangar killed the run",
-                    "interrupts": states,
-                },
-            )
-            metrics.INTERRUPT_KILLS.inc()
-            await self._release_sandbox(session, "interrupt not confirmed: run killed", keep_phase="Idle")
-        self.deadlines.pop(turn_name, None)
-        await self.reconcile_session(session)
+            await self.steering.reconcile(session, turn["metadata"]["name"])
 
     # --- sessions ---------------------------------------------------------------------------------------
     async def reconcile_session(self, name: str) -> None:
@@ -467,6 +388,8 @@ class Runtime:
             return
         env = EnvironmentSpec.model_validate(env_obj["spec"])
         policy = spec.get("approvals") or env.approvals or self.settings.approvals or "auto"
+        if await self.approvals.sync_spec_taint(s):
+            st.taint.tainted = True
         if st.policy != policy:
             await self.kube.patch_status("sessions", name, {"policy": policy})
             st.policy = policy
@@ -547,6 +470,7 @@ class Runtime:
             command_id=f"start-{tname}",
         )
         await self.event(name, "turn_requested", {"message": turn["spec"]["message"][:2000]}, tname)
+        await self.steering.reconcile(name, tname)  # steers or interrupts written while it was queued
 
     async def _start_sandbox(self, s: Obj, st: SessionStatus, env: EnvironmentSpec) -> None:
         name = s["metadata"]["name"]
@@ -632,6 +556,8 @@ class Runtime:
             },
         )
         await self.event(name, "sandbox_released", {"pod": pod, "reason": why})
+        if run:
+            await self.approvals.withdraw_run(name, run, f"the sandbox was released: {why}")
 
     async def _stop(self, name: str, st: SessionStatus) -> None:
         if st.current_turn:
@@ -648,6 +574,7 @@ class Runtime:
                         "finishedAt": iso(),
                     },
                 )
+                await self.steering.after_end(name, st.current_turn, lost="the session was stopped")
         await self._release_sandbox(name, "stopped", keep_phase="Stopped")
 
     async def pod_gone(self, pod: Obj, why: str) -> None:
@@ -687,6 +614,9 @@ class Runtime:
                     # The driver saw its CLI die as the pod went: say why it died.
                     reason = f"{lost}: {tstatus.get('reason', '')}".rstrip(": ")
                     await self.kube.patch_status("turns", tname, {"reason": reason[:2000]})
+                await self.steering.after_end(session, tname, lost=lost)
+            if st.phase == "Starting" and why != "was deleted":
+                await self.approvals.sandbox_never_connected(session, pod, lost)
             await self._release_sandbox(session, f"sandbox pod {pod['metadata']['name']} {why}")
         await self.reconcile_session(session)
 

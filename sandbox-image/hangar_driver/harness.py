@@ -6,7 +6,11 @@ An adapter owns the agent CLI process for one sandbox run. The driver core calls
 the adapter reports everything that happens through ``emit`` (thread-safe, never blocks for long) and asks
 for permission decisions through ``emit("permission_request", ...)``; the decision comes back through
 ``answer``. The core serialises calls into one adapter with a lock, so an adapter need not be re-entrant,
-but ``emit`` may be called from the adapter's reader thread at any time.
+but ``emit`` may be called from the adapter's reader thread at any time. That lock is ``Harness.lock``, the
+core's: it is held for the whole call, also while ``start_turn`` or ``steer`` waits for the CLI's answer, so
+the adapter's own threads (the CLI's readers) must never take it; they keep the turn state under a lock of
+their own. Otherwise the reader blocks on a notification while the answer waits behind it in the pipe (codex
+``thread/start`` timed out in 60 s that way).
 
 Events (name, payload) an adapter emits:
 
@@ -18,8 +22,12 @@ Events (name, payload) an adapter emits:
 - ``permission_request`` {"request_id": str, "tool": str, "input": dict, "command": str | None,
                           "cwd": str | None, "suggestions": list}   the CLI waits until ``answer``
 - ``permission_cancelled`` {"request_id": str}          the CLI withdrew its own request (interrupt)
-- ``steer``          {"steer_id": str, "status": "delivered" | "queued"}   exactly once per steer accepted
-                     by ``steer`` (cancelled ones excepted, see ``withdraw``)
+- ``steer``          {"steer_id": str, "status": "delivered" | "queued", "written_at"?: float}   exactly once
+                     per steer accepted by ``steer`` (cancelled ones excepted, see ``withdraw``); ``written_at``
+                     (Unix seconds): when the adapter wrote it to the CLI
+- ``interrupted``    {"turn": id, "interrupt_id": str | None, "continued": True}   an interrupt with a message
+                     was confirmed by the CLI and the same turn goes on with the message (without a message,
+                     or when the CLI can't go on, the confirmation is ``turn_ended`` outcome ``interrupted``)
 - ``usage``          {"input_tokens": int, "output_tokens": int, "cost_usd": float | None}   cumulative
 - ``turn_ended``     {"turn": id, "outcome": "completed" | "failed" | "interrupted",
                       "exit_status": int, "summary": str, "error": str | None,
@@ -82,7 +90,7 @@ class Harness(object):
 
     def __init__(self, emit: Emit) -> None:
         self.emit = emit
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # the core's (see the module docstring): never taken by reader threads
 
     def start_turn(self, cfg: TurnConfig) -> None:
         """Start a turn. Returns once the CLI has the message; the turn's end comes as ``turn_ended``."""
@@ -102,8 +110,11 @@ class Harness(object):
         False: too late, it was (or is being) delivered or queued."""
         return False
 
-    def interrupt(self) -> None:
-        """Stop the running turn. The turn ends with ``turn_ended`` outcome ``interrupted`` (exit 130)."""
+    def interrupt(self, message: Optional[str] = None, interrupt_id: Optional[str] = None) -> None:
+        """Stop the running turn. Without ``message`` the turn ends with ``turn_ended`` outcome ``interrupted``
+        (exit 130). With one, a live adapter has the CLI stop what it is doing and go on with the message in
+        the same turn and conversation, and reports ``interrupted`` (continued) once the CLI confirmed; an
+        adapter that can't ends the turn as without one (the core then starts the next turn with it)."""
         raise NotImplementedError
 
     def answer(self, request_id: str, decision: str, message: Optional[str] = None) -> None:
