@@ -51,7 +51,7 @@ def cluster() -> Iterator[Cluster]:
         return
     bins = binaries.ensure()
     d = Path(tempfile.mkdtemp(prefix="hangar-cp-"))
-    cp = ControlPlane(bins, d).start()
+    cp = ControlPlane(bins, d, components=("kube-controller-manager", "kube-scheduler", "kwok")).start()
     try:
         asyncio.run(install_crds(str(cp.kubeconfig)))
         yield Cluster(cp.kubeconfig, bins.dir, cp)

@@ -14,6 +14,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q -e ".[dev]"
   touch "$stamp"
 fi
+for d in /usr/local/go/bin "$HOME/go/bin" /usr/lib/go/bin; do
+  [ -x "$d/go" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH="$PATH:$d" ;; esac
+done
+export PATH
 if ! command -v go >/dev/null; then
   echo "Go is needed to build the control-plane binaries (or set KUBEBUILDER_ASSETS)" >&2
   [ -n "${KUBEBUILDER_ASSETS:-}" ] || exit 1
