@@ -47,13 +47,15 @@ def cluster() -> Iterator[Cluster]:
     """A real kube-apiserver: an explicit KUBECONFIG (kind, GKE) wins, else our local control plane."""
     explicit = os.environ.get("HANGAR_TEST_KUBECONFIG")
     if explicit:
+        asyncio.run(install_crds(explicit))
         yield Cluster(Path(explicit), None, None)
         return
     bins = binaries.ensure()
     d = Path(tempfile.mkdtemp(prefix="hangar-cp-"))
-    cp = ControlPlane(bins, d, components=("kube-controller-manager", "kube-scheduler", "kwok")).start()
+    cp = ControlPlane(bins, d, components=("kube-controller-manager", "kube-scheduler", "kwok")).start(
+        crds=True
+    )
     try:
-        asyncio.run(install_crds(str(cp.kubeconfig)))
         yield Cluster(cp.kubeconfig, bins.dir, cp)
     finally:
         cp.stop()

@@ -77,7 +77,10 @@ class ControlPlane:
         self.processes.append(proc)
         return proc
 
-    def start(self, timeout: float = 90.0) -> ControlPlane:
+    def start(self, timeout: float = 90.0, crds: bool = False) -> ControlPlane:
+        """Starts everything; with ``crds``, hangar's CRDs are installed before the controller-manager
+        starts, so its garbage collector knows them from the first discovery (else it learns of them only at
+        its next 30-second refresh, and owned objects of a session deleted before then linger)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         pki = self.dir / "pki"
         write_pki(pki)
@@ -134,6 +137,12 @@ class ControlPlane:
         self._spawn("kube-apiserver", api_args)
         self._write_kubeconfig(pki)
         self._wait_ready(timeout)
+        if crds:
+            import asyncio
+
+            from .stack import install_crds
+
+            asyncio.run(install_crds(str(self.kubeconfig)))
         if run_kcm:
             self._spawn(
                 "kube-controller-manager",

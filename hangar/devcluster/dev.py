@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ from ..cli.context import Context, context_file, save
 from ..paths import repo_root, state_dir
 from . import binaries
 from .controlplane import ControlPlane, free_port, stop_process
-from .stack import Stack, install_crds, kill_under, wait_http, write_state
+from .stack import Stack, kill_under, wait_http, write_state
 
 DEMO_ENV = "default"
 
@@ -56,10 +55,9 @@ def up(with_clis: bool = True) -> dict[str, Any]:
         subprocess.run(
             ["bash", str(repo_root() / "tools" / "install-clis.sh")], check=True, stdout=subprocess.DEVNULL
         )
-    cp = ControlPlane(bins, root / "cluster").start()
+    cp = ControlPlane(bins, root / "cluster").start(crds=True)
     pids: dict[str, int] = {p.name: p.popen.pid for p in cp.processes}
     try:
-        asyncio.run(install_crds(str(cp.kubeconfig)))
         # A scripted model server so the demo runs a real CLI with no model account and no network.
         model_port = free_port()
         with (root / "model.log").open("ab") as fh:
