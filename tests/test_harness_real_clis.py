@@ -43,6 +43,28 @@ TIMEOUT = 30.0
 NOBODY = {"uid": 65534, "gid": 65534}
 
 
+class AsTheCore:
+    """The adapter, called the way the driver core calls it: every contract call holds ``harness.lock``
+    (``hangar_driver.main``). An adapter whose reader thread takes that lock deadlocks here as in a pod
+    (codex's thread/start answer sat unread behind a notification for 60 s)."""
+
+    CALLS = ("start_turn", "steer", "withdraw", "interrupt", "answer", "running", "close")
+
+    def __init__(self, harness: Harness) -> None:
+        self._harness = harness
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._harness, name)
+        if name not in self.CALLS:
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._harness.lock:
+                return value(*args, **kwargs)
+
+        return call
+
+
 def _need(path: Path) -> None:
     if not path.exists():
         pytest.skip(
@@ -104,7 +126,7 @@ class Rig:
     ) -> None:
         self.run_as = run_as
         self.events = Events()
-        self.harness: Harness = make_harness(harness_name, self.events)
+        self.harness: Harness = AsTheCore(make_harness(harness_name, self.events))  # type: ignore[assignment]
         self.name = harness_name
         self.model = model
         self.home = tmp / "home"
@@ -208,7 +230,12 @@ class Rig:
         return self.events.ended(self.start(message, approvals, continue_))
 
     def steers(self, steer_id: str) -> list[dict[str, Any]]:
-        return [p for p in self.events.all("steer") if p["steer_id"] == steer_id]
+        """The steer's events, without ``written_at`` (a timestamp, for the steering bench)."""
+        return [
+            {k: v for k, v in p.items() if k != "written_at"}
+            for p in self.events.all("steer")
+            if p["steer_id"] == steer_id
+        ]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import sessions
+from . import approvals, sessions, steering
 from .auth import Tokens
 
 log = logging.getLogger("hangar.api")
@@ -45,6 +45,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
         try:
             yield
         finally:
+            steering.stop_watch(app.state)
             await app.state.db.close()
             await app.state.kube.close()
 
@@ -57,6 +58,8 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     )
     app.state.ready = False
     app.include_router(sessions.router)
+    app.include_router(approvals.router)
+    app.include_router(steering.router)
 
     @app.middleware("http")
     async def metrics_mw(request: Request, call_next: Any) -> Response:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube
-from hangar.models.base import NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
+from hangar.models.base import LIVE_HARNESSES, NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.models.turn import MESSAGE_MAX
 from hangar.store import Database
 
@@ -119,11 +119,23 @@ async def delete_session(ref: str, who: Admin, k: KubeDep, d: DbDep) -> dict[str
 async def send_message(
     ref: str, body: Message, who: Admin, request: Request, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
-    """Starts a turn when the session is idle; otherwise the message waits as the next turn."""
+    """Starts a turn when the session is idle. While a Claude Code or Codex turn runs, the message steers
+    it (``kind: steer``; it starts the next turn if that turn ends first). On a busy one-shot session the
+    message waits as the next turn."""
     s = await get_session(k, ref)
     phase = (s.get("status") or {}).get("phase")
     if phase == "Failed":
         raise HTTPException(409, f"session {ref!r} failed: {(s.get('status') or {}).get('message', '')}")
+    if s["spec"].get("harness", "claude") in LIVE_HARNESSES:
+        from .steering import running_turn, steer_turn
+
+        running = await running_turn(k, s)
+        if running is not None:
+            out = await steer_turn(k, running, body.message, who.subject)
+            await d.audit(
+                who.subject, "session.steer", ref, turn=out["turn"]["name"], steer=out["steer"]["id"]
+            )
+            return out
     turn = await request.app.state.turns.create(ref, body.message, by=who.subject)
     await d.audit(who.subject, "session.send", ref, turn=turn)
     t = await k.get("turns", turn)

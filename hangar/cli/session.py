@@ -65,6 +65,8 @@ def cmd_new(a: argparse.Namespace) -> None:
     body: dict[str, Any] = {"name": a.name, "environment": a.env, "harness": a.harness, "message": a.message}
     if a.approvals:
         body["approvals"] = a.approvals
+    if getattr(a, "tainted", False):
+        body["tainted"] = True
     if a.model:
         body["model"] = a.model
     s = call("POST", "/api/sessions", json=body)
@@ -146,6 +148,139 @@ def cmd_delete(a: argparse.Namespace) -> None:
     print(f"session {a.name} deleted")
 
 
+def _class_arg(word: str) -> str:
+    from hangar.steering import parse_class
+
+    try:
+        return parse_class(word)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _find_item(name: str, turn: str, kind: str, item_id: str) -> dict[str, Any] | None:
+    s = call("GET", f"/api/sessions/{name}")
+    t = next((t for t in s.get("turns", []) if t["name"] == turn), None)
+    return next((x for x in (t or {}).get(kind, []) if x["id"] == item_id), None)
+
+
+def cmd_steer(a: argparse.Namespace) -> None:
+    r = call("POST", f"/api/sessions/{a.name}/steer", json={"message": a.message})
+    st = r["steer"]
+    print(f"steer {st['id']} {st['status']} (turn {r['turn']['name']})")
+    if a.klass:
+        c = call("POST", f"/api/sessions/{a.name}/steers/{st['id']}/class", json={"class": a.klass})
+        print(f"steer {st['id']} classified {c['steer']['class']}")
+    if a.wait:
+        deadline = time.monotonic() + a.timeout
+        while time.monotonic() < deadline:
+            cur = _find_item(a.name, r["turn"]["name"], "steers", st["id"])
+            if cur and cur["status"] != "sending":
+                extra = f": it starts {cur['next_turn']}" if cur.get("next_turn") else ""
+                print(f"steer {st['id']} {cur['status']}{extra}")
+                return
+            time.sleep(0.3)
+        raise SystemExit(f"steer {st['id']} still sending after {a.timeout:.0f}s")
+
+
+def cmd_withdraw(a: argparse.Namespace) -> None:
+    r = call("POST", f"/api/sessions/{a.name}/steers/{a.steer_id}/withdraw")
+    print(f"steer {a.steer_id} {r['steer']['status']}: {r.get('detail', '')}")
+
+
+def cmd_interrupt(a: argparse.Namespace) -> None:
+    body = {"message": a.message} if a.message else None
+    r = call("POST", f"/api/sessions/{a.name}/interrupt", json=body)
+    it, turn = r["interrupt"], r["turn"]
+    print(f"interrupt {it['id']} sent (turn {turn['name']})")
+    if not a.wait:
+        return
+    deadline = time.monotonic() + a.timeout
+    while time.monotonic() < deadline:
+        cur = _find_item(a.name, turn["name"], "interrupts", it["id"])
+        if cur and cur["status"] not in ("requested", "sent"):
+            line = f"interrupt {it['id']} {cur['status']}"
+            if cur.get("message_status") == "delivered":
+                line += ": the turn goes on with the message"
+            elif cur.get("next_turn"):
+                line += f": the message starts {cur['next_turn']}"
+            print(line + (f" ({cur['reason']})" if cur.get("reason") else ""))
+            return
+        time.sleep(0.3)
+    raise SystemExit(f"interrupt {it['id']} not confirmed after {a.timeout:.0f}s")
+
+
+def cmd_classify(a: argparse.Namespace) -> None:
+    r = call("POST", f"/api/sessions/{a.name}/steers/{a.steer_id}/class", json={"class": a.klass})
+    item = r.get("steer") or r.get("interrupt") or {}
+    print(f"{'steer' if 'steer' in r else 'interrupt'} {a.steer_id} classified {item.get('class')}")
+
+
+def _print_approval(a: dict[str, Any]) -> None:
+    head = f"{a['id']}  {a['phase']:9}  {a['tool']}"
+    if a.get("tainted"):
+        head += "  [tainted]"
+    if a.get("governed"):
+        head += "  [governed]"
+    print(head)
+    print(f"    $ {a.get('command') or ''}")
+    if a["phase"] == "Pending":
+        print(f"    why: {a.get('why') or '-'}; denied at {a.get('deadline') or '-'} if nobody answers")
+    else:
+        line = f"    {a.get('decision') or '-'} by {a.get('by') or '-'} ({a.get('resolved_by') or a.get('reason')})"
+        if a.get("message"):
+            line += f": {a['message'][:300]}"
+        print(line)
+
+
+def cmd_approvals(a: argparse.Namespace) -> None:
+    base = f"/api/sessions/{a.name}/approvals"
+    decisions = [("allow", a.allow), ("deny", a.deny), ("allow_always", a.allow_always)]
+    chosen = [(d, i) for d, i in decisions if i]
+    if len(chosen) > 1:
+        raise SystemExit("give one of --allow, --deny or --allow-always")
+    if a.message and not a.deny:
+        raise SystemExit("--message goes with --deny")
+    if chosen:
+        decision, ident = chosen[0]
+        body: dict[str, Any] = {"decision": decision}
+        if a.message:
+            body["message"] = a.message
+        r = call("POST", f"{base}/{ident}", json=body)
+        print(f"{r['id']}: {decision} sent for {r['tool']} {r.get('command') or ''}")
+        return
+    shown: set[str] = set()
+    while True:
+        r = call("GET", base)
+        if a.json and not a.watch:
+            print(json.dumps(r, indent=2))
+            return
+        if not a.watch:
+            taint = "  tainted" if r.get("tainted") else ""
+            print(f"session {r['session']}  approvals={r['policy']}{taint}")
+            print(f"pending ({len(r['pending'])}):")
+            for x in r["pending"]:
+                _print_approval(x)
+            if r["recent"]:
+                print("recent:")
+                for x in r["recent"][: a.recent]:
+                    _print_approval(x)
+            return
+        for x in r["pending"]:
+            if x["id"] not in shown:
+                shown.add(x["id"])
+                _print_approval(x)
+                print(
+                    f"    answer: hangar session approvals {a.name} --allow {x['id']} (or --deny, --allow-always)"
+                )
+                sys.stdout.flush()
+        for x in r["recent"]:
+            if x["id"] in shown and f"done:{x['id']}" not in shown:
+                shown.add(f"done:{x['id']}")
+                _print_approval(x)
+                sys.stdout.flush()
+        time.sleep(a.interval)
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("session", help="work with sessions")
     ss = p.add_subparsers(dest="session_cmd", required=True)
@@ -155,6 +290,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     n.add_argument("-e", "--env", required=True, help="the Environment to run in")
     n.add_argument("--harness", default="claude", choices=["claude", "codex", "pi", "antigravity"])
     n.add_argument("--approvals", choices=["auto", "ask", "deny-risky", "governed"])
+    n.add_argument(
+        "--tainted", action="store_true", help="start tainted (the agent will read untrusted input)"
+    )
     n.add_argument("--model")
     n.add_argument("--wait", action="store_true", help="follow the first turn until it ends")
     n.add_argument("--timeout", type=float, default=600)
@@ -179,3 +317,45 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     d = ss.add_parser("delete", help="delete a session, its sandbox and its turns")
     d.add_argument("name")
     d.set_defaults(func=cmd_delete)
+    st = ss.add_parser("steer", help="add a message to the running turn (Claude Code, Codex)")
+    st.add_argument("name")
+    st.add_argument("message")
+    st.add_argument(
+        "--class", dest="klass", type=_class_arg, help="correction (fix), redirect or new_info (info)"
+    )
+    st.add_argument("--wait", action="store_true", help="wait until it is delivered or queued")
+    st.add_argument("--timeout", type=float, default=600)
+    st.set_defaults(func=cmd_steer)
+    w = ss.add_parser("withdraw", help="take back a steer that is still on its way to the agent")
+    w.add_argument("name")
+    w.add_argument("steer_id")
+    w.set_defaults(func=cmd_withdraw)
+    it = ss.add_parser("interrupt", help="stop the running turn; with a message, go on with it")
+    it.add_argument("name")
+    it.add_argument("message", nargs="?")
+    it.add_argument("--wait", action="store_true", help="wait until the driver confirms (or hangar kills it)")
+    it.add_argument("--timeout", type=float, default=120)
+    it.set_defaults(func=cmd_interrupt)
+    c = ss.add_parser("classify", help="say what a steer or interrupt was")
+    c.add_argument("name")
+    c.add_argument("steer_id")
+    c.add_argument(
+        "klass", metavar="class", type=_class_arg, help="correction (fix), redirect, new_info (info)"
+    )
+    c.set_defaults(func=cmd_classify)
+    ap = ss.add_parser(
+        "approvals",
+        help="what the agent waits on; allow or deny it",
+        description="Without an option: the policy, pending and recent approvals. --watch prints each new "
+        "request (and how it was resolved) until Ctrl-C.",
+    )
+    ap.add_argument("name")
+    ap.add_argument("--watch", action="store_true", help="keep printing new requests")
+    ap.add_argument("--allow", metavar="ID", help="allow this call")
+    ap.add_argument("--deny", metavar="ID", help="deny this call (the agent is told, with --message)")
+    ap.add_argument("--allow-always", metavar="ID", help="allow calls like this one for the rest of the turn")
+    ap.add_argument("-m", "--message", help="with --deny: what the agent is told")
+    ap.add_argument("--recent", type=int, default=10, help="how many recent approvals to show")
+    ap.add_argument("--interval", type=float, default=1.0, help="--watch: seconds between looks")
+    ap.add_argument("--json", action="store_true")
+    ap.set_defaults(func=cmd_approvals)

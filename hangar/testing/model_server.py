@@ -34,6 +34,8 @@ A :class:`Step` (or the same keys as a dict, e.g. in a ``--script`` JSON file):
 * ``command``: end the reply with a shell tool call, named after what the request offers: Claude Code
   ``Bash {command, description}``, pi ``bash {command}``, Codex ``exec_command {cmd, yield_time_ms}``, else
   ``shell_command {command}`` / ``shell {command: [...]}``.
+* ``tool`` and ``tool_input``: end the reply with a call of that tool instead (Anthropic Messages only), e.g.
+  ``Step(tool="WebSearch", tool_input={"query": "…"})``.
 * ``repeat``: the step is not consumed (for catch-all steps such as the demo's).
 * ``delay``: seconds to wait before answering.
 
@@ -79,10 +81,13 @@ class Step:
     repeat: bool = False
     delay: float = 0.0
     name: str = ""
+    tool: str | None = None
+    tool_input: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
         known = {"when", "text", "words", "word_delay", "command", "description", "repeat", "delay", "name"}
+        known |= {"tool", "tool_input"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown step keys: {sorted(unknown)}")
@@ -365,7 +370,10 @@ class _Handler(BaseHTTPRequestHandler):
         model_name = str(req.body.get("model") or "claude-sonnet-4-5")
         chunks = step.reply_text()
         tool: tuple[str, dict[str, Any]] | None = None
-        if step.command is not None:
+        if step.tool is not None:
+            tool = (step.tool, dict(step.tool_input or {}))
+            req.tool_name = tool[0]
+        elif step.command is not None:
             tool = _anthropic_tool(req.tools, step.command, step.description)
             req.tool_name = tool[0]
         in_tokens = max(1, len(req.raw) // 4)

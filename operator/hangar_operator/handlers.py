@@ -33,14 +33,27 @@ async def session_tick(name: str, **_: Any) -> None:
 
 @kopf.on.resume(GROUP, VERSION, "turns")
 @kopf.on.create(GROUP, VERSION, "turns")
-@kopf.on.update(GROUP, VERSION, "turns")
-async def turn_changed(body: kopf.Body, **_: Any) -> None:
+async def turn_created(body: kopf.Body, **_: Any) -> None:
+    """A new Turn may start now."""
     rt = runtime()
     obj = dict(body)
     await rt.reconcile_turn(obj)
     session = obj["spec"].get("session")
     if session:
         await rt.reconcile_session(session)
+
+
+@kopf.on.event(GROUP, VERSION, "turns")
+async def turn_event(event: kopf.RawEvent, **_: Any) -> None:
+    """Requests written into a Turn's spec (steers, withdrawals, interrupts, classes: REST, the CLI,
+    kubectl) are delivered (steering.py). A raw event handler: a burst of steers costs no kopf bookkeeping
+    writes on the Turn, and events that ask for nothing new are dropped without an API call."""
+    if event["type"] == "DELETED":
+        return
+    rt = runtime()
+    obj = dict(event["object"])
+    if rt.steering.pending(obj):
+        await rt.reconcile_turn(obj)
 
 
 @kopf.on.event(
@@ -55,3 +68,14 @@ async def sandbox_pod_event(event: kopf.RawEvent, **_: Any) -> None:
     elif phase in ("Failed", "Succeeded"):
         reason = status.get("reason") or phase
         await runtime().pod_gone(pod, f"ended ({reason})")
+
+
+@kopf.on.event(GROUP, VERSION, "approvals")
+async def approval_event(event: kopf.RawEvent, **_: Any) -> None:
+    """A decision in spec.decision (REST, the CLI, kubectl patch) is delivered; a pending one is timed.
+
+    A raw event handler: no kopf bookkeeping is written to Approvals, and the listing at start-up is the
+    resume (re-arms deadlines, re-sends decisions recorded but not confirmed by the driver)."""
+    if event["type"] == "DELETED":
+        return
+    await runtime().approvals.reconcile(dict(event["object"]))

@@ -20,5 +20,33 @@ INTERRUPTS = Counter("hangar_interrupts_total", "Interrupts sent to drivers")
 INTERRUPT_KILLS = Counter(
     "hangar_interrupt_kills_total", "Runs killed because an interrupt was not confirmed"
 )
+# Steering (steering.py): every steer and interrupt once, by the class it arrived with, and every
+# classification after that (REST, kubectl, an intake prefix), by the class given.
+INTERVENTIONS = Counter(
+    "hangar_interventions_total",
+    "Steers and interrupts received, by kind and class on arrival",
+    ["kind", "class"],
+)
+STEER_CLASSIFICATIONS = Counter(
+    "hangar_steer_classifications_total", "Steers and interrupts classified, by class", ["class"]
+)
 DRIVER_REJECTED = Counter("hangar_driver_messages_rejected_total", "Driver frames refused", ["reason"])
 DRIVER_EVENTS = Counter("hangar_driver_events_total", "Driver events stored", ["name"])
+# Approvals: outcome allow | deny | allow_always | withdrawn; resolver person | policy | timeout | tower | none.
+APPROVALS = Counter(
+    "hangar_approvals_total",
+    "Tool calls decided under a policy other than auto",
+    ["policy", "outcome", "resolver"],
+)
+APPROVAL_PENDING_SECONDS = Histogram(
+    "hangar_approval_pending_seconds",
+    "Time an approval waited for its decision (requested to decided)",
+    ["resolver"],
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+APPROVAL_DECISION_SECONDS = Histogram(
+    "hangar_approval_policy_decision_seconds",
+    "Permission request to answer sent, when the policy answers at once",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
+)
+TAINTED = Counter("hangar_taints_total", "Sessions that became tainted")

@@ -42,6 +42,12 @@ Interrupt: ``control_request`` ``interrupt`` (``cancel_queued``); the CLI confir
 ``interrupted``, exit status 130 (also when the CLI had just finished on its own: the interrupt was asked for
 before the end was seen).
 
+Interrupt with a message: the same, but once the CLI has ended its turn (the interrupt's result) the message
+is written as the next user line to the same process, which takes it in: the hangar turn and the conversation
+go on with it, and ``interrupted`` (continued) reports the confirmation. The interrupted result is not counted
+as the turn's failure. If the CLI had already finished (nothing to interrupt), the turn ends as usual and the
+core starts the next turn with the message.
+
 ``TurnConfig.extra["claude_args"]``: more command-line arguments. Approvals ``auto`` runs with
 ``--permission-mode bypassPermissions`` and ``IS_SANDBOX=1`` added to the environment (the CLI refuses that
 mode as root otherwise); any other policy leaves the CLI's checks on and its prompts come here.
@@ -51,6 +57,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
 from typing import Any, Dict, List, Optional, Set, Tuple  # noqa: F401 (type comments)
 
@@ -76,6 +83,14 @@ def _zero_usage() -> Dict[str, int]:
     }
 
 
+
+QUIET_ENV = (
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    "DISABLE_TELEMETRY",
+    "DISABLE_AUTOUPDATER",
+    "DISABLE_ERROR_REPORTING",
+)
+
 class _Turn(object):
     def __init__(self, cfg: TurnConfig) -> None:
         self.cfg = cfg
@@ -98,6 +113,8 @@ class _Turn(object):
         self.cost = None  # type: Optional[float]
         self.timer = None  # type: Optional[threading.Timer]
         self.session_id = None  # type: Optional[str]
+        self.continue_with = None  # type: Optional[Tuple[Optional[str], str]]  # (interrupt id, message)
+        self.written_at = {}  # type: Dict[str, float]  # steer_id -> when it was written to the CLI
 
 
 class ClaudeHarness(Harness):
@@ -138,7 +155,13 @@ class ClaudeHarness(Harness):
             argv += ["--model", cfg.model]
         if cfg.conversation:
             argv += ["--resume", cfg.conversation]
-        extra_env = {}  # type: Dict[str, str]
+        # hangar-owned settings: a sandboxed CLI neither updates itself nor phones home (telemetry, error
+        # reports); the Environment can still set any of these itself.
+        extra_env = {
+            k: "1"
+            for k in QUIET_ENV
+            if k not in cfg.env
+        }  # type: Dict[str, str]
         if cfg.approvals == "auto":
             # The CLI's own checks off. As root it refuses this unless told it runs in a sandbox (it does).
             argv += ["--permission-mode", "bypassPermissions"]
@@ -188,12 +211,14 @@ class ClaudeHarness(Harness):
                     return True
             return False
 
-    def interrupt(self) -> None:
+    def interrupt(self, message: Optional[str] = None, interrupt_id: Optional[str] = None) -> None:
         with self._mu:
             turn = self._turn
             if turn is None or turn.ended or turn.finishing or turn.interrupted:
                 return
             turn.interrupted = True
+            if message:
+                turn.continue_with = (interrupt_id, message)
             request_id = "hangar_interrupt_%d" % next(self._ids)
             turn.interrupt_request_id = request_id
             ok = turn.writer is not None and turn.writer.write(
@@ -270,6 +295,7 @@ class ClaudeHarness(Harness):
     def _write_steer(self, turn: _Turn, steer_id: str, text: str) -> None:
         line_uuid = str(uuid.uuid4())
         turn.written[line_uuid] = steer_id
+        turn.written_at[steer_id] = time.time()
         if turn.writer is None or not turn.writer.write(self._user_line(text, line_uuid)):
             # The CLI is gone: it never got it. The turn's end reports it queued.
             pass
@@ -424,7 +450,16 @@ class ClaudeHarness(Harness):
                     )
                 )
             turn.cli_busy = True
-            events.append(("steer", {"steer_id": steer_id, "status": "delivered"}))
+            events.append(
+                (
+                    "steer",
+                    {
+                        "steer_id": steer_id,
+                        "status": "delivered",
+                        "written_at": turn.written_at.pop(steer_id, None),
+                    },
+                )
+            )
         elif state == "cancelled":
             del turn.written[line_uuid]
             events.append(("steer", {"steer_id": steer_id, "status": "queued"}))
@@ -493,6 +528,9 @@ class ClaudeHarness(Harness):
         payload = dict(usage)  # type: Dict[str, Any]
         payload["cost_usd"] = cost
         events.append(("usage", payload))
+        if turn.interrupted and turn.continue_with is not None and not turn.finishing:
+            self._continue_after_interrupt(turn, obj, events)
+            return False
         if turn.written and not turn.interrupted:
             # A steer lost the race with its tool: the CLI takes it in as a follow-on turn. Keep going.
             if turn.timer is None:
@@ -545,9 +583,28 @@ class ClaudeHarness(Harness):
         )
         kill_group(proc)
 
+    def _continue_after_interrupt(self, turn: _Turn, result: Dict[str, Any], events: List[Event]) -> None:
+        """The CLI ended its turn for the interrupt: hand it the interrupt's message in the same process."""
+        interrupt_id, text = turn.continue_with or (None, "")
+        turn.continue_with = None
+        turn.interrupted = False
+        turn.interrupt_request_id = None
+        if turn.timer is not None:
+            turn.timer.cancel()
+            turn.timer = None
+        if result.get("subtype") != "success" and turn.results and turn.results[-1] is result:
+            turn.results.pop()  # error_during_execution: what we asked for, not the turn's failure
+        turn.message_uuid = str(uuid.uuid4())
+        turn.cli_busy = True
+        if turn.writer is None or not turn.writer.write(self._user_line(text, turn.message_uuid)):
+            # The CLI is gone: the turn ends as interrupted and the core starts the next turn with it.
+            turn.interrupted = True
+            return
+        events.append(("interrupted", {"turn": turn.id, "interrupt_id": interrupt_id, "continued": True}))
+
     def _interrupt_timeout(self, turn: _Turn) -> None:
         with self._mu:
-            if turn.ended or turn.proc is None:
+            if turn.ended or turn.proc is None or not turn.interrupted:
                 return
             proc = turn.proc
         # The CLI did not end the turn in time: kill it. _on_eof ends the turn as interrupted.

@@ -21,6 +21,8 @@ other failure: ``queued``. Codex never needs a steer held, so ``withdraw`` alway
 
 Interrupt: ``turn/interrupt``; confirmed by ``turn/completed`` with status ``interrupted`` (open approvals are
 resolved through ``serverRequest/resolved`` -> ``permission_cancelled``). Outcome ``interrupted``, exit 130.
+With a message, the confirmation is followed by ``turn/start`` with the message on the same thread in the same
+app-server process: the hangar turn and the conversation go on with it (``interrupted``, continued).
 
 Approvals: ``approvalPolicy`` ``never`` + sandbox ``danger-full-access`` when approvals are ``auto``, else
 ``untrusted`` (the sandbox pod is the sandbox). ``item/commandExecution/requestApproval`` and
@@ -38,6 +40,7 @@ import itertools
 import json
 import os
 import threading
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .adapters import LineReader, StdinWriter, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
@@ -211,6 +214,7 @@ class _Turn(object):
         self.finishing = False
         self.ended = False
         self.timer = None  # type: Optional[threading.Timer]
+        self.continue_with = None  # type: Optional[Tuple[Optional[str], str]]  # (interrupt id, message)
 
 
 def _usage_of(total: Dict[str, Any]) -> Dict[str, int]:
@@ -326,6 +330,7 @@ class CodexHarness(Harness):
             if turn is None or turn.ended:
                 raise NotLive("no turn running")
             if not (turn.finishing or turn.rpc is None or not turn.codex_turn):
+                written_at = time.time()
                 _rid, slot = turn.rpc.send("turn/steer", self._steer_params(turn, message))
                 turn.inflight_steers[steer_id] = slot
         if slot is None:
@@ -343,17 +348,19 @@ class CodexHarness(Harness):
         with self._mu:
             mine = turn.inflight_steers.pop(steer_id, None) is not None
         if mine:  # else _end reported it
-            self.emit("steer", {"steer_id": steer_id, "status": status})
+            self.emit("steer", {"steer_id": steer_id, "status": status, "written_at": written_at})
 
     def withdraw(self, steer_id: str) -> bool:
         return False  # nothing is ever held: a steer goes to codex at once
 
-    def interrupt(self) -> None:
+    def interrupt(self, message: Optional[str] = None, interrupt_id: Optional[str] = None) -> None:
         with self._mu:
             turn = self._turn
             if turn is None or turn.ended or turn.finishing or turn.interrupted:
                 return
             turn.interrupted = True
+            if message:
+                turn.continue_with = (interrupt_id, message)
             rpc = turn.rpc
             params = {"threadId": turn.thread_id, "turnId": turn.codex_turn}
             turn.timer = threading.Timer(INTERRUPT_GRACE, self._interrupt_timeout, [turn])
@@ -631,9 +638,22 @@ class CodexHarness(Harness):
             turn.last_error = str(err.get("message") or err)
             level = "info" if params.get("willRetry") else "warning"
             events.append(("log", {"level": level, "message": "codex: %s" % turn.last_error}))
+        elif method == "turn/started":
+            started = (params.get("turn") or {}).get("id")
+            if started and turn.turn_start_sent and not turn.codex_turn:
+                turn.codex_turn = str(started)  # the turn started after an interrupt with a message
         elif method == "turn/completed":
             done = params.get("turn") or {}
             if not turn.turn_start_sent or (turn.codex_turn and done.get("id") != turn.codex_turn):
+                return False
+            if (
+                done.get("status") == "interrupted"
+                and turn.interrupted
+                and turn.continue_with is not None
+                and turn.rpc is not None
+                and turn.thread_id
+            ):
+                self._continue_after_interrupt(turn, events)
                 return False
             turn.status = str(done.get("status") or "")
             err = done.get("error")
@@ -669,9 +689,48 @@ class CodexHarness(Harness):
                 )
             self._end(turn, "failed", exit_status(code, True), error, summary)
 
+    def _continue_after_interrupt(self, turn: _Turn, events: List[Event]) -> None:
+        """codex stopped the turn for the interrupt: start the next codex turn on the same thread with the
+        interrupt's message. Called in the reader thread, so the answer is awaited in a thread of its own."""
+        interrupt_id, text = turn.continue_with or (None, "")
+        turn.continue_with = None
+        turn.interrupted = False
+        turn.codex_turn = None
+        for iid, item in list(turn.items.items()):
+            if item.get("type") != "agentMessage":
+                events.append(("tool_result", {"id": iid, "is_error": True, "output": "(interrupted)"}))
+        turn.items = {}
+        turn.deltas = {}
+        assert turn.rpc is not None
+        _rid, slot = turn.rpc.send(
+            "turn/start", {"threadId": turn.thread_id, "input": [{"type": "text", "text": text}]}
+        )
+        events.append(("interrupted", {"turn": turn.id, "interrupt_id": interrupt_id, "continued": True}))
+
+        def started() -> None:
+            try:
+                result = _Rpc.wait(slot, "turn/start", RPC_TIMEOUT)
+            except RpcError as e:
+                with self._mu:
+                    if turn.ended:
+                        return
+                    turn.turn_error = "codex: going on after the interrupt: %s" % e
+                    turn.finishing = True
+                if turn.writer is not None:
+                    turn.writer.close()  # app-server exits; _on_eof ends the turn (failed)
+                return
+            with self._mu:
+                if turn.timer is not None:
+                    turn.timer.cancel()
+                    turn.timer = None
+                if not turn.codex_turn:
+                    turn.codex_turn = str((result.get("turn") or {}).get("id") or "")
+
+        threading.Thread(target=started, name="codex-continue", daemon=True).start()
+
     def _interrupt_timeout(self, turn: _Turn) -> None:
         with self._mu:
-            if turn.ended or turn.proc is None:
+            if turn.ended or turn.proc is None or not turn.interrupted:
                 return
             proc = turn.proc
         self.emit("log", {"level": "warning", "message": "codex did not confirm the interrupt: killing it"})

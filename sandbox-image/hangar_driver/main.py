@@ -33,10 +33,15 @@ Commands (``command`` frames; every one is answered by a ``command_result`` even
 - ``start_turn`` {turn, message, model?, conversation?, approvals?, tainted?, env?, extra?, argv_prefix?}
   → {turn, io}. Refused while a turn runs, for a turn id this driver already started, and for
   ``approvals`` other than ``auto`` on a harness without live permission prompts.
-- ``steer`` {steer_id, message} → {steer_id}; a harness that can't be steered answers
-  ``ok: false``, error "harness X cannot be steered: the message starts the next turn".
-- ``withdraw`` {steer_id} → {steer_id, withdrawn: bool}.
-- ``interrupt`` {} → {running: bool}. The turn's end comes as ``turn_ended`` (outcome interrupted).
+- ``steer`` {steer_id, message, turn?} → {steer_id, status?, at}; a harness that can't be steered answers
+  ``ok: false``, error "harness X cannot be steered: the message starts the next turn". When ``turn`` (or, without it, any
+  turn) is no longer running, the steer is reported ``queued`` at once (a ``steer`` event, then this result
+  with ``status: queued``): it starts the next turn, it is never lost.
+- ``withdraw`` {steer_id} → {steer_id, withdrawn: bool}. The adapter arbitrates: withdrawn (no ``steer``
+  event follows) or not (its ``steer`` event says delivered or queued), never both.
+- ``interrupt`` {turn?, interrupt_id?, message?} → {running: bool, continues: bool}. Without a message the
+  turn's end comes as ``turn_ended`` (outcome interrupted); with one, a live harness reports ``interrupted``
+  (continued) and the turn goes on with it.
 - ``answer`` {request_id, decision: allow|deny|allow_always, message?} → {request_id}.
 - ``taint`` {} → {tainted: true}: this and every later turn is tainted.
 - ``checkpoint`` {path, include_home?: true} → {path, size, sha256}: a tar.gz of the workspace (as
@@ -239,18 +244,31 @@ def read_key() -> bytes:
     return key
 
 
-def harden_process() -> None:
+# Why the driver could not make itself non-dumpable (None: it did). Turns under an approvals policy other
+# than auto are refused then: the spec asks for python3 3.8+ with ctypes.
+HARDENING_ERROR = None  # type: Optional[str]
+
+
+def harden_process() -> bool:
     """Make the driver non-dumpable: /proc/<pid>/{environ,mem,maps} become root-only and no process of
-    another (or, for a non-root driver, the same) uid can ptrace it. Best effort (Linux, ctypes)."""
+    another (or, for a non-root driver, the same) uid can ptrace it. Linux, via ctypes. False (and
+    HARDENING_ERROR says why) when it could not: a python3 without ctypes, or prctl refused."""
+    global HARDENING_ERROR
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_DUMPABLE = 4
         if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-            log.warning("prctl(PR_SET_DUMPABLE) failed: errno %d", ctypes.get_errno())
+            HARDENING_ERROR = "prctl(PR_SET_DUMPABLE) failed: errno %d" % ctypes.get_errno()
+            log.warning("%s", HARDENING_ERROR)
+            return False
     except Exception as exc:  # no ctypes, not Linux
-        log.warning("could not make the driver non-dumpable: %s", exc)
+        HARDENING_ERROR = "%s: %s" % (exc.__class__.__name__, exc)
+        log.warning("could not make the driver non-dumpable: %s", HARDENING_ERROR)
+        return False
+    HARDENING_ERROR = None
+    return True
 
 
 def secure_dir(path: str, owner: Optional[int], group: Optional[int], mode: int) -> None:
@@ -919,7 +937,9 @@ class Driver(object):
         self.results = collections.OrderedDict()  # type: collections.OrderedDict[str, Optional[Dict[str, Any]]]
         self.results_lock = threading.Lock()
         self.tainted = False
+        self.io_dir = None  # type: Optional[str]  # the running turn's $HANGAR_IO
         self.turns_started = set()  # type: Set[str]
+        self.current_turn = None  # type: Optional[str]  # the turn last started
         self.stopping = threading.Event()
         self.shutdown_requested = False
         self.side_threads = []  # type: List[threading.Thread]
@@ -947,6 +967,16 @@ class Driver(object):
         try:
             if not isinstance(name, str) or not isinstance(payload, dict):
                 raise TypeError("emit(%r, %r)" % (type(name), type(payload)))
+            if name == "permission_request":
+                # What the control plane's rules resolve paths against, as this sandbox sees them.
+                payload = dict(payload)
+                payload.setdefault("home", self.cfg.agent_home)
+                if self.io_dir:
+                    payload.setdefault("io", self.io_dir)
+            if name in ("steer", "interrupted") and not payload.get("turn") and self.current_turn:
+                # The adapter reports a steer's fate before the next turn can start: it is this turn's.
+                payload = dict(payload)
+                payload["turn"] = self.current_turn
             if name == "turn_ended":
                 turn = payload.get("turn")
                 if isinstance(turn, str):
@@ -1059,6 +1089,10 @@ class Driver(object):
         message = self._str(body, "message", limit=2 * 1024 * 1024)
         assert message is not None
         approvals = self._str(body, "approvals", required=False, limit=40) or "auto"
+        if approvals != "auto" and HARDENING_ERROR is not None:
+            raise CommandError("approvals %s needs the driver hardened, and this sandbox's python3 could not "
+                               "make it non-dumpable (%s): use an image with python3 3.8 or later, with ctypes"
+                               % (approvals, HARDENING_ERROR))
         if approvals != "auto" and not h.live:
             raise CommandError("harness %s has no permission prompts: approvals %s needs a live harness"
                                % (self.cfg.harness, approvals))
@@ -1087,6 +1121,7 @@ class Driver(object):
         io_dir = os.path.join(self.cfg.state_dir, "io", turn)
         secure_dir(io_dir, self.cfg.agent_uid, self.cfg.agent_gid, 0o700)
         env["HANGAR_IO"] = io_dir
+        self.io_dir = io_dir
         cfg = TurnConfig(
             turn_id=turn,
             message=message,
@@ -1101,6 +1136,7 @@ class Driver(object):
             extra=extra,
         )
         self.turns_started.add(turn)
+        self.current_turn = turn
         self.watcher.start_turn(turn, io_dir)
         try:
             with h.lock:
@@ -1114,15 +1150,23 @@ class Driver(object):
         h = self._need_harness()
         steer_id = self._str(body, "steer_id", limit=200)
         message = self._str(body, "message", limit=2 * 1024 * 1024)
+        turn = self._str(body, "turn", required=False, limit=200)
         assert steer_id is not None and message is not None
-        try:
-            with h.lock:
-                h.steer(steer_id, message)
-        except NotLive:
-            raise CommandError(
-                "harness %s cannot be steered: the message starts the next turn" % self.cfg.harness
-            ) from None
-        return {"steer_id": steer_id}
+        if not h.live:
+            raise CommandError("harness %s cannot be steered: the message starts the next turn" % self.cfg.harness)
+        with h.lock:
+            ended = not h.running() or (turn is not None and turn != self.current_turn)
+            if not ended:
+                try:
+                    h.steer(steer_id, message)
+                except NotLive:
+                    ended = True
+        if ended:
+            # The turn it was meant for ended before it arrived: it starts the next turn.
+            self.emit("steer", {"steer_id": steer_id, "status": "queued", "turn": turn,
+                                "reason": "the turn had ended before the steer reached the driver"})
+            return {"steer_id": steer_id, "status": "queued", "at": time.time()}
+        return {"steer_id": steer_id, "at": time.time()}
 
     def _op_withdraw(self, body: Dict[str, Any]) -> Dict[str, Any]:
         h = self._need_harness()
@@ -1133,11 +1177,18 @@ class Driver(object):
 
     def _op_interrupt(self, body: Dict[str, Any]) -> Dict[str, Any]:
         h = self._need_harness()
+        turn = self._str(body, "turn", required=False, limit=200)
+        interrupt_id = self._str(body, "interrupt_id", required=False, limit=200)
+        message = self._str(body, "message", required=False, limit=2 * 1024 * 1024)
         with h.lock:
-            if not h.running():
-                return {"running": False}
-            h.interrupt()
-        return {"running": True}
+            if not h.running() or (turn is not None and turn != self.current_turn):
+                return {"running": False, "continues": False, "interrupt_id": interrupt_id}
+            continues = bool(message) and h.live
+            if continues:
+                h.interrupt(message=message, interrupt_id=interrupt_id)
+            else:
+                h.interrupt()
+        return {"running": True, "continues": continues, "interrupt_id": interrupt_id}
 
     def _op_answer(self, body: Dict[str, Any]) -> Dict[str, Any]:
         h = self._need_harness()
@@ -1277,6 +1328,7 @@ class Driver(object):
             "agent_uid": self.cfg.agent_uid if self.cfg.agent_uid is not None else self.cfg.euid,
             "workspace": self.cfg.workspace,
             "error": self.harness_error,
+            "hardened": HARDENING_ERROR is None,
         })
         threading.Thread(target=self.command_loop, name="hangar-commands", daemon=True).start()
         threading.Thread(target=self.watcher.run, name="hangar-handback", daemon=True).start()

@@ -134,7 +134,8 @@ class OneShotHarness(Harness):
     def answer(self, request_id: str, decision: str, message: Optional[str] = None) -> None:
         raise NotLive("%s runs one-shot: it asks no permissions" % self.name)
 
-    def interrupt(self) -> None:
+    def interrupt(self, message: Optional[str] = None, interrupt_id: Optional[str] = None) -> None:
+        # One-shot: the run is stopped whatever the message; the core starts the next turn with it.
         with self._mu:
             run = self._run
             if run is None or run.ended or run.proc is None or run.interrupted:

@@ -156,6 +156,7 @@ HARNESS_EVENTS = frozenset(
         "permission_request",
         "permission_cancelled",
         "steer",
+        "interrupted",
         "usage",
         "turn_ended",
         "log",

@@ -1,0 +1,170 @@
+"""REST routes for a session's tool approvals: what the agent waits on, and deciding it.
+
+A decision is written to the Approval's ``spec.decision`` (with ``decidedBy`` and ``message``), the way
+``kubectl patch`` would; the operator delivers it to the agent and records the outcome in ``status``. The
+write is a compare-and-set on the Approval's resourceVersion, checked against its state first, so an
+approval is decided once: a second decision, an expired or withdrawn approval, or one hangar resolved by
+policy gets a 409 and nothing changes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query
+from pydantic import BaseModel, Field
+
+from hangar.kube import ApiException, Kube, Obj
+from hangar.models import GROUP, VERSION
+
+from .sessions import Admin, DbDep, KubeDep, get_session
+
+router = APIRouter(prefix="/api/sessions", tags=["approvals"])
+
+MESSAGE_MAX = 8192
+
+
+class DecisionBody(BaseModel):
+    decision: Literal["allow", "deny", "allow_always"]
+    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
+
+
+def approval_view(a: Obj) -> dict[str, Any]:
+    spec: dict[str, Any] = a.get("spec") or {}
+    st: dict[str, Any] = a.get("status") or {}
+    return {
+        "id": a["metadata"]["name"],
+        "session": spec.get("session"),
+        "turn": spec.get("turn"),
+        "tool": spec.get("tool"),
+        "command": spec.get("command"),
+        "args_hash": spec.get("argsHash"),
+        "policy": spec.get("policy"),
+        "tainted": bool(spec.get("tainted")),
+        "why": spec.get("why", ""),
+        "rule": spec.get("rule", ""),
+        "governed": bool(spec.get("governed")),
+        "phase": st.get("phase", "Pending"),
+        "decision": st.get("decision") or spec.get("decision"),
+        "by": st.get("by") or spec.get("decidedBy"),
+        "message": st.get("message") if st.get("message") is not None else spec.get("message"),
+        "resolved_by": st.get("resolvedBy"),
+        "requested_at": st.get("requestedAt"),
+        "deadline": st.get("deadline"),
+        "decided_at": st.get("decidedAt"),
+        "delivered_at": st.get("deliveredAt"),
+        "reason": st.get("reason", ""),
+    }
+
+
+async def session_approvals(k: Kube, ref: str) -> list[Obj]:
+    # Only the ones the operator requested (it writes their status); a hand-made Approval is not one.
+    items = await k.list("approvals", label_selector=f"hangar.dev/session={ref}")
+    return [
+        a
+        for a in items
+        if (a.get("status") or {}).get("phase") and (a.get("spec") or {}).get("session") == ref
+    ]
+
+
+def refusal(a: Obj) -> str | None:
+    """Why this approval can't take a decision now, or None when it can."""
+    name = a["metadata"]["name"]
+    spec: dict[str, Any] = a.get("spec") or {}
+    st: dict[str, Any] = a.get("status") or {}
+    phase = st.get("phase")
+    if phase == "Pending" and not spec.get("decision"):
+        return None
+    if phase == "Pending" or st.get("resolvedBy") == "person":
+        decision = st.get("decision") or spec.get("decision")
+        by = st.get("by") or spec.get("decidedBy") or "someone"
+        return f"approval {name} was already decided: {decision} by {by}; the first decision is kept"
+    if phase == "Expired":
+        return f"approval {name} expired: {st.get('message') or 'denied, no decision in time'}"
+    if phase == "Withdrawn":
+        return f"approval {name} was withdrawn: {st.get('reason') or 'the agent no longer waits on it'}"
+    if st.get("resolvedBy") == "policy":
+        return f"approval {name} was resolved by the policy ({spec.get('policy')}): {st.get('decision')}"
+    if phase in ("Allowed", "Denied"):
+        return f"approval {name} was already decided: {st.get('decision')} by {st.get('resolvedBy')}"
+    return f"approval {name} is not pending"
+
+
+@router.get("/{ref}/approvals")
+async def list_approvals(
+    ref: str, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> dict[str, Any]:
+    """The running turn's policy (else the session's), the approvals the agent waits on, and recent ones."""
+    s = await get_session(k, ref)
+    st: dict[str, Any] = s.get("status") or {}
+    policy = st.get("policy")
+    if st.get("currentTurn"):
+        turn = await k.get("turns", st["currentTurn"])
+        policy = ((turn or {}).get("status") or {}).get("policy") or policy
+    items = await session_approvals(k, ref)
+    pending = [a for a in items if (a.get("status") or {}).get("phase") == "Pending"]
+    done = [a for a in items if (a.get("status") or {}).get("phase") != "Pending"]
+    pending.sort(key=lambda a: (a.get("status") or {}).get("requestedAt") or "")
+    done.sort(key=lambda a: (a.get("status") or {}).get("decidedAt") or "", reverse=True)
+    return {
+        "session": ref,
+        "policy": policy or "auto",
+        "tainted": bool((st.get("taint") or {}).get("tainted")),
+        "pending": [approval_view(a) for a in pending],
+        "recent": [approval_view(a) for a in done[:limit]],
+    }
+
+
+async def get_approval(k: Kube, ref: str, approval: str) -> Obj:
+    a = await k.get("approvals", approval) if len(approval) <= 253 else None
+    if a is None or (a.get("spec") or {}).get("session") != ref or not (a.get("status") or {}).get("phase"):
+        raise HTTPException(404, f"session {ref!r} has no approval {approval!r}")
+    return a
+
+
+@router.get("/{ref}/approvals/{approval}")
+async def read_approval(ref: str, approval: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+    await get_session(k, ref)
+    return approval_view(await get_approval(k, ref, approval))
+
+
+@router.post("/{ref}/approvals/{approval}")
+async def decide_approval(
+    ref: str, approval: str, body: DecisionBody, who: Admin, k: KubeDep, d: DbDep
+) -> dict[str, Any]:
+    """Decide a pending approval: allow, deny (the message reaches the agent) or allow_always (calls like
+    this one for the rest of the turn). 409 when it can't take a decision any more; nothing changes then."""
+    await get_session(k, ref)
+    for _ in range(10):
+        a = await get_approval(k, ref, approval)
+        why = refusal(a)
+        if why:
+            raise HTTPException(409, why)
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": a["metadata"]["resourceVersion"]},
+            "spec": {"decision": body.decision, "decidedBy": who.subject},
+        }
+        if body.message:
+            patch["spec"]["message"] = body.message
+        try:
+            out: Obj = await k.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                k.namespace,
+                "approvals",
+                approval,
+                patch,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as e:
+            if e.status == 409:
+                continue  # changed since we read it: look again
+            if e.status == 422:
+                # The apiserver's decide-once rule: it left Pending in between.
+                raise HTTPException(409, f"approval {approval} is no longer pending") from None
+            if e.status == 404:
+                raise HTTPException(404, f"session {ref!r} has no approval {approval!r}") from None
+            raise
+        await d.audit(who.subject, "approval.decide", approval, session=ref, decision=body.decision)
+        return approval_view(out)
+    raise HTTPException(409, f"approval {approval} kept changing; try again")

@@ -1,0 +1,441 @@
+"""REST routes for steering a session's running turn: steer, withdraw, interrupt, classify.
+
+Every route writes a request into the Turn's ``spec`` the way ``kubectl patch`` would (an atomic JSON patch:
+appends never overwrite each other, and an edit of steer ``i`` is guarded by a ``test`` of its id); the
+operator delivers it and records what happened in ``status`` (operator/hangar_operator/steering.py). Bad
+input is refused before anything is written.
+
+The turn-level functions (:func:`steer_turn`, :func:`withdraw_steer`, :func:`interrupt_turn`,
+:func:`classify`) don't care whether the turn belongs to a session or a job; the session routes below only
+find the turn and check who may ask. The job routes reuse them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from hangar.kube import ApiException, Kube, Obj
+from hangar.models import LIVE_HARNESSES
+from hangar.models.turn import MESSAGE_MAX
+
+from .sessions import Admin, DbDep, KubeDep, get_session, session_turns
+from .views import interrupt_view, item_state, steer_view
+
+router = APIRouter(prefix="/api/sessions", tags=["steering"])
+log = logging.getLogger("hangar.api.steering")
+
+WITHDRAW_WAIT = 20.0  # seconds a withdraw waits for the driver's verdict before answering 202
+ID_RE = re.compile(r"^[a-z0-9][-a-z0-9]{0,63}$")
+
+
+class SteerBody(BaseModel):
+    message: str = Field(min_length=1, max_length=MESSAGE_MAX, description="Added to the running turn")
+
+
+class InterruptBody(BaseModel):
+    message: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MESSAGE_MAX,
+        description="Stop, then go on with this: in the same turn when it is live, else as the next turn",
+    )
+
+
+class ClassBody(BaseModel):
+    klass: Literal["correction", "redirect", "new_info"] = Field(alias="class")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(6)}"
+
+
+# --- writing the Turn's spec ---------------------------------------------------------------------------
+def _api_error(e: ApiException) -> HTTPException:
+    import json
+
+    try:
+        reason = str(json.loads(e.body or b"{}").get("message", e.reason))
+    except Exception:
+        reason = str(e.reason)
+    return HTTPException(422 if e.status == 422 else 409, reason)
+
+
+class _TurnWriter:
+    """Write-combining for one Turn's spec. Concurrent JSON patches of one object make the apiserver retry
+    each against the others' results (a burst of 100 withdraws on one turn stalled it for seconds). Here a
+    write waits while another is in flight, and everything that queued meanwhile goes out as one patch."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.queue: list[tuple[list[dict[str, Any]], asyncio.Future[Obj]]] = []
+
+
+_writers: dict[str, _TurnWriter] = {}
+
+
+async def _patch_spec(k: Kube, turn_name: str, ops: list[dict[str, Any]]) -> Obj:
+    """Apply JSON-patch ``ops`` to the Turn, combined with the ops of concurrent callers. A combined patch
+    that fails (one caller's ``test`` no longer holds) is retried op list by op list, so each caller gets
+    its own answer. Raises ApiException."""
+    if len(_writers) > 10000:
+        for key in [key for key, w in _writers.items() if not w.lock.locked() and not w.queue]:
+            del _writers[key]
+    w = _writers.setdefault(turn_name, _TurnWriter())
+    fut: asyncio.Future[Obj] = asyncio.get_running_loop().create_future()
+    w.queue.append((ops, fut))
+    async with w.lock:
+        if not fut.done():
+            batch, w.queue = w.queue, []
+            try:
+                obj = await k.patch("turns", turn_name, [op for mine, _ in batch for op in mine])
+                for _, f in batch:
+                    f.set_result(obj)
+            except ApiException as e:
+                if len(batch) == 1:
+                    fut.set_exception(e)
+                else:
+                    for mine, f in batch:
+                        try:
+                            f.set_result(await k.patch("turns", turn_name, mine))
+                        except ApiException as e1:
+                            f.set_exception(e1)
+    return await fut
+
+
+async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
+    """Append ``item`` to ``spec.<field>``: a JSON-patch append, which concurrent appends can't overwrite;
+    the first item creates the list under a resourceVersion precondition (retried on a conflict)."""
+    turn_name = turn["metadata"]["name"]
+    for attempt in range(8):
+        if attempt:
+            fresh = await k.get("turns", turn_name)
+            if fresh is None:
+                raise HTTPException(404, f"turn {turn_name!r} is gone")
+            turn = fresh
+        try:
+            if isinstance(turn["spec"].get(field), list):
+                return await _patch_spec(
+                    k, turn_name, [{"op": "add", "path": f"/spec/{field}/-", "value": item}]
+                )
+            rv = turn["metadata"]["resourceVersion"]
+            return await k.patch(
+                "turns", turn_name, {"metadata": {"resourceVersion": rv}, "spec": {field: [item]}}
+            )
+        except ApiException as e:
+            if e.status == 409 or (e.status == 422 and attempt == 0):
+                continue  # the list was created meanwhile / is not there after all: read again
+            raise _api_error(e) from None
+    raise HTTPException(409, f"turn {turn_name!r} kept changing: try again")
+
+
+async def _edit(k: Kube, turn_name: str, field: str, index: int, item_id: str, values: dict[str, Any]) -> Obj:
+    """Set keys of ``spec.<field>[index]``, guarded by a test of its id (items are only ever appended)."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": f"/spec/{field}/{index}/id", "value": item_id}]
+    ops += [{"op": "add", "path": f"/spec/{field}/{index}/{key}", "value": v} for key, v in values.items()]
+    try:
+        return await _patch_spec(k, turn_name, ops)
+    except ApiException as e:
+        raise _api_error(e) from None
+
+
+class TurnWatch:
+    """One watch on the namespace's Turns for the whole API process, fanned out to the requests waiting on
+    a turn (a withdraw waiting for the driver's verdict). One watch, not one per request: a burst of
+    withdraws on one busy turn would otherwise have the apiserver send every change of it to each."""
+
+    def __init__(self, k: Kube) -> None:
+        self.k = k
+        self.waiters: dict[str, list[tuple[Callable[[Obj], bool], asyncio.Future[Obj]]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async for ev in self.k.watch("turns"):
+                    obj = ev.get("object")
+                    if not isinstance(obj, dict):
+                        continue
+                    for done, fut in list(self.waiters.get(obj.get("metadata", {}).get("name", ""), [])):
+                        if not fut.done() and done(obj):
+                            fut.set_result(obj)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("turn watch broke (%s); watching again", e)
+                await asyncio.sleep(1)
+
+    async def wait(self, turn: Obj, done: Callable[[Obj], bool], timeout: float) -> Obj:
+        """The turn once ``done(turn)``, or as it is at the timeout. Reads the turn itself once registered
+        (and every 5 s), so a change the watch saw before we listened is not missed."""
+        if done(turn):
+            return turn
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run())
+        name = turn["metadata"]["name"]
+        fut: asyncio.Future[Obj] = asyncio.get_running_loop().create_future()
+        entry = (done, fut)
+        self.waiters.setdefault(name, []).append(entry)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                fresh = await self.k.get("turns", name)
+                if fresh is None:
+                    return turn
+                turn = fresh
+                if done(turn):
+                    return turn
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return turn
+                with contextlib.suppress(TimeoutError):
+                    return await asyncio.wait_for(asyncio.shield(fut), min(5.0, left))
+        finally:
+            waiting = self.waiters.get(name, [])
+            if entry in waiting:
+                waiting.remove(entry)
+            if not waiting:
+                self.waiters.pop(name, None)
+
+
+def stop_watch(state: Any) -> None:
+    w: TurnWatch | None = getattr(state, "turn_watch", None)
+    if w is not None:
+        w.stop()
+
+
+def turn_watch(request: Request) -> TurnWatch:
+    w: TurnWatch | None = getattr(request.app.state, "turn_watch", None)
+    if w is None:
+        w = request.app.state.turn_watch = TurnWatch(request.app.state.kube)
+    return w
+
+
+# --- the turn-level operations (sessions and jobs) -----------------------------------------------------
+async def steer_turn(k: Kube, turn: Obj, message: str, by: str) -> dict[str, Any]:
+    name = turn["metadata"]["name"]
+    req = {"id": new_id("st"), "message": message, "by": by, "class": "unclassified"}
+    updated = await _append(k, turn, "steers", req)
+    accepted = time.time()
+    return {
+        "kind": "steer",
+        "steer": steer_view(updated, req),
+        "turn": {"name": name, "index": updated["spec"].get("index")},
+        "accepted_at": accepted,
+    }
+
+
+async def interrupt_turn(k: Kube, turn: Obj, message: str | None, by: str) -> dict[str, Any]:
+    name = turn["metadata"]["name"]
+    req: dict[str, Any] = {"id": new_id("in"), "by": by, "class": "unclassified"}
+    if message:
+        req["message"] = message
+    updated = await _append(k, turn, "interrupts", req)
+    return {
+        "interrupt": interrupt_view(updated, req),
+        "turn": {"name": name, "index": updated["spec"].get("index")},
+        "accepted_at": time.time(),
+    }
+
+
+async def find_item(k: Kube, s: Obj, kind: str, item_id: str) -> tuple[Obj, int, dict[str, Any]] | None:
+    """The turn of session ``s`` whose ``spec.<kind>`` holds ``item_id``: its current or last turn first
+    (where nearly every steer is), then all of them."""
+    st = s.get("status") or {}
+    for name in dict.fromkeys(n for n in (st.get("currentTurn"), st.get("lastTurn")) if n):
+        turn = await k.get("turns", name)
+        if turn is not None:
+            found = _find([turn], kind, item_id)
+            if found is not None:
+                return found
+    return _find(await session_turns(k, s["metadata"]["name"]), kind, item_id)
+
+
+def _find(turns: list[Obj], kind: str, item_id: str) -> tuple[Obj, int, dict[str, Any]] | None:
+    for t in sorted(turns, key=lambda t: int(t["spec"].get("index", 0)), reverse=True):
+        for i, req in enumerate(t["spec"].get(kind) or []):
+            if req.get("id") == item_id:
+                return t, i, dict(req)
+    return None
+
+
+def _too_late(sid: str, status: str) -> str:
+    what = {
+        "delivered": "it was delivered to the agent",
+        "queued": "it already started the next turn",
+        "refused": "it was refused",
+        "sending": "the agent already has it",
+    }.get(status, status)
+    return f"too late to withdraw steer {sid}: {what}. There is nothing to take back; interrupt instead"
+
+
+async def withdraw_steer(k: Kube, watcher: TurnWatch, turn: Obj, index: int, sid: str) -> JSONResponse:
+    """Take back a steer still ``sending``. The driver arbitrates: exactly one of withdrawn or delivered."""
+    name = turn["metadata"]["name"]
+    state = item_state(turn, "steers", sid)
+    status = state.get("status", "sending")
+    if status == "cancelled":
+        req = turn["spec"]["steers"][index]
+        return JSONResponse(
+            {"withdrawn": True, "steer": steer_view(turn, req), "detail": "already withdrawn"}
+        )
+    if status != "sending" or state.get("withdraw") == "too_late":
+        req = turn["spec"]["steers"][index]
+        return JSONResponse(
+            {"detail": _too_late(sid, status), "withdrawn": False, "steer": steer_view(turn, req)},
+            status_code=409,
+        )
+    if not turn["spec"]["steers"][index].get("withdrawn"):
+        turn = await _edit(k, name, "steers", index, sid, {"withdrawn": True})
+
+    def decided(t: Obj) -> bool:
+        st = item_state(t, "steers", sid)
+        return st.get("status", "sending") != "sending" or st.get("withdraw") in ("withdrawn", "too_late")
+
+    turn = await watcher.wait(turn, decided, WITHDRAW_WAIT)
+    req = turn["spec"]["steers"][index]
+    view = steer_view(turn, req)
+    if view["status"] == "cancelled":
+        return JSONResponse({"withdrawn": True, "steer": view, "detail": f"steer {sid} withdrawn"})
+    if view["status"] == "sending" and view["withdraw"] != "too_late":
+        return JSONResponse(
+            {
+                "withdrawn": None,
+                "steer": view,
+                "detail": "withdraw requested; the sandbox has not answered yet: read the steer's status",
+            },
+            status_code=202,
+        )
+    return JSONResponse(
+        {"detail": _too_late(sid, view["status"]), "withdrawn": False, "steer": view}, status_code=409
+    )
+
+
+async def classify(k: Kube, turn: Obj, kind: str, index: int, item_id: str, klass: str, by: str) -> Obj:
+    return await _edit(
+        k,
+        turn["metadata"]["name"],
+        kind,
+        index,
+        item_id,
+        {"class": klass, "classifiedBy": by, "classifiedAt": now_iso()},
+    )
+
+
+# --- finding a session's turn --------------------------------------------------------------------------
+async def running_turn(k: Kube, s: Obj) -> Obj | None:
+    """The session's running turn, if any."""
+    current = (s.get("status") or {}).get("currentTurn")
+    if not current:
+        return None
+    turn = await k.get("turns", current)
+    if turn is None or (turn.get("status") or {}).get("phase") != "Running":
+        return None
+    return turn
+
+
+def _nothing_running(ref: str, s: Obj, what: str) -> HTTPException:
+    phase = (s.get("status") or {}).get("phase", "Pending")
+    return HTTPException(
+        409, f"session {ref!r} has no running turn to {what} (it is {phase}): send a message to start one"
+    )
+
+
+def _check_id(item_id: str, what: str) -> None:
+    if not ID_RE.match(item_id):
+        raise HTTPException(404, f"no {what} {item_id!r}")
+
+
+# --- routes ----------------------------------------------------------------------------------------------
+@router.post("/{ref}/steer", status_code=202)
+async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+    """Add a message to the running turn (Claude Code: with the next tool result; Codex: turn/steer)."""
+    s = await get_session(k, ref)
+    harness = s["spec"].get("harness", "claude")
+    if harness not in LIVE_HARNESSES:
+        raise HTTPException(
+            409,
+            f"{harness} cannot be steered: it runs one-shot, so a message can't reach a running turn. "
+            "Send it as a message (it starts the next turn), or interrupt the run",
+        )
+    turn = await running_turn(k, s)
+    if turn is None:
+        raise _nothing_running(ref, s, "steer")
+    out = await steer_turn(k, turn, body.message, who.subject)
+    await d.audit(who.subject, "session.steer", ref, turn=out["turn"]["name"], steer=out["steer"]["id"])
+    return out
+
+
+@router.post("/{ref}/steers/{steer_id}/withdraw")
+async def withdraw(
+    ref: str, steer_id: str, who: Admin, k: KubeDep, d: DbDep, request: Request
+) -> JSONResponse:
+    """Take back a steer that is still sending (200, status cancelled); once the agent has it, 409."""
+    s = await get_session(k, ref)
+    _check_id(steer_id, "steer")
+    found = await find_item(k, s, "steers", steer_id)
+    if found is None:
+        raise HTTPException(404, f"session {ref!r} has no steer {steer_id!r}")
+    turn, index, _req = found
+    resp = await withdraw_steer(k, turn_watch(request), turn, index, steer_id)
+    await d.audit(who.subject, "session.withdraw", ref, steer=steer_id, answer=resp.status_code)
+    return resp
+
+
+@router.post("/{ref}/interrupt", status_code=202)
+async def interrupt(
+    ref: str,
+    who: Admin,
+    k: KubeDep,
+    d: DbDep,
+    body: Annotated[InterruptBody | None, Body()] = None,
+) -> dict[str, Any]:
+    """Stop the running turn; with a message, go on with it (same turn when live, else the next turn)."""
+    s = await get_session(k, ref)
+    turn = await running_turn(k, s)
+    if turn is None:
+        raise _nothing_running(ref, s, "interrupt")
+    message = body.message if body else None
+    out = await interrupt_turn(k, turn, message, who.subject)
+    await d.audit(
+        who.subject, "session.interrupt", ref, turn=out["turn"]["name"], interrupt=out["interrupt"]["id"]
+    )
+    return out
+
+
+@router.post("/{ref}/steers/{steer_id}/class")
+async def classify_steer(
+    ref: str, steer_id: str, body: ClassBody, who: Admin, k: KubeDep, d: DbDep
+) -> dict[str, Any]:
+    """Say what a steer (or an interrupt) was: correction, redirect or new_info."""
+    s = await get_session(k, ref)
+    _check_id(steer_id, "steer")
+    for kind, view in (("steers", steer_view), ("interrupts", interrupt_view)):
+        found = await find_item(k, s, kind, steer_id)
+        if found is None:
+            continue
+        turn, index, _req = found
+        updated = await classify(k, turn, kind, index, steer_id, body.klass, who.subject)
+        await d.audit(who.subject, "session.classify", ref, steer=steer_id, klass=body.klass)
+        key = "steer" if kind == "steers" else "interrupt"
+        return {key: view(updated, updated["spec"][kind][index])}
+    raise HTTPException(404, f"session {ref!r} has no steer or interrupt {steer_id!r}")

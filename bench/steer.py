@@ -1,0 +1,390 @@
+"""Steer latency: a steer accepted by the API → written to the agent CLI's stdin, beside writing it directly.
+
+Run: .venv/bin/python bench/steer.py [--steers N] [--gap S] [--json] [--keep-logs]
+
+It starts everything it measures on this machine, the way the end-to-end tests do (tests/conftest.py): a local
+control plane with hangar's CRDs, a Stack (operator, API and the local pod runner as processes) and a
+ScriptedModel whose first answer is a long shell command (``python3 -c 'import time; time.sleep(H)'``), so
+that every steer arrives while a tool runs: Claude Code then takes the line at once (hangar's adapter writes a
+steer to stdin only while a tool is in flight; while only text streams it holds it, see
+``sandbox-image/hangar_driver/claude.py``). Everything it started is stopped on exit, Ctrl-C and SIGTERM too.
+
+**hangar** (one Claude session, one turn): N steers ``POST /api/sessions/{name}/steer``, one after another,
+``--gap`` seconds apart (so each is measured alone, not queued behind the others). Each is timed from
+``accepted_at`` (the API's clock once the Turn's spec holds the steer: what "accepted" means) to
+``writtenAt`` (the driver's clock once the adapter wrote the line to the CLI's stdin, reported in the signed
+``steer`` event and recorded in the Turn's status). Both clocks are this machine's. On the way: the operator's
+"steered: …" activity event (``at``), recorded right after it sent the command to the driver.
+
+**floor**: the same, without hangar between the caller and the CLI: the driver's Claude adapter
+(``hangar_driver.claude``) run in this process against the same CLI and scripted model, a long tool running,
+``ClaudeHarness.steer()`` called N times ``--gap`` apart, each timed from the call to the adapter's own
+``written_at``. That is what writing the line to the CLI directly costs.
+
+Both sides then let the tool finish and check that every steer was delivered in that turn (and that the
+model's next request carried all of them).
+
+Progress goes to stderr; the table (or, with --json, one JSON document) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hangar.devcluster import binaries
+from hangar.devcluster.controlplane import ControlPlane
+from hangar.devcluster.stack import Stack, install_crds
+from hangar.paths import cli_dir
+from hangar.testing.model_server import Request, ScriptedModel, Step
+from hangar_driver.adapters import make_harness
+from hangar_driver.harness import TurnConfig
+
+MODEL = "claude-sonnet-4-5"
+ENVIRONMENT = "bench-steer"
+SESSION = "bench-steer"
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+QUIET_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+}
+API_KEY = "sk-ant-bench-not-a-real-key"
+TIMEOUT = 180.0
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def pct(xs: list[float], p: float) -> float:
+    """Nearest-rank percentile: with fewer than 100 samples p99 is the maximum."""
+    s = sorted(xs)
+    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
+
+
+def summary(xs: list[float]) -> dict[str, float]:
+    return {
+        "n": len(xs),
+        "p50": pct(xs, 50),
+        "p99": pct(xs, 99),
+        "mean": statistics.fmean(xs),
+        "min": min(xs),
+        "max": max(xs),
+    }
+
+
+def wall(ts: str | None) -> float | None:
+    if not ts:
+        return None
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def script(hold: float) -> list[Step]:
+    def first(req: Request) -> bool:
+        return not req.tool_results and "BENCH-STEER" not in req.user_text
+
+    return [
+        Step(
+            when=first,
+            text="Running the long job.",
+            command=f"python3 -c 'import time; time.sleep({hold})'",
+            repeat=True,
+        ),
+        Step(when="tool_result", text="FINAL: done with the long job.", repeat=True),
+        Step(text="FINAL: ok", repeat=True),
+    ]
+
+
+# -- hangar ------------------------------------------------------------------------------------------------------
+
+
+def hangar_side(stack: Stack, cp: ControlPlane, model: ScriptedModel, n: int, gap: float) -> dict[str, Any]:
+    env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
+    body = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Environment",
+        "metadata": {"name": ENVIRONMENT},
+        "spec": {
+            "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+        },
+    }
+    import subprocess
+
+    kubectl = [str(cp.bins.dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig)]
+    subprocess.run(
+        [*kubectl, "apply", "-f", "-"], input=json.dumps(body), text=True, check=True, capture_output=True
+    )
+    http = httpx.Client(
+        base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=30
+    )
+    try:
+        r = http.post(
+            "/api/sessions",
+            json={
+                "name": SESSION,
+                "environment": ENVIRONMENT,
+                "harness": "claude",
+                "model": MODEL,
+                "message": "run the long job",
+            },
+        )
+        r.raise_for_status()
+        deadline = time.monotonic() + TIMEOUT
+        while not any(
+            e["kind"] == "tool_use" for e in http.get(f"/api/sessions/{SESSION}/events").json()["events"]
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the long tool did not start")
+            time.sleep(0.1)
+        time.sleep(0.5)
+        log(f"hangar: the tool runs; {n} steers, {gap} s apart")
+        sent: list[dict[str, Any]] = []
+        for i in range(n):
+            c0 = time.time()
+            r = http.post(f"/api/sessions/{SESSION}/steer", json={"message": f"BENCH-STEER {i}"})
+            c1 = time.time()
+            if r.status_code != 202:
+                raise RuntimeError(f"steer {i}: {r.status_code} {r.text}")
+            b = r.json()
+            sent.append(
+                {"id": b["steer"]["id"], "client_sent": c0, "client_answer": c1, "accepted": b["accepted_at"]}
+            )
+            time.sleep(gap)
+        while True:
+            t = http.get(f"/api/sessions/{SESSION}/turns/1").json()
+            if t["phase"] in ("Completed", "Failed", "Interrupted"):
+                break
+            if time.monotonic() > deadline + n * gap:
+                raise TimeoutError("turn 1 did not end")
+            time.sleep(0.2)
+        if t["phase"] != "Completed":
+            raise RuntimeError(f"turn 1 {t['phase']}: {t['reason']}")
+        states = {s["id"]: s for s in t["steers"]}
+        events = http.get(f"/api/sessions/{SESSION}/events", params={"limit": 1000}).json()["events"]
+        steered = {
+            e["steer"]: wall(e["at"]) for e in events if e["kind"] == "progress" and e.get("event") == "steer"
+        }
+        samples = []
+        for s in sent:
+            st = states[s["id"]]
+            if st["status"] != "delivered" or not st["written_at"]:
+                raise RuntimeError(f"steer {s['id']} not delivered in the turn: {st}")
+            written = wall(st["written_at"])
+            assert written is not None
+            samples.append(
+                {
+                    "total": written - s["accepted"],
+                    "post": s["client_answer"] - s["client_sent"],
+                    "to_operator_sent": (steered[s["id"]] - s["accepted"]) if steered.get(s["id"]) else None,
+                }
+            )
+        return {"samples": samples}
+    finally:
+        http.close()
+
+
+# -- floor -------------------------------------------------------------------------------------------------------
+
+
+class Events:
+    def __init__(self) -> None:
+        self.items: list[tuple[str, dict[str, Any]]] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, name: str, payload: dict[str, Any]) -> None:
+        with self.cond:
+            self.items.append((name, payload))
+            self.cond.notify_all()
+
+    def wait(self, name: str, timeout: float) -> dict[str, Any]:
+        with self.cond:
+            ok = self.cond.wait_for(lambda: any(n == name for n, _ in self.items), timeout)
+            if not ok:
+                raise TimeoutError(f"no {name} event")
+            return next(p for n, p in self.items if n == name)
+
+    def all(self, name: str) -> list[dict[str, Any]]:
+        with self.cond:
+            return [p for n, p in self.items if n == name]
+
+
+def floor_side(work: Path, model: ScriptedModel, n: int, gap: float) -> dict[str, Any]:
+    claude = cli_dir() / "node_modules" / ".bin" / "claude"
+    home, cwd = work / "floor-home", work / "floor-work"
+    home.mkdir(parents=True, exist_ok=True)
+    cwd.mkdir(parents=True, exist_ok=True)
+    events = Events()
+    harness = make_harness("claude", events)
+    env = {
+        "PATH": f"{claude.parent}:{SYSTEM_PATH}",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "ANTHROPIC_BASE_URL": model.anthropic_base_url,
+        "ANTHROPIC_API_KEY": API_KEY,
+        **QUIET_ENV,
+    }
+    turn = "floor-" + uuid.uuid4().hex[:6]
+    try:
+        harness.start_turn(TurnConfig(turn, "run the long job", str(cwd), env, [str(claude)], MODEL))
+        events.wait("tool_use", TIMEOUT)
+        time.sleep(0.5)
+        log(f"floor: the tool runs; {n} steers, {gap} s apart")
+        called: dict[str, float] = {}
+        for i in range(n):
+            sid = f"f{i}"
+            called[sid] = time.time()
+            harness.steer(sid, f"BENCH-STEER floor {i}")
+            time.sleep(gap)
+        with events.cond:
+            events.cond.wait_for(lambda: any(n_ == "turn_ended" for n_, _ in events.items), TIMEOUT)
+        delivered = {p["steer_id"]: p for p in events.all("steer")}
+        samples = []
+        for sid, t0 in called.items():
+            p = delivered.get(sid)
+            if p is None or p["status"] != "delivered" or not p.get("written_at"):
+                raise RuntimeError(f"floor steer {sid} not delivered: {p}")
+            samples.append({"total": float(p["written_at"]) - t0})
+        return {"samples": samples}
+    finally:
+        harness.close()
+
+
+# -- report ------------------------------------------------------------------------------------------------------
+
+
+def report(res: dict[str, Any]) -> dict[str, Any]:
+    h = [s["total"] for s in res["hangar"]["samples"]]
+    f = [s["total"] for s in res["floor"]["samples"]]
+    hs, fs = summary(h), summary(f)
+    post = [s["post"] for s in res["hangar"]["samples"]]
+    op = [s["to_operator_sent"] for s in res["hangar"]["samples"] if s["to_operator_sent"] is not None]
+    return {
+        "date": res["date"],
+        "machine": res["machine"],
+        "args": res["args"],
+        "figures": {
+            "hangar": hs,
+            "floor": fs,
+            "ratio_p50": hs["p50"] / fs["p50"],
+            "ratio_p99": hs["p99"] / fs["p99"],
+        },
+        "breakdown": {
+            "client: POST /steer round trip (p50)": statistics.median(post),
+            "accepted → operator sent it to the driver ('steered' event, p50)": statistics.median(op)
+            if op
+            else None,
+            "accepted → written to the CLI's stdin (p50)": hs["p50"],
+        },
+    }
+
+
+def table(out: dict[str, Any]) -> str:
+    h, f = out["figures"]["hangar"], out["figures"]["floor"]
+    ms = 1000.0
+    lines = [
+        f"hangar bench/steer.py — {out['date']} — {out['machine']}",
+        "",
+        f"{'figure (ms)':52} {'p50':>9} {'p99':>9}",
+        f"{'hangar: accepted by the API → written to stdin':52} {h['p50'] * ms:9.2f} {h['p99'] * ms:9.2f}",
+        f"{'floor: ClaudeHarness.steer() → written to stdin':52} {f['p50'] * ms:9.3f} {f['p99'] * ms:9.3f}",
+        f"{'ratio':52} {out['figures']['ratio_p50']:8.0f}x {out['figures']['ratio_p99']:8.0f}x",
+        f"(n = {h['n']} / {f['n']}; p99 is nearest-rank)",
+        "",
+        "where the time goes (ms):",
+    ]
+    for label, v in out["breakdown"].items():
+        lines.append(f"  {label:70} {'-' if v is None else f'{v * ms:8.2f}'}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steers", type=int, default=100, help="steers per side (default 100)")
+    ap.add_argument("--gap", type=float, default=0.25, help="seconds between two steers (default 0.25)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
+    a = ap.parse_args()
+    if not (cli_dir() / "node_modules" / ".bin" / "claude").exists():
+        print(f"claude CLI not installed in {cli_dir()}: run tools/install-clis.sh", file=sys.stderr)
+        return 2
+    hold = a.steers * a.gap + 8  # the tool outlives the steers (Claude's Bash tool stops at 120 s)
+    if hold > 110:
+        print("--steers times --gap must stay under 100 s (one tool call holds them all)", file=sys.stderr)
+        return 2
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    cp: ControlPlane | None = None
+    stack: Stack | None = None
+    model: ScriptedModel | None = None
+    cp_dir = Path(tempfile.mkdtemp(prefix="hangar-bench-cp-"))
+    root = Path(tempfile.mkdtemp(prefix="hangar-bench-stack-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    res: dict[str, Any] = {
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start",
+        "args": {"steers": a.steers, "gap": a.gap},
+    }
+    try:
+        model = ScriptedModel(script(hold))
+        model.start()
+        log("floor: the Claude adapter in this process")
+        res["floor"] = floor_side(root / "bench", model, a.steers, a.gap)
+        log("control plane: building/locating binaries, starting")
+        bins = binaries.ensure()
+        cp = ControlPlane(bins, cp_dir).start()
+        asyncio.run(install_crds(str(cp.kubeconfig)))
+        log("stack: operator, API, runner")
+        stack = Stack(root, cp.kubeconfig)
+        stack.start_operator()
+        stack.start_api()
+        stack.start_runner()
+        res["hangar"] = hangar_side(stack, cp, model, a.steers, a.gap)
+        out = report(res)
+        if a.json:
+            out["samples"] = {"hangar": res["hangar"]["samples"], "floor": res["floor"]["samples"]}
+            print(json.dumps(out, indent=2))
+        else:
+            print(table(out))
+        return 0
+    except KeyboardInterrupt:
+        log("interrupted: cleaning up")
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if model is not None:
+            model.stop()
+        if stack is not None:
+            stack.stop_all()
+        if cp is not None:
+            cp.stop()
+        if a.keep_logs:
+            log(f"logs kept in {root} and {cp_dir}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(cp_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
