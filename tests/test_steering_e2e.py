@@ -167,6 +167,51 @@ def test_claude_send_while_text_streams_is_a_steer_that_runs_as_the_next_turn(
         model.stop()
 
 
+def test_a_steer_on_its_way_when_the_sandbox_dies_starts_the_next_turn(
+    cluster: Cluster, stack: Stack
+) -> None:
+    model = ScriptedModel(
+        [
+            Step(text="Slow.", command=SLOW.format(s=30)),
+            Step(when="STEER: survive this", text="FINAL: got the steer after the loss."),
+        ]
+    )
+    url = model.start()
+    try:
+        claude_env(cluster, "st-lost", url)
+        api = Api(stack)
+        new_session(api, "st-lost", "st-lost", "run the slow thing")
+        wait(lambda: tool_running(api, "st-lost"), 90, "the tool", lambda: api.debug("st-lost"))
+        sid = api.post("/api/sessions/st-lost/steer", {"message": "STEER: survive this"}).json()["steer"][
+            "id"
+        ]
+        wait(lambda: steer_of(api, "st-lost", 1, sid)["at"], 30, "the steer sent")
+        time.sleep(0.5)  # written to the CLI, which takes it in only with the tool's result: still sending
+        assert steer_of(api, "st-lost", 1, sid)["status"] == "sending"
+        cluster.kubectl("delete", "pod", "st-lost-r1", "--wait=false")
+        # The driver may see its CLI die first (the turn fails, the steer it held is reported queued) or the
+        # operator the pod go first (it fails the turn and queues the steer): either way, the same outcome.
+        t1 = wait(
+            lambda: (
+                (t := api.turn("st-lost", 1)) and "sandbox pod st-lost-r1 was deleted" in t["reason"] and t
+            ),
+            60,
+            "the turn failed with the reason",
+            lambda: api.debug("st-lost"),
+        )
+        assert t1["phase"] == "Failed"
+        st = steer_of(api, "st-lost", 1, sid)
+        assert st["status"] == "queued" and st["next_turn"] == "st-lost-2", st
+        t2 = api.wait_turn("st-lost", 2, 120)
+        assert t2["phase"] == "Completed" and "got the steer after the loss" in t2["summary"], api.debug(
+            "st-lost"
+        )
+        assert len(seen(model, "STEER: survive this")) == 1
+        assert model.requests[-1].contains("run the slow thing"), "the same conversation, in sandbox r2"
+    finally:
+        model.stop()
+
+
 # --- withdraw ------------------------------------------------------------------------------------------
 def test_withdraw_before_delivery_cancels_and_after_delivery_is_refused(
     cluster: Cluster, stack: Stack
@@ -714,5 +759,72 @@ def test_codex_interrupt_with_a_message_goes_on_in_the_same_turn(cluster: Cluste
         assert seen(model, "STOP: write the failing test first")
         assert model.requests[-1].contains("fix the retry bug"), "the same conversation (thread)"
         assert not (workspace(stack, "st-cxint") / "late.txt").exists()
+    finally:
+        model.stop()
+
+
+# --- the CLI --------------------------------------------------------------------------------------------
+def test_cli_steer_withdraw_classify_interrupt(cluster: Cluster, stack: Stack) -> None:
+    import subprocess
+    import sys
+
+    def hangar(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "HANGAR_URL": stack.api_url, "HANGAR_TOKEN": stack.token}
+        return subprocess.run(
+            [sys.executable, "-m", "hangar.cli.main", "session", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    model = ScriptedModel(
+        [
+            Step(text="Streaming:", words=40, word_delay=0.15, command=SLOW.format(s=20)),
+            Step(when="CLI-STOP", text="FINAL: stopped as told."),
+            Step(when="CLI-STEER-B", text="FINAL: B noted."),
+        ]
+    )
+    url = model.start()
+    try:
+        claude_env(cluster, "st-cli", url)
+        api = Api(stack)
+        new_session(api, "st-cli", "st-cli", "stream then run")
+        wait(lambda: streaming(model), 90, "the answer to stream", lambda: api.debug("st-cli"))
+        r = hangar("steer", "st-cli", "CLI-STEER-A: take this back", "--class", "info")
+        assert r.returncode == 0, r.stderr
+        sid = r.stdout.split()[1]
+        assert (
+            f"steer {sid} sending (turn st-cli-1)" in r.stdout
+            and f"steer {sid} classified new_info" in r.stdout
+        )
+        r = hangar("withdraw", "st-cli", sid)
+        assert r.returncode == 0 and f"steer {sid} cancelled" in r.stdout, r.stdout + r.stderr
+        r = hangar("steer", "st-cli", "CLI-STEER-B: keep this")
+        assert r.returncode == 0, r.stderr
+        sid_b = r.stdout.split()[1]
+        # Held while text streams; handed to the CLI once the tool call comes: then it is too late.
+        wait(lambda: tool_running(api, "st-cli"), 60, "the tool", lambda: api.debug("st-cli"))
+        time.sleep(0.5)
+        r = hangar("withdraw", "st-cli", sid_b)
+        assert r.returncode == 1 and "error 409: too late to withdraw" in r.stderr, r.stdout + r.stderr
+        r = hangar("classify", "st-cli", sid_b, "fix")
+        assert r.returncode == 0 and f"steer {sid_b} classified correction" in r.stdout
+        r = hangar("classify", "st-cli", sid_b, "bug")
+        assert r.returncode == 2 and "unknown class 'bug'" in r.stderr
+        r = hangar("interrupt", "st-cli", "CLI-STOP: stop and say so", "--wait")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "confirmed: the turn goes on with the message" in r.stdout
+        t1 = api.wait_turn("st-cli", 1, 60)
+        assert t1["phase"] == "Completed" and "stopped as told" in t1["summary"], api.debug("st-cli")
+        assert seen(model, "CLI-STEER-A") == []
+        b = steer_of(api, "st-cli", 1, sid_b)
+        assert b["class"] == "correction" and b["status"] in ("delivered", "queued"), b
+        if b["status"] == "queued":  # the interrupt cancelled it before the CLI took it in: the next turn
+            api.wait_turn("st-cli", 2, 60)
+        assert len(seen(model, "CLI-STEER-B")) == 1
+        wait(lambda: api.session("st-cli")["phase"] == "Idle", 30, "idle")
+        r = hangar("interrupt", "st-cli")
+        assert r.returncode == 1 and "error 409: session 'st-cli' has no running turn" in r.stderr
     finally:
         model.stop()

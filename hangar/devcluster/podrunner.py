@@ -36,6 +36,35 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+async def exited(popen: subprocess.Popen[bytes]) -> int:
+    """The process's exit code, awaited without holding a thread. (``asyncio.to_thread(popen.wait)`` per
+    running pod used up the default executor — 6 threads on 2 cores — and then everything else that needs it,
+    aiohttp's name resolution included, hung: the 7th pod's volume was never provisioned.)"""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(popen.pid)
+    except (AttributeError, OSError):  # no pidfd (old kernel, not Linux): poll
+        while popen.poll() is None:
+            await asyncio.sleep(0.1)
+        return popen.returncode
+    try:
+        done: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        loop.add_reader(fd, readable)
+        try:
+            if popen.poll() is None:
+                await done
+        finally:
+            loop.remove_reader(fd)
+    finally:
+        os.close(fd)
+    return popen.wait()
+
+
 @dataclass
 class PodProcess:
     key: str
@@ -445,7 +474,7 @@ class PodRunner:
 
     async def _wait(self, ns: str, name: str, cname: str, proc: PodProcess) -> None:
         assert proc.popen is not None
-        code = await asyncio.to_thread(proc.popen.wait)
+        code = await exited(proc.popen)
         if proc.stopping:
             return
         phase = "Succeeded" if code == 0 else "Failed"

@@ -197,6 +197,13 @@ class Database:
         )
         return [Event(int(r[0]), r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
 
+    async def has_event(self, scope: str, turn: str, kind: str) -> bool:
+        """Whether ``scope`` recorded an event of ``kind`` for ``turn`` (e.g. the driver's turn_started)."""
+        rows = await self.backend.fetch(
+            "SELECT 1 FROM events WHERE scope = ? AND turn = ? AND kind = ? LIMIT 1", (scope, turn, kind)
+        )
+        return bool(rows)
+
     async def last_seq(self, scope: str) -> int:
         rows = await self.backend.fetch("SELECT COALESCE(MAX(seq), 0) FROM events WHERE scope = ?", (scope,))
         return int(rows[0][0])

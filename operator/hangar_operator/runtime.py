@@ -319,7 +319,21 @@ class Runtime:
 
     async def _command_result(self, session: str, turn_name: str, p: dict[str, Any]) -> None:
         op = p.get("op")
-        if op == "start_turn" and not p.get("ok"):
+        if op == "start_turn" and not p.get("ok") and "the sandbox is shutting down" in str(p.get("error")):
+            # The sandbox is going away: the turn (a queued steer's, say) runs in the next one, never here.
+            turn = await self.kube.get("turns", turn_name)
+            if turn and (turn.get("status") or {}).get("phase") == "Running":
+                await self.kube.patch_status(
+                    "turns", turn_name, {"phase": "Queued", "run": None, "startedAt": None, "policy": None}
+                )
+                await self.kube.patch_status(
+                    "sessions",
+                    session,
+                    {"phase": "Idle", "currentTurn": None, "sandbox": {"connected": False}},
+                )
+                self.steering.forget_sent(turn_name)
+                await self.event(session, "turn_requeued", {"reason": str(p.get("error"))}, turn_name)
+        elif op == "start_turn" and not p.get("ok"):
             # The driver refused to start it (a turn already runs, the harness can't take the policy…).
             turn = await self.kube.get("turns", turn_name)
             if turn and (turn.get("status") or {}).get("phase") == "Running":
@@ -597,6 +611,22 @@ class Runtime:
                 if tstatus.get("run") != run:
                     continue
                 tname = turn["metadata"]["name"]
+                if tstatus.get("phase") == "Running" and not await self.db.has_event(
+                    f"session/{session}", tname, "turn_started"
+                ):
+                    # start_turn went to a sandbox on its way out (the turn before it ended as the pod went,
+                    # and this one was next in line, e.g. a queued steer): the agent never had it. Run it in
+                    # the next sandbox rather than fail it.
+                    await self.kube.patch_status(
+                        "turns",
+                        tname,
+                        {"phase": "Queued", "run": None, "startedAt": None, "policy": None, "reason": ""},
+                    )
+                    await self.event(
+                        session, "turn_requeued", {"reason": f"{lost} before the turn started"}, tname
+                    )
+                    self.steering.forget_sent(tname)  # its requests go to the next sandbox's driver
+                    continue
                 if tstatus.get("phase") in ("Running", "NeedsInput"):
                     await self.kube.patch_status(
                         "turns",

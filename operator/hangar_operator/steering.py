@@ -95,6 +95,12 @@ class Steering:
         # an operator restart what the resources show as sent is sent again (same ids; the driver dedupes).
         self.sent: set[str] = set()
 
+    def forget_sent(self, turn: str) -> None:
+        """The turn will run again in another sandbox: what was sent for it is sent again there."""
+        for prefix in ("steer-", "withdraw-", "interrupt-"):
+            self.sent -= {cid for cid in self.sent if cid.startswith(f"{prefix}{turn}-")}
+        self.cancel_deadline(turn)
+
     def stop(self) -> None:
         for task in self.deadlines.values():
             task.cancel()

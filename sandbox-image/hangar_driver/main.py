@@ -1098,6 +1098,9 @@ class Driver(object):
                                % (self.cfg.harness, approvals))
         if turn in self.turns_started:
             raise CommandError("turn %s was already started" % turn)
+        if self.stopping.is_set():
+            # The pod is going away (SIGTERM, shutdown): the turn must run in the next sandbox, not die here.
+            raise CommandError("the sandbox is shutting down: turn %s was not started" % turn)
         with h.lock:
             if h.running():
                 raise CommandError("a turn is already running")
