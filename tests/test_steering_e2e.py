@@ -523,7 +523,14 @@ def test_an_interrupt_the_driver_never_confirms_kills_the_run(cluster: Cluster, 
         assert time.monotonic() - t0 > 2, "not confirmed by the forged frame"
         assert t1["phase"] == "Interrupted" and t1["exit_status"] == 130, api.debug("st-kill")
         assert "did not confirm the interrupt in time; hangar killed the run" in t1["reason"]
-        [it] = t1["interrupts"]
+        # The message is queued for the next turn just after the kill is recorded.
+        [it] = wait(
+            lambda: [
+                i for i in (api.turn("st-kill", 1) or {}).get("interrupts", []) if i.get("message_status")
+            ],
+            15,
+            "the interrupt's message queued",
+        )
         assert it["status"] == "killed" and it["message_status"] == "queued", it
         released = [e for e in api.events("st-kill") if e["kind"] == "sandbox_released"]
         assert released and released[0]["pod"] == "st-kill-r1", api.debug("st-kill")
