@@ -668,7 +668,7 @@ class Runtime:
                         "labels": {"hangar.dev/session": name, "hangar.dev/run": st.sandbox.run},
                     }
                 },
-                "is gone",
+                "was deleted",
             )
             return
         phase = pod.status.phase if pod.status else None
