@@ -62,7 +62,17 @@ def test_killing_the_sandbox_fails_the_turn_and_the_next_message_continues(
         cluster.kubectl("delete", "pod", pod, "--wait=false")
         t1 = api.wait_turn("cc-kill", 1, 60)
         assert t1["phase"] == "Failed" and t1["outcome"] == "failed"
-        assert "sandbox pod cc-kill-r1 was deleted" in t1["reason"]
+        # The driver may report its CLI's death first; the pod's fate joins the reason once the operator
+        # sees the pod go.
+        t1 = wait(
+            lambda: (
+                (t := api.turn("cc-kill", 1)) and "sandbox pod cc-kill-r1 was deleted" in t["reason"] and t
+            ),
+            30,
+            "the pod's fate in the turn's reason",
+            lambda: api.debug("cc-kill"),
+        )
+        assert t1["phase"] == "Failed"
         s = wait(lambda: (x := api.session("cc-kill"))["sandbox"]["pod"] is None and x, 30, "slot released")
         assert s["phase"] == "Idle" and s["conversation"]
         assert not (workspace(stack, "cc-kill") / "never.txt").exists()
