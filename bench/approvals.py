@@ -31,11 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -45,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _stats import log, summary  # bench/ is the script's directory, so on sys.path
 
 from hangar.approvals import ToolCall, decide
 from hangar.devcluster import binaries
@@ -55,26 +54,6 @@ from hangar.testing.model_server import ScriptedModel, Step
 
 ENVIRONMENT = "bench-approvals"
 SESSION = "bench-ask"
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(xs: list[float], p: float) -> float:
-    """Nearest-rank percentile: with fewer than 100 samples p99 is the maximum."""
-    s = sorted(xs)
-    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
-
-
-def summary(xs: list[float]) -> dict[str, float]:
-    return {
-        "n": len(xs),
-        "p50": pct(xs, 50),
-        "p99": pct(xs, 99),
-        "mean": statistics.fmean(xs),
-        "max": max(xs),
-    }
 
 
 def wall(ts: str | None) -> float | None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import shutil
 import signal
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _stats import log, summary  # bench/ is the script's directory, so on sys.path
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -58,6 +58,7 @@ from hangar.devcluster.controlplane import ControlPlane
 from hangar.devcluster.stack import Stack, install_crds
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel, Step
+from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
 
 POLL = 0.02  # seconds between polls, both sides (--poll)
 MODEL = "claude-sonnet-4-5"
@@ -66,38 +67,9 @@ NAMESPACE = "default"
 NODE = "hangar-local"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What the floor CLI runs with, and what the bench Environment gives hangar's agent too (same CLI behaviour).
-QUIET_ENV = {
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-}
+QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
 API_KEY = "sk-ant-bench-not-a-real-key"
 TIMEOUT = 120.0  # per sample
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-# -- statistics ----------------------------------------------------------------------------------------------------
-
-
-def pct(xs: list[float], p: float) -> float:
-    """Nearest-rank percentile: with fewer than 100 samples p99 is the maximum."""
-    s = sorted(xs)
-    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
-
-
-def summary(xs: list[float]) -> dict[str, float]:
-    return {
-        "n": len(xs),
-        "p50": pct(xs, 50),
-        "p99": pct(xs, 99),
-        "mean": statistics.fmean(xs),
-        "min": min(xs),
-        "max": max(xs),
-    }
 
 
 def med(xs: list[float | None]) -> float | None:

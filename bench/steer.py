@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import shutil
 import signal
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _stats import log, summary  # bench/ is the script's directory, so on sys.path
 
 from hangar.devcluster import binaries
 from hangar.devcluster.controlplane import ControlPlane
@@ -54,41 +54,16 @@ from hangar.devcluster.stack import Stack, install_crds
 from hangar.paths import cli_dir
 from hangar.testing.model_server import Request, ScriptedModel, Step
 from hangar_driver.adapters import make_harness
+from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
 from hangar_driver.harness import TurnConfig
 
 MODEL = "claude-sonnet-4-5"
 ENVIRONMENT = "bench-steer"
 SESSION = "bench-steer"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-QUIET_ENV = {
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-}
+QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
 API_KEY = "sk-ant-bench-not-a-real-key"
 TIMEOUT = 180.0
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(xs: list[float], p: float) -> float:
-    """Nearest-rank percentile: with fewer than 100 samples p99 is the maximum."""
-    s = sorted(xs)
-    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
-
-
-def summary(xs: list[float]) -> dict[str, float]:
-    return {
-        "n": len(xs),
-        "p50": pct(xs, 50),
-        "p99": pct(xs, 99),
-        "mean": statistics.fmean(xs),
-        "min": min(xs),
-        "max": max(xs),
-    }
 
 
 def wall(ts: str | None) -> float | None:
