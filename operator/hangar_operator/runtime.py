@@ -70,6 +70,9 @@ class Runtime:
         self.db = db
         self.settings = settings
         self.locks: dict[str, asyncio.Lock] = {}
+        # Run keys of the sandboxes this process started or has verified: a driver's hello (signed or not)
+        # costs no apiserver read. Dropped when the sandbox is released.
+        self.run_keys: dict[str, bytes] = {}
         self.slot_lock = asyncio.Lock()
         self.gateway = Gateway(
             host=settings.gateway_host,
@@ -105,6 +108,8 @@ class Runtime:
 
     # --- the gateway's callbacks ------------------------------------------------------------------------
     async def key_for_run(self, run: str) -> bytes | None:
+        if run in self.run_keys:
+            return self.run_keys[run]
         session = session_of_run(run)
         if session is None:
             return None
@@ -120,7 +125,10 @@ class Runtime:
         import base64
 
         data = (secret.data or {}).get("run-key")
-        return base64.b64decode(data) if data else None
+        if not data:
+            return None
+        self.run_keys[run] = base64.b64decode(data)
+        return self.run_keys[run]
 
     async def on_rejected(self, who: str, reason: str) -> None:
         metrics.DRIVER_REJECTED.labels(reason=reason.split(":")[0][:40]).inc()
@@ -504,13 +512,14 @@ class Runtime:
                 return
             n = st.counters.sandboxes + 1
             run = f"{name}-r{n}"
-            secret, _key = run_key_secret(s, run)
+            secret, key = run_key_secret(s, run)
             core = self.kube.core
             ns = self.kube.namespace
             try:
                 await core.create_namespaced_secret(ns, secret)
+                self.run_keys[run] = key.encode()
             except ApiException as e:
-                if e.status != 409:
+                if e.status != 409:  # an earlier attempt made it: its key is read on the driver's hello
                     raise
             try:
                 await core.create_namespaced_persistent_volume_claim(ns, workspace_pvc(s, self.settings))
@@ -554,6 +563,7 @@ class Runtime:
                 if e.status != 404:
                     raise
         if run:
+            self.run_keys.pop(run, None)
             try:
                 await core.delete_namespaced_secret(f"{run}-key", ns)
             except ApiException as e:
