@@ -108,6 +108,20 @@ def kill_group(proc: "Optional[subprocess.Popen[bytes]]", sig: int = signal.SIGK
                 pass
 
 
+def kill_unconfirmed(harness: Any, turn: Any) -> None:
+    """An interrupt the CLI did not confirm within its grace: kill its process group. The adapter's
+    end-of-output handling then ends the turn as interrupted. ``turn`` has ended, proc and interrupted;
+    ``harness._mu`` guards them."""
+    with harness._mu:
+        if turn.ended or turn.proc is None or not turn.interrupted:
+            return
+        proc = turn.proc
+    harness.emit(
+        "log", {"level": "warning", "message": "%s did not confirm the interrupt: killing it" % harness.name}
+    )
+    kill_group(proc)
+
+
 def wait_or_kill(proc: "subprocess.Popen[bytes]", timeout: float) -> int:
     """Wait for the process to exit, killing its group after ``timeout`` seconds. Returns its exit code."""
     try:

@@ -61,7 +61,16 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, Set, Tuple  # noqa: F401 (type comments)
 
-from .adapters import LineReader, StdinWriter, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
+from .adapters import (
+    LineReader,
+    StdinWriter,
+    exit_status,
+    kill_group,
+    kill_unconfirmed,
+    spawn_agent,
+    text_of,
+    wait_or_kill,
+)
 from .harness import Emit, Harness, NotLive, TurnConfig
 
 INTERRUPT_GRACE = 10.0  # seconds the CLI gets to end an interrupted turn before its process group is killed
@@ -603,13 +612,7 @@ class ClaudeHarness(Harness):
         events.append(("interrupted", {"turn": turn.id, "interrupt_id": interrupt_id, "continued": True}))
 
     def _interrupt_timeout(self, turn: _Turn) -> None:
-        with self._mu:
-            if turn.ended or turn.proc is None or not turn.interrupted:
-                return
-            proc = turn.proc
-        # The CLI did not end the turn in time: kill it. _on_eof ends the turn as interrupted.
-        self.emit("log", {"level": "warning", "message": "claude did not confirm the interrupt: killing it"})
-        kill_group(proc)
+        kill_unconfirmed(self, turn)
 
     def _end(
         self, turn: _Turn, outcome: str, exit_status: int, error: Optional[str], summary: str = ""

@@ -43,7 +43,16 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .adapters import LineReader, StdinWriter, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
+from .adapters import (
+    LineReader,
+    StdinWriter,
+    exit_status,
+    kill_group,
+    kill_unconfirmed,
+    spawn_agent,
+    text_of,
+    wait_or_kill,
+)
 from .harness import Emit, Harness, NotLive, TurnConfig
 
 RPC_TIMEOUT = 60.0  # initialize / thread / turn start
@@ -729,12 +738,7 @@ class CodexHarness(Harness):
         threading.Thread(target=started, name="codex-continue", daemon=True).start()
 
     def _interrupt_timeout(self, turn: _Turn) -> None:
-        with self._mu:
-            if turn.ended or turn.proc is None or not turn.interrupted:
-                return
-            proc = turn.proc
-        self.emit("log", {"level": "warning", "message": "codex did not confirm the interrupt: killing it"})
-        kill_group(proc)
+        kill_unconfirmed(self, turn)
 
     def _end(
         self, turn: _Turn, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
