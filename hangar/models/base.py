@@ -80,11 +80,11 @@ class Resource(Model):
         return str(self.metadata.get("namespace", ""))
 
 
-def name_rule(kind: str) -> dict[str, str]:
+def name_rule(kind: str, max_len: int = NAME_MAX) -> dict[str, str]:
     return {
-        "rule": f"self.metadata.name.size() <= {NAME_MAX} && self.metadata.name.matches('{NAME_PATTERN}')",
+        "rule": f"self.metadata.name.size() <= {max_len} && self.metadata.name.matches('{NAME_PATTERN}')",
         "message": (
-            f"{kind} name must be a DNS label of at most {NAME_MAX} characters: lowercase letters, digits "
+            f"{kind} name must be a DNS label of at most {max_len} characters: lowercase letters, digits "
             "and '-', starting with a letter"
         ),
     }

@@ -30,6 +30,12 @@ class SessionSpec(Model):
         default=False, description="Stop the session: interrupt any turn, release the sandbox"
     )
     tainted: bool = Field(default=False, description="Start tainted (intake work that reads untrusted input)")
+    fork_of: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Fork this session: start from its conversation, a clone of its workspace, its approvals "
+        "policy and its taint",
+    )
 
 
 class Sandbox(Model):
@@ -53,8 +59,19 @@ class Checkpoint(Model):
     sha256: str = ""
 
 
+class ForkOrigin(Model):
+    """What a fork took from its parent when it was made (so the parent may change or go afterwards)."""
+
+    session: str
+    conversation: str | None = None
+    policy: ApprovalPolicy | None = None
+    tainted: bool = False
+    at: datetime | None = None
+
+
 class PendingApproval(Model):
     id: str
+    session: str | None = Field(default=None, description="Set on a job's list: the attempt it is from")
     turn: str
     tool: str
     command: str | None = None
@@ -78,6 +95,7 @@ class SessionStatus(Model):
     policy: ApprovalPolicy | None = None
     sandbox: Sandbox = Field(default_factory=Sandbox)
     conversation: str | None = Field(default=None, description="The CLI's session or thread id")
+    forked_from: ForkOrigin | None = None
     current_turn: str | None = None
     last_turn: str | None = None
     taint: Taint = Field(default_factory=Taint)
