@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -43,12 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _stats import log, summary  # bench/ is the script's directory, so on sys.path
+from _stack import bench_run, claude_missing, header  # bench/ is the script's directory, so on sys.path
+from _stats import log, summary
 
 from hangar.approvals import ToolCall, decide
-from hangar.devcluster import binaries
-from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack, install_crds
+from hangar.devcluster.stack import Stack
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel, Step
 
@@ -362,55 +359,24 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
-
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    out: dict[str, Any] = {
-        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start",
-        "args": {"calls": a.calls, "asks": a.asks, "poll": a.poll},
-    }
-    if a.calls > 0:
-        log(f"deny-risky engine: {a.calls} calls")
-        out["engine"] = bench_engine(a.calls)
-    cp: ControlPlane | None = None
-    stack: Stack | None = None
-    cp_dir = Path(tempfile.mkdtemp(prefix="hangar-bench-cp-"))
-    root = Path(tempfile.mkdtemp(prefix="hangar-bench-stack-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    if a.asks > 0 and claude_missing():
+        return 2
+    out = header({"calls": a.calls, "asks": a.asks, "poll": a.poll})
     try:
-        if a.asks > 0:
-            if not (cli_dir() / "node_modules" / ".bin" / "claude").exists():
-                print(f"claude CLI not installed in {cli_dir()}: run tools/install-clis.sh", file=sys.stderr)
-                return 2
-            log("control plane, operator, API, runner")
-            cp = ControlPlane(binaries.ensure(), cp_dir).start()
-            asyncio.run(install_crds(str(cp.kubeconfig)))
-            stack = Stack(root, cp.kubeconfig)
-            stack.start_operator()
-            stack.start_api()
-            stack.start_runner()
-            log("floor: the Claude adapter alone")
-            out["floor"] = bench_floor(a.asks)
-            out["ask"] = bench_ask(stack, a.asks, a.poll)
-        print(json.dumps(out, indent=2) if a.json else table(out))
-        return 0
+        with bench_run(a.keep_logs) as br:
+            if a.calls > 0:
+                log(f"deny-risky engine: {a.calls} calls")
+                out["engine"] = bench_engine(a.calls)
+            if a.asks > 0:
+                _, stack = br.start()
+                log("floor: the Claude adapter alone")
+                out["floor"] = bench_floor(a.asks)
+                out["ask"] = bench_ask(stack, a.asks, a.poll)
     except KeyboardInterrupt:
-        log("interrupted: cleaning up")
+        log("interrupted: cleaned up")
         return 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if stack is not None:
-            stack.stop_all()
-        if cp is not None:
-            cp.stop()
-        if a.keep_logs:
-            log(f"logs kept in {root} and {cp_dir}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-            shutil.rmtree(cp_dir, ignore_errors=True)
+    print(json.dumps(out, indent=2) if a.json else table(out))
+    return 0
 
 
 if __name__ == "__main__":

@@ -37,11 +37,9 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from datetime import datetime
@@ -49,13 +47,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _stats import log, summary  # bench/ is the script's directory, so on sys.path
+from _stack import bench_run, claude_missing, header  # bench/ is the script's directory, so on sys.path
+from _stats import log, summary
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hangar.devcluster import binaries
 from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack, install_crds
+from hangar.devcluster.stack import Stack
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel, Step
 from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
@@ -754,78 +752,38 @@ def main() -> int:
     ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
     a = ap.parse_args()
-    if not (cli_dir() / "node_modules" / ".bin" / "claude").exists():
-        print(f"claude CLI not installed in {cli_dir()}: run tools/install-clis.sh", file=sys.stderr)
+    if claude_missing():
         return 2
-
-    # SIGTERM ends the run like Ctrl-C does, so the finally blocks below stop everything.
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-
-    cp: ControlPlane | None = None
-    stack: Stack | None = None
-    model: ScriptedModel | None = None
-    cp_dir = Path(tempfile.mkdtemp(prefix="hangar-bench-cp-"))
-    root = Path(tempfile.mkdtemp(prefix="hangar-bench-stack-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    res: dict[str, Any] = {
-        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start",
-        "args": {"sessions": a.sessions, "turns": a.turns, "poll": a.poll},
-    }
+    res = header({"sessions": a.sessions, "turns": a.turns, "poll": a.poll})
     try:
-        log("control plane: building/locating binaries, starting")
-        bins = binaries.ensure()
-        cp = ControlPlane(bins, cp_dir).start()
-        asyncio.run(install_crds(str(cp.kubeconfig)))
-        log("stack: operator, API, runner")
-        stack = Stack(root, cp.kubeconfig)
-        stack.start_operator()
-        stack.start_api()
-        stack.start_runner()
-        stamps = Stamps()
-        model = ScriptedModel([Step(when=stamps, text="FINAL: ok", repeat=True, name="bench")])
-        model.start()
+        with bench_run(a.keep_logs) as br:
+            cp, stack = br.start()
+            stamps = Stamps()
+            model = br.model(ScriptedModel([Step(when=stamps, text="FINAL: ok", repeat=True, name="bench")]))
 
-        async def run() -> None:
-            assert stack is not None and cp is not None and model is not None
-            async with Bench(
-                stack, cp.kubeconfig, model, stamps, root / "bench", a.poll, cpu_meter(stack, cp)
-            ) as b:
-                await b.wait_node()
-                await b.environment()
-                if a.sessions > 0:
-                    res["connect"] = await b.connect(a.sessions)
-                if a.turns > 0:
-                    res["turns"] = await b.turns(a.turns)
+            async def run() -> None:
+                async with Bench(
+                    stack, cp.kubeconfig, model, stamps, br.root / "bench", a.poll, cpu_meter(stack, cp)
+                ) as b:
+                    await b.wait_node()
+                    await b.environment()
+                    if a.sessions > 0:
+                        res["connect"] = await b.connect(a.sessions)
+                    if a.turns > 0:
+                        res["turns"] = await b.turns(a.turns)
 
-        asyncio.run(run())
-        out = report(res)
-        if a.json:
-            out["samples"] = {k: res[k] for k in ("connect", "turns") if k in res}
-            out["args"] = res["args"]
-            print(json.dumps(out, indent=2))
-        else:
-            print(table(out))
-        return 0
+            asyncio.run(run())
     except KeyboardInterrupt:
-        log("interrupted: cleaning up")
+        log("interrupted: cleaned up")
         return 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-        if model is not None:
-            model.stop()
-        if stack is not None:
-            stack.stop_all()
-        if cp is not None:
-            cp.stop()
-        if a.keep_logs:
-            log(f"logs kept in {root} and {cp_dir}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-            shutil.rmtree(cp_dir, ignore_errors=True)
+    out = report(res)
+    if a.json:
+        out["samples"] = {k: res[k] for k in ("connect", "turns") if k in res}
+        out["args"] = res["args"]
+        print(json.dumps(out, indent=2))
+    else:
+        print(table(out))
+    return 0
 
 
 if __name__ == "__main__":

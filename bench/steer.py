@@ -30,14 +30,9 @@ Progress goes to stderr; the table (or, with --json, one JSON document) to stdou
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -46,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _stats import log, summary  # bench/ is the script's directory, so on sys.path
+from _stack import bench_run, claude_missing, header  # bench/ is the script's directory, so on sys.path
+from _stats import log, summary
 
-from hangar.devcluster import binaries
 from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack, install_crds
+from hangar.devcluster.stack import Stack
 from hangar.paths import cli_dir
 from hangar.testing.model_server import Request, ScriptedModel, Step
 from hangar_driver.adapters import make_harness
@@ -298,67 +293,30 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
     a = ap.parse_args()
-    if not (cli_dir() / "node_modules" / ".bin" / "claude").exists():
-        print(f"claude CLI not installed in {cli_dir()}: run tools/install-clis.sh", file=sys.stderr)
+    if claude_missing():
         return 2
     hold = a.steers * a.gap + 8  # the tool outlives the steers (Claude's Bash tool stops at 120 s)
     if hold > 110:
         print("--steers times --gap must stay under 100 s (one tool call holds them all)", file=sys.stderr)
         return 2
-
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    cp: ControlPlane | None = None
-    stack: Stack | None = None
-    model: ScriptedModel | None = None
-    cp_dir = Path(tempfile.mkdtemp(prefix="hangar-bench-cp-"))
-    root = Path(tempfile.mkdtemp(prefix="hangar-bench-stack-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    res: dict[str, Any] = {
-        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start",
-        "args": {"steers": a.steers, "gap": a.gap},
-    }
+    res = header({"steers": a.steers, "gap": a.gap})
     try:
-        model = ScriptedModel(script(hold))
-        model.start()
-        log("floor: the Claude adapter in this process")
-        res["floor"] = floor_side(root / "bench", model, a.steers, a.gap)
-        log("control plane: building/locating binaries, starting")
-        bins = binaries.ensure()
-        cp = ControlPlane(bins, cp_dir).start()
-        asyncio.run(install_crds(str(cp.kubeconfig)))
-        log("stack: operator, API, runner")
-        stack = Stack(root, cp.kubeconfig)
-        stack.start_operator()
-        stack.start_api()
-        stack.start_runner()
-        res["hangar"] = hangar_side(stack, cp, model, a.steers, a.gap)
-        out = report(res)
-        if a.json:
-            out["samples"] = {"hangar": res["hangar"]["samples"], "floor": res["floor"]["samples"]}
-            print(json.dumps(out, indent=2))
-        else:
-            print(table(out))
-        return 0
+        with bench_run(a.keep_logs) as br:
+            model = br.model(ScriptedModel(script(hold)))
+            log("floor: the Claude adapter in this process")
+            res["floor"] = floor_side(br.root / "bench", model, a.steers, a.gap)
+            cp, stack = br.start()
+            res["hangar"] = hangar_side(stack, cp, model, a.steers, a.gap)
     except KeyboardInterrupt:
-        log("interrupted: cleaning up")
+        log("interrupted: cleaned up")
         return 130
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if model is not None:
-            model.stop()
-        if stack is not None:
-            stack.stop_all()
-        if cp is not None:
-            cp.stop()
-        if a.keep_logs:
-            log(f"logs kept in {root} and {cp_dir}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-            shutil.rmtree(cp_dir, ignore_errors=True)
+    out = report(res)
+    if a.json:
+        out["samples"] = {"hangar": res["hangar"]["samples"], "floor": res["floor"]["samples"]}
+        print(json.dumps(out, indent=2))
+    else:
+        print(table(out))
+    return 0
 
 
 if __name__ == "__main__":

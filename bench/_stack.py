@@ -1,0 +1,99 @@
+"""What every stack benchmark sets up and tears down: a local control plane with hangar's CRDs, the stack
+(operator, API, local pod runner) and any scripted model servers, cleaned up on Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from _stats import log
+
+from hangar.devcluster import binaries
+from hangar.devcluster.controlplane import ControlPlane
+from hangar.devcluster.stack import Stack, install_crds
+from hangar.paths import cli_dir
+from hangar.testing.model_server import ScriptedModel
+
+
+class BenchRun:
+    """Directories now; the control plane and the stack when :meth:`start` is called (a floor may run
+    first, on a quiet machine)."""
+
+    def __init__(self) -> None:
+        self.cp_dir = Path(tempfile.mkdtemp(prefix="hangar-bench-cp-"))
+        self.root = Path(tempfile.mkdtemp(prefix="hangar-bench-stack-", dir="/tmp"))
+        os.chmod(self.root, 0o755)  # the agent (another uid) walks through it to its workspace
+        self.cp: ControlPlane | None = None
+        self.stack: Stack | None = None
+        self.models: list[ScriptedModel] = []
+
+    def model(self, model: ScriptedModel) -> ScriptedModel:
+        """Starts a scripted model server that is stopped with the run."""
+        model.start()
+        self.models.append(model)
+        return model
+
+    def start(self) -> tuple[ControlPlane, Stack]:
+        log("control plane: building/locating binaries, starting")
+        self.cp = ControlPlane(binaries.ensure(), self.cp_dir).start()
+        asyncio.run(install_crds(str(self.cp.kubeconfig)))
+        log("stack: operator, API, runner")
+        self.stack = Stack(self.root, self.cp.kubeconfig)
+        self.stack.start_operator()
+        self.stack.start_api()
+        self.stack.start_runner()
+        return self.cp, self.stack
+
+    def close(self, keep_logs: bool) -> None:
+        for m in self.models:
+            m.stop()
+        if self.stack is not None:
+            self.stack.stop_all()
+        if self.cp is not None:
+            self.cp.stop()
+        if keep_logs:
+            log(f"logs kept in {self.root} and {self.cp_dir}")
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+            shutil.rmtree(self.cp_dir, ignore_errors=True)
+
+
+def header(args: dict[str, Any]) -> dict[str, Any]:
+    """The first lines of every result: when, on what machine, with which arguments."""
+    return {
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start",
+        "args": args,
+    }
+
+
+def claude_missing() -> bool:
+    if (cli_dir() / "node_modules" / ".bin" / "claude").exists():
+        return False
+    print(f"claude CLI not installed in {cli_dir()}: run tools/install-clis.sh", file=sys.stderr)
+    return True
+
+
+@contextmanager
+def bench_run(keep_logs: bool) -> Iterator[BenchRun]:
+    """A BenchRun that is torn down however the benchmark ends; SIGTERM ends it as Ctrl-C does."""
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    run = BenchRun()
+    try:
+        yield run
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        run.close(keep_logs)
