@@ -34,8 +34,15 @@ A :class:`Step` (or the same keys as a dict, e.g. in a ``--script`` JSON file):
 * ``command``: end the reply with a shell tool call, named after what the request offers: Claude Code
   ``Bash {command, description}``, pi ``bash {command}``, Codex ``exec_command {cmd, yield_time_ms}``, else
   ``shell_command {command}`` / ``shell {command: [...]}``.
-* ``tool`` and ``tool_input``: end the reply with a call of that tool instead (Anthropic Messages only), e.g.
-  ``Step(tool="WebSearch", tool_input={"query": "…"})``.
+* ``tool`` and ``tool_input``: end the reply with a call of that tool instead, e.g.
+  ``Step(tool="WebSearch", tool_input={"query": "…"})`` (Anthropic: a ``tool_use`` block) or
+  ``Step(tool="mcp__tracker__read_issue", tool_input={"number": 7})``; on the Responses API a
+  ``function_call`` with that name and the input as its arguments (a tool of a namespace the request offers,
+  such as Codex's ``mcp__<server>``, is called as ``{"namespace": "mcp__<server>", "name": "<tool>"}``).
+* ``blocks``: raw Anthropic content blocks that open the reply, before its text (e.g. a server tool's
+  ``server_tool_use`` and ``web_search_tool_result``); a block with an ``input`` streams it as
+  ``input_json_delta``. ``items``: raw Responses API output items that open the reply (e.g. a
+  ``web_search_call``). Each API ignores the other's.
 * ``repeat``: the step is not consumed (for catch-all steps such as the demo's).
 * ``delay``: seconds to wait before answering.
 
@@ -83,11 +90,13 @@ class Step:
     name: str = ""
     tool: str | None = None
     tool_input: dict[str, Any] | None = None
+    blocks: list[dict[str, Any]] | None = None
+    items: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
         known = {"when", "text", "words", "word_delay", "command", "description", "repeat", "delay", "name"}
-        known |= {"tool", "tool_input"}
+        known |= {"tool", "tool_input", "blocks", "items"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown step keys: {sorted(unknown)}")
@@ -180,6 +189,8 @@ def _anthropic_tail(body: dict[str, Any]) -> tuple[str, list[str]]:
     results: list[str] = []
     tail = []
     for m in reversed(msgs):
+        if isinstance(m, dict) and m.get("role") == "system":
+            continue  # Claude Code (permission prompts on) puts its environment notes after the user's message
         if not isinstance(m, dict) or m.get("role") != "user":
             break
         tail.append(m)
@@ -241,6 +252,19 @@ def _anthropic_tool(tools: list[str], command: str, description: str) -> tuple[s
     if "bash" in tools:
         return "bash", {"command": command}
     return "Bash", {"command": command, "description": description}
+
+
+def _openai_namespace(body: dict[str, Any], name: str) -> tuple[str, str] | None:
+    """(namespace, function) when ``name`` is ``<namespace>__<function>`` of a namespace tool the request
+    offers (Codex: ``mcp__<server>`` holding the server's tools), else None."""
+    for t in body.get("tools") or []:
+        if not isinstance(t, dict) or t.get("type") != "namespace" or not isinstance(t.get("name"), str):
+            continue
+        prefix = t["name"] + "__"
+        inner = {f.get("name") for f in t.get("tools") or [] if isinstance(f, dict)}
+        if name.startswith(prefix) and name[len(prefix) :] in inner:
+            return t["name"], name[len(prefix) :]
+    return None
 
 
 def _openai_tool(tools: list[str], command: str) -> tuple[str, dict[str, Any]]:
@@ -387,7 +411,7 @@ class _Handler(BaseHTTPRequestHandler):
         stop_reason = "tool_use" if tool else "end_turn"
         tool_id = f"toolu_scripted_{n}"
         if not req.stream:
-            content: list[dict[str, Any]] = []
+            content: list[dict[str, Any]] = [dict(b) for b in step.blocks or []]
             if chunks:
                 content.append({"type": "text", "text": "".join(chunks)})
             if tool:
@@ -425,20 +449,47 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
         index = 0
+        for block in step.blocks or []:
+            start = dict(block)
+            has_input = "input" in start
+            if has_input:
+                start["input"] = {}
+            self._event(
+                "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
+            )
+            if has_input:
+                self._event(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                    },
+                )
+            self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
         if chunks:
             self._event(
                 "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                },
             )
             for i, c in enumerate(chunks):
                 if i > 0 or not step.text:  # a slow word (the fixed text goes at once)
                     self._sleep(step.word_delay)
                 self._event(
                     "content_block_delta",
-                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": c}},
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": c},
+                    },
                 )
-            self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
-            index = 1
+            self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
         if tool:
             self._event(
                 "content_block_start",
@@ -478,7 +529,10 @@ class _Handler(BaseHTTPRequestHandler):
         model_name = str(req.body.get("model") or "fake-model")
         chunks = step.reply_text()
         tool: tuple[str, dict[str, Any]] | None = None
-        if step.command is not None:
+        if step.tool is not None:
+            tool = (step.tool, dict(step.tool_input or {}))
+            req.tool_name = tool[0]
+        elif step.command is not None:
             tool = _openai_tool(req.tools, step.command)
             req.tool_name = tool[0]
         in_tokens = max(1, len(req.raw) // 4)
@@ -490,7 +544,7 @@ class _Handler(BaseHTTPRequestHandler):
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": in_tokens + out_tokens,
         }
-        output: list[dict[str, Any]] = []
+        output: list[dict[str, Any]] = [dict(it) for it in step.items or []]
         msg_item = {
             "id": f"msg_scripted_{n}",
             "type": "message",
@@ -507,6 +561,10 @@ class _Handler(BaseHTTPRequestHandler):
             "name": tool[0] if tool else "",
             "arguments": args,
         }
+        namespace = _openai_namespace(req.body, tool[0]) if tool else None
+        if namespace is not None:
+            # Codex offers an MCP server's tools as a namespace (``mcp__<server>``): the call names both.
+            fc_item["namespace"], fc_item["name"] = namespace
         if chunks:
             output.append(msg_item)
         if tool:
@@ -524,40 +582,47 @@ class _Handler(BaseHTTPRequestHandler):
         ev("response.created", {"response": dict(base, status="in_progress", output=[])})
         ev("response.in_progress", {"response": dict(base, status="in_progress", output=[])})
         out_index = 0
+        for item in step.items or []:
+            ev(
+                "response.output_item.added",
+                {"output_index": out_index, "item": dict(item, status="in_progress")},
+            )
+            ev("response.output_item.done", {"output_index": out_index, "item": item})
+            out_index += 1
         if chunks:
             item_id = msg_item["id"]
             ev(
                 "response.output_item.added",
-                {"output_index": 0, "item": dict(msg_item, status="in_progress", content=[])},
+                {"output_index": out_index, "item": dict(msg_item, status="in_progress", content=[])},
             )
             part = {"type": "output_text", "text": "", "annotations": []}
             ev(
                 "response.content_part.added",
-                {"item_id": item_id, "output_index": 0, "content_index": 0, "part": part},
+                {"item_id": item_id, "output_index": out_index, "content_index": 0, "part": part},
             )
             for i, c in enumerate(chunks):
                 if i > 0 or not step.text:
                     self._sleep(step.word_delay)
                 ev(
                     "response.output_text.delta",
-                    {"item_id": item_id, "output_index": 0, "content_index": 0, "delta": c},
+                    {"item_id": item_id, "output_index": out_index, "content_index": 0, "delta": c},
                 )
             full = "".join(chunks)
             ev(
                 "response.output_text.done",
-                {"item_id": item_id, "output_index": 0, "content_index": 0, "text": full},
+                {"item_id": item_id, "output_index": out_index, "content_index": 0, "text": full},
             )
             ev(
                 "response.content_part.done",
                 {
                     "item_id": item_id,
-                    "output_index": 0,
+                    "output_index": out_index,
                     "content_index": 0,
                     "part": dict(part, text=full),
                 },
             )
-            ev("response.output_item.done", {"output_index": 0, "item": msg_item})
-            out_index = 1
+            ev("response.output_item.done", {"output_index": out_index, "item": msg_item})
+            out_index += 1
         if tool:
             ev(
                 "response.output_item.added",

@@ -21,7 +21,7 @@ or withdrawn when the CLI takes its prompt back (an interrupt, the turn's end, t
 Taint: a web tool's result (WebFetch/WebSearch, Codex ``web_search``) or an untrusted MCP server's
 result taints the turn and the session (sticky: nothing clears it), the driver is told with the signed
 ``taint`` command, and the policy engine counts pushes, network calls and MCP write tools as risky from
-then on. A session created with ``spec.tainted`` starts tainted.
+then on. A session created with ``spec.tainted`` starts tainted, and so does a fork of a tainted session.
 """
 
 from __future__ import annotations
@@ -93,6 +93,19 @@ def mcp_server_of(tool: str) -> str | None:
     return None
 
 
+# The CLIs' own tools that read an MCP server's resource ({"server": …, "uri": …}).
+MCP_RESOURCE_TOOLS = frozenset({"ReadMcpResourceTool", "read_mcp_resource"})
+
+
+def resource_reader(tool: str, tool_input: Any) -> str | None:
+    """A CLI tool reading an MCP server's resource, named as that server's tool (``mcp__<server>__<tool>``),
+    so that its result taints like the server's own tools; None for any other tool."""
+    if tool not in MCP_RESOURCE_TOOLS or not isinstance(tool_input, dict):
+        return None
+    server = tool_input.get("server")
+    return f"mcp__{server}__{tool}" if isinstance(server, str) and server else None
+
+
 def untrusted_source(tool: str, env: EnvironmentSpec | None) -> str | None:
     """Why reading this tool's result taints the turn, or None."""
     if tool in WEB_TOOLS:
@@ -138,7 +151,7 @@ class Approvals:
         elif name == "tool_use":
             tid, tool = str(p.get("id") or ""), str(p.get("tool") or "")
             if tid and tool:
-                self.tools[(run, tid)] = tool
+                self.tools[(run, tid)] = resource_reader(tool, p.get("input")) or tool
         elif name == "tool_result" and turn:
             tool = self.tools.pop((run, str(p.get("id") or "")), "")
             if tool and not p.get("is_error") and (tool in WEB_TOOLS or mcp_server_of(tool)):
@@ -635,21 +648,18 @@ class Approvals:
             metrics.TAINTED.inc()
             await self.rt.event(session, "taint", {"reason": reason}, turn)
 
-    async def sync_spec_taint(self, s: Obj) -> bool:
-        """``spec.tainted``: the session starts tainted. True when the status was changed now."""
+    async def sync_spec_taint(self, s: Obj, forked: str | None = None) -> bool:
+        """``spec.tainted``, or ``forked`` (why: a fork of a tainted session): the session starts tainted.
+        True when the status was changed now."""
         st = (s.get("status") or {}).get("taint") or {}
-        if not s["spec"].get("tainted") or st.get("tainted"):
+        reasons = ["the session started tainted (spec.tainted)"] if s["spec"].get("tainted") else []
+        reasons += [forked] if forked else []
+        if not reasons or st.get("tainted"):
             return False
         await self.kube.patch_status(
             "sessions",
             s["metadata"]["name"],
-            {
-                "taint": {
-                    "tainted": True,
-                    "reasons": ["the session started tainted (spec.tainted)"],
-                    "since": iso(),
-                }
-            },
+            {"taint": {"tainted": True, "reasons": reasons, "since": iso()}},
         )
         metrics.TAINTED.inc()
         return True

@@ -6,6 +6,7 @@ Pure functions of the Session, its Environment and the settings, so they are eas
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 from hangar.config import Settings
@@ -53,8 +54,12 @@ def run_key_secret(session: Obj, run: str) -> tuple[Obj, str]:
     return secret, key
 
 
-def workspace_pvc(session: Obj, settings: Settings) -> Obj:
-    """One volume per session, kept across sandboxes: the checkout and the agent's HOME (conversation)."""
+def workspace_pvc(session: Obj, settings: Settings, clone_of: Obj | None = None) -> Obj:
+    """One volume per session, kept across sandboxes: the checkout and the agent's HOME (conversation).
+
+    ``clone_of``: a fork's parent's PVC. The new volume is a CSI clone of it (``dataSource``), so the fork
+    starts with the parent's checkout and the CLI's conversation files. A clone needs the source's storage
+    class and at least its size, so both are taken from it."""
     name = session["metadata"]["name"]
     spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
@@ -62,6 +67,14 @@ def workspace_pvc(session: Obj, settings: Settings) -> Obj:
     }
     if settings.storage_class:
         spec["storageClassName"] = settings.storage_class
+    if clone_of is not None:
+        src = clone_of["spec"]
+        spec["dataSource"] = {"kind": "PersistentVolumeClaim", "name": clone_of["metadata"]["name"]}
+        size = ((src.get("resources") or {}).get("requests") or {}).get("storage")
+        if size:
+            spec["resources"] = {"requests": {"storage": size}}
+        if src.get("storageClassName"):
+            spec["storageClassName"] = src["storageClassName"]
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -93,6 +106,21 @@ def _merge(base: Any, override: Any) -> Any:
     return override
 
 
+def mcp_servers_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
+    """``HANGAR_MCP_SERVERS`` for the driver, which hands the servers to the agent's CLI: for each of the
+    Environment's ``mcp:`` servers only how to reach it (``command`` argv or ``url``). Its ``trust`` and
+    ``write_tools`` stay here: taint and approvals are decided by the operator, never by the CLI."""
+    servers: dict[str, dict[str, Any]] = {}
+    for name, server in sorted(env.mcp.items()):
+        if server.command:
+            servers[name] = {"command": list(server.command)}
+        elif server.url:
+            servers[name] = {"url": server.url}
+    if not servers:
+        return []
+    return [{"name": "HANGAR_MCP_SERVERS", "value": json.dumps(servers, sort_keys=True)}]
+
+
 def sandbox_pod(
     session: Obj, env: EnvironmentSpec, run: str, pod_name: str, settings: Settings, gateway: str
 ) -> Obj:
@@ -119,6 +147,7 @@ def sandbox_pod(
             {"name": "HANGAR_AGENT_UID", "value": str(AGENT_UID)},
             {"name": "HANGAR_AGENT_GID", "value": str(AGENT_UID)},
             {"name": "HANGAR_CLI_PATH", "value": settings.cli_path},
+            *mcp_servers_env(env),
             *agent_env,
         ],
         "envFrom": [

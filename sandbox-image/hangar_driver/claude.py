@@ -5,7 +5,8 @@ Standard library only, Python 3.8+.
 One CLI process per turn
 ------------------------
 Each turn runs its own ``claude -p --input-format stream-json --output-format stream-json --verbose
---permission-prompt-tool stdio`` process; ``--resume <session>`` carries the conversation from turn to turn.
+--permission-prompt-tool stdio`` process; ``--resume <session>`` carries the conversation from turn to turn
+(with ``--fork-session`` when the turn forks it: the CLI reports the new session id).
 Why not one long-lived process:
 
 * A steer that loses the race with its tool (the tool finished just as the line was written) is run by the CLI
@@ -48,6 +49,9 @@ go on with it, and ``interrupted`` (continued) reports the confirmation. The int
 as the turn's failure. If the CLI had already finished (nothing to interrupt), the turn ends as usual and the
 core starts the next turn with the message.
 
+The Environment's MCP servers (``TurnConfig.mcp_servers``) go in with ``--mcp-config`` and
+``--strict-mcp-config`` (``mcp.py``); their tools are ``mcp__<server>__<tool>`` and ask like any other tool.
+
 ``TurnConfig.extra["claude_args"]``: more command-line arguments. Approvals ``auto`` runs with
 ``--permission-mode bypassPermissions`` and ``IS_SANDBOX=1`` added to the environment (the CLI refuses that
 mode as root otherwise); any other policy leaves the CLI's checks on and its prompts come here.
@@ -72,6 +76,7 @@ from .adapters import (
     wait_or_kill,
 )
 from .harness import Emit, Harness, NotLive, TurnConfig
+from .mcp import claude_args as mcp_claude_args
 
 INTERRUPT_GRACE = 10.0  # seconds the CLI gets to end an interrupted turn before its process group is killed
 EXIT_GRACE = 10.0  # seconds the CLI gets to exit once its stdin is closed
@@ -164,6 +169,8 @@ class ClaudeHarness(Harness):
             argv += ["--model", cfg.model]
         if cfg.conversation:
             argv += ["--resume", cfg.conversation]
+            if cfg.fork:
+                argv.append("--fork-session")  # a new session id; the parent's file is left as it was
         # hangar-owned settings: a sandboxed CLI neither updates itself nor phones home (telemetry, error
         # reports); the Environment can still set any of these itself.
         extra_env = {
@@ -175,6 +182,8 @@ class ClaudeHarness(Harness):
             # The CLI's own checks off. As root it refuses this unless told it runs in a sandbox (it does).
             argv += ["--permission-mode", "bypassPermissions"]
             extra_env["IS_SANDBOX"] = "1"
+        # The Environment's MCP servers, and only those (mcp.py).
+        argv += mcp_claude_args(cfg.mcp_servers)
         argv += [str(a) for a in (cfg.extra.get("claude_args") or [])]
         try:
             proc = spawn_agent(argv, cfg, extra_env)
@@ -403,6 +412,27 @@ class ClaudeHarness(Harness):
                     (
                         "tool_use",
                         {"tool": block.get("name") or "", "input": block.get("input") or {}, "id": tid},
+                    )
+                )
+            elif block.get("type") == "server_tool_use":
+                # A tool the model's API ran itself (web_search, web_fetch): its result is in this message.
+                events.append(
+                    (
+                        "tool_use",
+                        {
+                            "tool": block.get("name") or "",
+                            "input": block.get("input") or {},
+                            "id": str(block.get("id")),
+                        },
+                    )
+                )
+            elif str(block.get("type") or "").endswith("_tool_result") and block.get("tool_use_id"):
+                result = block.get("content")
+                failed = isinstance(result, dict) and str(result.get("type") or "").endswith("_error")
+                events.append(
+                    (
+                        "tool_result",
+                        {"id": str(block.get("tool_use_id")), "is_error": failed, "output": text_of(result)},
                     )
                 )
         if new_tool and turn.held and not turn.interrupted and not turn.finishing:

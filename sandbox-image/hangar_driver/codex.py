@@ -3,7 +3,7 @@
 Standard library only, Python 3.8+.
 
 One app-server process per turn: initialize / initialized, ``thread/start`` (or ``thread/resume`` with the
-conversation id for continuity), ``turn/start``; the turn ends with ``turn/completed``, then stdin is closed
+conversation id for continuity, ``thread/fork`` when the turn forks it), ``turn/start``; the turn ends with ``turn/completed``, then stdin is closed
 and the process exits. As for Claude, per-turn processes give each turn its own cwd/env/model/approvals/uid,
 make an interrupt final (the process is killed if it does not confirm in time), and keep ``acceptForSession``
 grants in that one process: the next turn asks again.
@@ -28,7 +28,14 @@ Approvals: ``approvalPolicy`` ``never`` + sandbox ``danger-full-access`` when ap
 ``untrusted`` (the sandbox pod is the sandbox). ``item/commandExecution/requestApproval`` and
 ``item/fileChange/requestApproval`` (and the legacy ``execCommandApproval`` / ``applyPatchApproval``) become
 ``permission_request``; ``answer`` sends accept / acceptForSession / decline. Codex's decline carries no text,
-so a deny message is passed to the agent as a steer right after the decline.
+so a deny message is passed to the agent as a steer right after the decline. An MCP tool call asks through an
+``mcpServer/elicitation/request`` whose ``_meta.codex_approval_kind`` is ``mcp_tool_call``: it becomes a
+``permission_request`` for ``mcp__<server>__<tool>`` (Claude Code's spelling, also used for the tool's
+``tool_use``) and is answered accept / decline (other elicitations are declined).
+
+The Environment's MCP servers (``TurnConfig.mcp_servers``) are written into config.toml as
+``[mcp_servers.<name>]`` tables (``mcp.py``). A Responses API ``web_search_call`` shows as a ``webSearch``
+item: ``tool_use``/``tool_result`` ``web_search``, which the operator counts as reading web content.
 
 The environment is ``cfg.env`` plus ``RUST_LOG=error`` when it names no log level (codex's warnings about an
 unknown model would otherwise fill the stderr tail kept for errors).
@@ -54,6 +61,7 @@ from .adapters import (
     wait_or_kill,
 )
 from .harness import Emit, Harness, NotLive, TurnConfig
+from .mcp import codex_toml as mcp_codex_toml
 
 RPC_TIMEOUT = 60.0  # initialize / thread / turn start
 STEER_TIMEOUT = 15.0
@@ -134,6 +142,22 @@ class _Rpc(object):
             slot[0].set()
 
 
+def _mcp_approval(params: Dict[str, Any]) -> bool:
+    """Codex asks whether an MCP tool may run as an elicitation of its own (approvals other than never)."""
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and meta.get("codex_approval_kind") == "mcp_tool_call"
+
+
+def _mcp_answer(decision: str) -> Dict[str, Any]:
+    """The elicitation result for an MCP tool call's approval: accept (for the session) or decline."""
+    if decision == "deny":
+        return {"action": "decline"}
+    result = {"action": "accept", "content": {}}  # type: Dict[str, Any]
+    if decision == "allow_always":
+        result["_meta"] = {"persist": "session"}
+    return result
+
+
 def _toml_str(value: str) -> str:
     return json.dumps(value)  # a TOML basic string takes JSON's escapes
 
@@ -179,6 +203,7 @@ def write_config(cfg: TurnConfig) -> str:
         "apps = false",
         "remote_plugin = false",
     ]
+    lines += mcp_codex_toml(cfg.mcp_servers)  # the Environment's MCP servers (mcp.py)
     if extra.get("codex_config"):
         lines += ["", str(extra["codex_config"])]
     if not os.path.isdir(home):
@@ -300,7 +325,8 @@ class CodexHarness(Harness):
             if cfg.conversation:
                 params = dict(settings)
                 params["threadId"] = cfg.conversation
-                result = rpc.call("thread/resume", params, RPC_TIMEOUT)
+                # thread/fork copies the thread into a new one (its id comes back in ``thread``).
+                result = rpc.call("thread/fork" if cfg.fork else "thread/resume", params, RPC_TIMEOUT)
             else:
                 result = rpc.call("thread/start", settings, RPC_TIMEOUT)
             thread_id = str((result.get("thread") or {}).get("id") or cfg.conversation or "")
@@ -392,13 +418,16 @@ class CodexHarness(Harness):
                 )
                 return
             turn.answered[req["rpc_id"]] = request_id
-            if req["legacy"]:
-                value = _DECISIONS_V1[decision]  # type: Any
-                if decision == "deny":
-                    value = {"denied": {"rejection": message or "The user denied this."}}
+            if req.get("mcp"):
+                turn.writer.write({"id": req["rpc_id"], "result": _mcp_answer(decision)})
             else:
-                value = _DECISIONS_V2[decision]
-            turn.writer.write({"id": req["rpc_id"], "result": {"decision": value}})
+                if req["legacy"]:
+                    value = _DECISIONS_V1[decision]  # type: Any
+                    if decision == "deny":
+                        value = {"denied": {"rejection": message or "The user denied this."}}
+                else:
+                    value = _DECISIONS_V2[decision]
+                turn.writer.write({"id": req["rpc_id"], "result": {"decision": value}})
         if decision == "deny" and message and not req["legacy"]:
             # Codex's decline carries no text: hand the agent the reason as a steer.
             what = req.get("command") or "that change"
@@ -538,6 +567,8 @@ class CodexHarness(Harness):
                     },
                 )
             )
+        elif method == "mcpServer/elicitation/request" and _mcp_approval(params):
+            self._mcp_permission(turn, rpc_id, request_id, params, events)
         elif method == "mcpServer/elicitation/request":
             if turn.writer is not None:
                 turn.writer.write({"id": rpc_id, "result": {"action": "decline"}})
@@ -548,6 +579,35 @@ class CodexHarness(Harness):
                     {"id": rpc_id, "error": {"code": -32601, "message": "hangar does not handle %s" % method}}
                 )
             events.append(("log", {"level": "warning", "message": "codex asked %s: refused" % method}))
+
+    @staticmethod
+    def _mcp_permission(
+        turn: _Turn, rpc_id: Any, request_id: str, params: Dict[str, Any], events: List[Event]
+    ) -> None:
+        """An MCP tool call waiting for approval: a permission_request for ``mcp__<server>__<tool>``."""
+        meta = params.get("_meta") or {}
+        server = str(params.get("serverName") or "")
+        tool = "mcp__%s__%s" % (server, meta.get("tool_name") or "")
+        tool_input = meta.get("tool_params")
+        turn.pending[request_id] = {
+            "rpc_id": rpc_id,
+            "legacy": False,
+            "mcp": True,
+            "command": "the MCP tool %s of %s" % (meta.get("tool_name"), server),
+        }
+        events.append(
+            (
+                "permission_request",
+                {
+                    "request_id": request_id,
+                    "tool": tool,
+                    "input": tool_input if isinstance(tool_input, dict) else {},
+                    "command": None,
+                    "cwd": turn.cfg.cwd,
+                    "suggestions": [],
+                },
+            )
+        )
 
     def _on_notification(self, turn: _Turn, method: str, params: Dict[str, Any], events: List[Event]) -> bool:
         if method == "item/started":
@@ -582,7 +642,7 @@ class CodexHarness(Harness):
                     )
                 )
             elif kind == "mcpToolCall":
-                name = "mcp:%s.%s" % (item.get("server"), item.get("tool"))
+                name = "mcp__%s__%s" % (item.get("server"), item.get("tool"))  # Claude Code's spelling
                 args = item.get("arguments")
                 events.append(
                     ("tool_use", {"tool": name, "input": args if isinstance(args, dict) else {}, "id": iid})

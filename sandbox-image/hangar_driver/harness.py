@@ -15,7 +15,8 @@ their own. Otherwise the reader blocks on a notification while the answer waits 
 Events (name, payload) an adapter emits:
 
 - ``turn_started``   {"turn": id}
-- ``conversation``   {"id": str}   Claude session_id / Codex thread id, for --resume / thread/resume
+- ``conversation``   {"id": str}   Claude session_id / Codex thread id, for --resume / thread/resume (a forked
+                     conversation's new id)
 - ``text``           {"text": str}                      assistant text (whole blocks, not deltas)
 - ``tool_use``       {"tool": str, "input": dict, "id": str}
 - ``tool_result``    {"id": str, "is_error": bool, "output": str (first 4000 chars)}
@@ -63,6 +64,8 @@ class TurnConfig(object):
         tainted: bool = False,
         run_as: Optional[Dict[str, int]] = None,
         extra: Optional[Dict[str, Any]] = None,
+        fork: bool = False,
+        mcp_servers: Optional[Dict[str, Dict[str, Any]]] = None,
     ) -> None:
         self.turn_id = turn_id
         self.message = message
@@ -74,12 +77,16 @@ class TurnConfig(object):
         self.model = model
         # The conversation to continue (Claude session id, Codex thread id), None for a new one.
         self.conversation = conversation
+        # Continue ``conversation`` as a new one (a session fork): the CLI copies it and leaves it as it was.
+        self.fork = fork
         # "auto" runs with the CLI's permission checks off; anything else asks over stdio.
         self.approvals = approvals
         self.tainted = tainted
         # {"uid": n, "gid": n}: the agent's uid, different from the driver's. None: same uid (tests only).
         self.run_as = run_as
         self.extra = extra or {}
+        # The Environment's MCP servers (``mcp.load``): name -> {"command": [...]} or {"url": ...}.
+        self.mcp_servers = mcp_servers or {}
 
 
 class Harness(object):

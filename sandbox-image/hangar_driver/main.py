@@ -26,13 +26,16 @@ Configuration (environment):
                             and ``HANGAR_IO``: nothing else from the driver's environment.
 - ``HANGAR_CLI_PATH``       directories (``:``-separated) put first on the agent's PATH.
 - ``HANGAR_CLI_ARGV``       optional JSON list: how to launch the harness CLI (``TurnConfig.argv_prefix``).
+- ``HANGAR_MCP_SERVERS``    optional JSON: the Environment's MCP servers, handed to the CLI (``mcp.py``).
 
 Commands (``command`` frames; every one is answered by a ``command_result`` event with ``command_id``,
 ``op``, ``ok``, ``error`` and the fields below):
 
-- ``start_turn`` {turn, message, model?, conversation?, approvals?, tainted?, env?, extra?, argv_prefix?}
-  → {turn, io}. Refused while a turn runs, for a turn id this driver already started, and for
-  ``approvals`` other than ``auto`` on a harness without live permission prompts.
+- ``start_turn`` {turn, message, model?, conversation?, fork?, approvals?, tainted?, env?, extra?,
+  argv_prefix?} → {turn, io}. ``fork: true`` (with a ``conversation``) continues that conversation as a new
+  one, leaving it as it was (a session fork; the new id comes as ``conversation``). Refused while a turn
+  runs, for a turn id this driver already started, and for ``approvals`` other than ``auto`` on a harness
+  without live permission prompts.
 - ``steer`` {steer_id, message, turn?} → {steer_id, status?, at}; a harness that can't be steered answers
   ``ok: false``, error "harness X cannot be steered: the message starts the next turn". When ``turn`` (or, without it, any
   turn) is no longer running, the steer is reported ``queued`` at once (a ``steer`` event, then this result
@@ -73,6 +76,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from . import mcp
 from . import protocol as P
 from .harness import Harness, NotLive, TurnConfig
 
@@ -170,6 +174,8 @@ class Config(object):
             self.argv_prefix = argv
         self.bin_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin")
         self.agent_env = self._agent_env(env)
+        self.mcp_servers, mcp_warnings = mcp.load(env.get(mcp.ENV, ""))
+        self.warnings += mcp_warnings
 
     @property
     def run_as(self) -> Optional[Dict[str, int]]:
@@ -1104,6 +1110,12 @@ class Driver(object):
         with h.lock:
             if h.running():
                 raise CommandError("a turn is already running")
+        conversation = self._str(body, "conversation", required=False, limit=200)
+        fork = body.get("fork", False)
+        if not isinstance(fork, bool):
+            raise CommandError("fork must be true or false")
+        if fork and not conversation:
+            raise CommandError("fork needs the conversation to fork")
         if body.get("tainted"):
             self.tainted = True
         env = dict(self.cfg.agent_env)
@@ -1132,11 +1144,13 @@ class Driver(object):
             env=env,
             argv_prefix=argv,
             model=self._str(body, "model", required=False, limit=200),
-            conversation=self._str(body, "conversation", required=False, limit=200),
+            conversation=conversation,
+            fork=fork,
             approvals=approvals,
             tainted=self.tainted,
             run_as=self.cfg.run_as,
             extra=extra,
+            mcp_servers=self.cfg.mcp_servers,
         )
         self.turns_started.add(turn)
         self.current_turn = turn

@@ -5,7 +5,8 @@ Standard library only, Python 3.8+.
 * ``pi``: ``pi --mode json`` (pi's print mode with every session event as a JSON line on stdout; see
   ``docs/json.md`` in its npm package). The message goes on stdin (pi reads piped stdin as the prompt, so a
   message that starts with ``@`` or ``-`` is not taken for a file or a flag). ``--session <id>`` continues a
-  conversation (the id is the one in pi's ``session`` header line, reported as ``conversation``);
+  conversation (the id is the one in pi's ``session`` header line, reported as ``conversation``), ``--fork
+  <id>`` forks it into a new session (its header reports the new id);
   ``extra["provider"]`` -> ``--provider``, ``cfg.model`` -> ``--model``, ``extra["pi_args"]`` appended.
   ``PI_OFFLINE=1`` is added to the environment unless it is set.
 * ``antigravity``: a configurable command, ``extra["command"]`` (a list, or a string split like a shell
@@ -259,7 +260,7 @@ class PiHarness(OneShotHarness):
         if cfg.model:
             argv += ["--model", cfg.model]
         if cfg.conversation:
-            argv += ["--session", cfg.conversation]
+            argv += ["--fork" if cfg.fork else "--session", cfg.conversation]
         argv += [str(a) for a in (cfg.extra.get("pi_args") or [])]
         extra_env = {} if "PI_OFFLINE" in cfg.env else {"PI_OFFLINE": "1"}
         return argv, cfg.message, extra_env
