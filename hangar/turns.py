@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from .kube import ApiException, Kube, owner_ref
 
 
@@ -18,6 +20,7 @@ async def create_turn(
     by: str = "",
     from_steer: str | None = None,
     klass: str = "unclassified",
+    classified_by: str | None = None,
 ) -> str:
     """Creates Turn ``<session>-<n>`` with the next free index; the apiserver's name uniqueness makes the
     allocation race-free. A turn started by a queued steer is created once, however often this is called."""
@@ -34,7 +37,11 @@ async def create_turn(
         spec: dict[str, object] = {"session": session, "index": index, "message": message, "by": by}
         if from_steer:
             spec["fromSteer"] = from_steer
+        if from_steer or klass != "unclassified":
             spec["class"] = klass
+        if classified_by and klass != "unclassified":
+            spec["classifiedBy"] = classified_by
+            spec["classifiedAt"] = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         body = {
             "apiVersion": "hangar.dev/v1alpha1",
             "kind": "Turn",

@@ -16,6 +16,7 @@ import pytest
 from hangar.devcluster import binaries
 from hangar.devcluster.controlplane import ControlPlane
 from hangar.devcluster.stack import Stack, install_crds
+from hangar.testing.model_server import ScriptedModel
 
 
 @dataclass
@@ -79,3 +80,14 @@ def stack(cluster: Cluster) -> Iterator[Stack]:
             print(f"stack logs kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def model() -> Iterator[ScriptedModel]:
+    """A scripted model server for one test: the test adds its steps (``model.add``)."""
+    m = ScriptedModel([])
+    m.start()
+    try:
+        yield m
+    finally:
+        m.stop()

@@ -129,3 +129,19 @@ def environment(cluster: Any, name: str, env: dict[str, str], approvals: str | N
 
 def workspace(stack: Stack, session: str) -> Path:
     return stack.root / "runner" / "pvc" / stack.namespace / f"{session}-workspace" / "workspace"
+
+
+def new_session(api: Api, name: str, env: str, harness: str, message: str, **extra: Any) -> None:
+    """Creates a session over REST with its first message (Codex needs a model name for the scripted API)."""
+    body = {"name": name, "environment": env, "harness": harness, "message": message, **extra}
+    if harness == "codex":
+        body.setdefault("model", "fake-model")
+    r = api.post("/api/sessions", body)
+    assert r.status_code == 201, r.text
+
+
+def approvals(api: Api, session: str) -> dict[str, Any]:
+    """GET /api/sessions/{session}/approvals: policy, pending and recent."""
+    r = api.get(f"/api/sessions/{session}/approvals")
+    assert r.status_code == 200, r.text
+    return dict(r.json())

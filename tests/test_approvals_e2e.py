@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,7 +16,7 @@ from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, clis_installed, wait, workspace
+from .e2e import Api, approvals, clis_installed, new_session, wait, workspace
 
 pytestmark = [pytest.mark.e2e]
 needs_clis = pytest.mark.skipif(
@@ -59,20 +58,6 @@ def make_env(
     cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
 
 
-def new_session(api: Api, name: str, env: str, harness: str, message: str, **extra: Any) -> None:
-    body = {"name": name, "environment": env, "harness": harness, "message": message, **extra}
-    if harness == "codex":
-        body.setdefault("model", "fake-model")
-    r = api.post("/api/sessions", body)
-    assert r.status_code == 201, r.text
-
-
-def approvals(api: Api, session: str) -> dict[str, Any]:
-    r = api.get(f"/api/sessions/{session}/approvals")
-    assert r.status_code == 200, r.text
-    return dict(r.json())
-
-
 def wait_pending(
     api: Api, session: str, exclude: tuple[str, ...] = (), timeout: float = 90
 ) -> dict[str, Any]:
@@ -90,16 +75,6 @@ def decide(api: Api, session: str, ident: str, decision: str, message: str | Non
     if message is not None:
         body["message"] = message
     return api.post(f"/api/sessions/{session}/approvals/{ident}", body)
-
-
-@pytest.fixture
-def model() -> Iterator[ScriptedModel]:
-    m = ScriptedModel([])
-    m.start()
-    try:
-        yield m
-    finally:
-        m.stop()
 
 
 def script(model: ScriptedModel, steps: list[Step]) -> ScriptedModel:

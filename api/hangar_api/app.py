@@ -17,7 +17,7 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import approvals, sessions, steering
+from . import approvals, jobs, sessions, steering
 from .auth import Tokens
 
 log = logging.getLogger("hangar.api")
@@ -60,6 +60,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     app.include_router(sessions.router)
     app.include_router(approvals.router)
     app.include_router(steering.router)
+    app.include_router(jobs.router)
 
     @app.middleware("http")
     async def metrics_mw(request: Request, call_next: Any) -> Response:

@@ -9,6 +9,7 @@ policy gets a 409 and nothing changes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query
@@ -16,7 +17,9 @@ from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import GROUP, VERSION
+from hangar.store import Database
 
+from .auth import Caller
 from .sessions import Admin, DbDep, KubeDep, get_session
 
 router = APIRouter(prefix="/api/sessions", tags=["approvals"])
@@ -58,13 +61,33 @@ def approval_view(a: Obj) -> dict[str, Any]:
 
 
 async def session_approvals(k: Kube, ref: str) -> list[Obj]:
+    return await approvals_of(k, [ref])
+
+
+async def approvals_of(k: Kube, sessions: Collection[str]) -> list[Obj]:
+    """The approvals of these sessions (a session, or a job's attempts)."""
+    names = sorted(set(sessions))
+    if not names:
+        return []
+    selector = (
+        f"hangar.dev/session={names[0]}" if len(names) == 1 else f"hangar.dev/session in ({','.join(names)})"
+    )
+    items = await k.list("approvals", label_selector=selector)
     # Only the ones the operator requested (it writes their status); a hand-made Approval is not one.
-    items = await k.list("approvals", label_selector=f"hangar.dev/session={ref}")
     return [
         a
         for a in items
-        if (a.get("status") or {}).get("phase") and (a.get("spec") or {}).get("session") == ref
+        if (a.get("status") or {}).get("phase") and (a.get("spec") or {}).get("session") in names
     ]
+
+
+def pending_and_recent(items: list[Obj], limit: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The approvals waiting (oldest first) and the latest ``limit`` resolved ones (newest first)."""
+    pending = [a for a in items if (a.get("status") or {}).get("phase") == "Pending"]
+    done = [a for a in items if (a.get("status") or {}).get("phase") != "Pending"]
+    pending.sort(key=lambda a: (a.get("status") or {}).get("requestedAt") or "")
+    done.sort(key=lambda a: (a.get("status") or {}).get("decidedAt") or "", reverse=True)
+    return [approval_view(a) for a in pending], [approval_view(a) for a in done[:limit]]
 
 
 def refusal(a: Obj) -> str | None:
@@ -101,24 +124,29 @@ async def list_approvals(
     if st.get("currentTurn"):
         turn = await k.get("turns", st["currentTurn"])
         policy = ((turn or {}).get("status") or {}).get("policy") or policy
-    items = await session_approvals(k, ref)
-    pending = [a for a in items if (a.get("status") or {}).get("phase") == "Pending"]
-    done = [a for a in items if (a.get("status") or {}).get("phase") != "Pending"]
-    pending.sort(key=lambda a: (a.get("status") or {}).get("requestedAt") or "")
-    done.sort(key=lambda a: (a.get("status") or {}).get("decidedAt") or "", reverse=True)
+    pending, recent = pending_and_recent(await session_approvals(k, ref), limit)
     return {
         "session": ref,
         "policy": policy or "auto",
         "tainted": bool((st.get("taint") or {}).get("tainted")),
-        "pending": [approval_view(a) for a in pending],
-        "recent": [approval_view(a) for a in done[:limit]],
+        "pending": pending,
+        "recent": recent,
     }
 
 
 async def get_approval(k: Kube, ref: str, approval: str) -> Obj:
+    return await approval_in(k, [ref], approval, f"session {ref!r}")
+
+
+async def approval_in(k: Kube, sessions: Collection[str], approval: str, where: str) -> Obj:
+    """Approval ``approval`` if one of ``sessions`` requested it, else 404 naming ``where``."""
     a = await k.get("approvals", approval) if len(approval) <= 253 else None
-    if a is None or (a.get("spec") or {}).get("session") != ref or not (a.get("status") or {}).get("phase"):
-        raise HTTPException(404, f"session {ref!r} has no approval {approval!r}")
+    if (
+        a is None
+        or (a.get("spec") or {}).get("session") not in sessions
+        or not (a.get("status") or {}).get("phase")
+    ):
+        raise HTTPException(404, f"{where} has no approval {approval!r}")
     return a
 
 
@@ -135,8 +163,22 @@ async def decide_approval(
     """Decide a pending approval: allow, deny (the message reaches the agent) or allow_always (calls like
     this one for the rest of the turn). 409 when it can't take a decision any more; nothing changes then."""
     await get_session(k, ref)
+    return await decide(k, d, who, [ref], approval, body, f"session {ref!r}", session=ref)
+
+
+async def decide(
+    k: Kube,
+    d: Database,
+    who: Caller,
+    sessions: Collection[str],
+    approval: str,
+    body: DecisionBody,
+    where: str,
+    **audit: Any,
+) -> dict[str, Any]:
+    """Decide ``approval``, which must belong to one of ``sessions`` (404 naming ``where`` otherwise)."""
     for _ in range(10):
-        a = await get_approval(k, ref, approval)
+        a = await approval_in(k, sessions, approval, where)
         why = refusal(a)
         if why:
             raise HTTPException(409, why)
@@ -163,8 +205,9 @@ async def decide_approval(
                 # The apiserver's decide-once rule: it left Pending in between.
                 raise HTTPException(409, f"approval {approval} is no longer pending") from None
             if e.status == 404:
-                raise HTTPException(404, f"session {ref!r} has no approval {approval!r}") from None
+                raise HTTPException(404, f"{where} has no approval {approval!r}") from None
             raise
-        await d.audit(who.subject, "approval.decide", approval, session=ref, decision=body.decision)
+        audit.setdefault("session", (a.get("spec") or {}).get("session"))
+        await d.audit(who.subject, "approval.decide", approval, decision=body.decision, **audit)
         return approval_view(out)
     raise HTTPException(409, f"approval {approval} kept changing; try again")

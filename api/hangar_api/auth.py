@@ -1,7 +1,8 @@
 """Who is calling: bearer tokens mapped to a subject and a role.
 
 Tokens come from ``HANGAR_API_TOKENS_FILE`` (YAML/JSON list of {token, subject, role}) and/or
-``HANGAR_ADMIN_TOKEN``. Roles: ``admin`` (everything), ``jobs`` (a submitter's own jobs), ``mcp``.
+``HANGAR_ADMIN_TOKEN``. Roles: ``admin`` (everything), ``jobs`` (the job routes, for the jobs whose
+submitter is the token's subject; the session routes are admin only), ``mcp``.
 """
 
 from __future__ import annotations
@@ -69,3 +70,17 @@ def admin(who: Caller = Depends(caller)) -> Caller:
     if not who.admin:
         raise HTTPException(403, f"{who.subject} is not an admin: the session routes are admin only")
     return who
+
+
+def jobs_caller(who: Caller = Depends(caller)) -> Caller:
+    """The job routes: admins, and ``jobs`` tokens (each for its own jobs: see :func:`owns`)."""
+    if who.role not in ("admin", "jobs"):
+        raise HTTPException(
+            403, f"{who.subject} has a {who.role} token: the job routes take a jobs or admin token"
+        )
+    return who
+
+
+def owns(who: Caller, submitter: str) -> bool:
+    """May ``who`` see and act on a job submitted by ``submitter``? Admins: any; jobs tokens: their own."""
+    return who.admin or (who.role == "jobs" and who.subject == submitter)

@@ -3,6 +3,7 @@ resources; the operator does the rest."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any
 
@@ -32,6 +33,12 @@ class NewSession(BaseModel):
 
 class Message(BaseModel):
     message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+
+
+class Fork(BaseModel):
+    name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
+    approvals: ApprovalPolicy | None = Field(default=None, description="Overrides the parent's policy")
 
 
 def kube(request: Request) -> Kube:
@@ -75,23 +82,49 @@ async def create_session(body: NewSession, who: Admin, k: KubeDep, d: DbDep) -> 
         spec["model"] = body.model
     if body.message:
         spec["prompt"] = body.message
-    obj = {
-        "apiVersion": "hangar.dev/v1alpha1",
-        "kind": "Session",
-        "metadata": {"name": body.name, "annotations": {"hangar.dev/created-by": who.subject}},
-        "spec": spec,
-    }
-    try:
-        created = await k.create("sessions", obj)
-    except ApiException as e:
-        if e.status == 409:
-            raise HTTPException(409, f"session {body.name!r} already exists") from None
-        if e.status == 422:
-            raise HTTPException(422, _reason(e)) from None
-        raise
+    created = await _create(k, body.name, spec, who)
     await d.audit(
         who.subject, "session.create", body.name, harness=body.harness, environment=body.environment
     )
+    return session_view(created, [])
+
+
+async def _create(k: Kube, name: str, spec: dict[str, Any], who: Caller) -> dict[str, Any]:
+    obj = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": name, "annotations": {"hangar.dev/created-by": who.subject}},
+        "spec": spec,
+    }
+    try:
+        return await k.create("sessions", obj)
+    except ApiException as e:
+        if e.status == 409:
+            raise HTTPException(409, f"session {name!r} already exists") from None
+        if e.status == 422:
+            raise HTTPException(422, reason(e)) from None
+        raise
+
+
+@router.post("/{ref}/fork", status_code=201)
+async def fork_session(ref: str, body: Fork, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+    """A new session that starts from this one: its conversation, a clone of its workspace, its policy
+    and its taint. The operator takes them from the parent (``spec.forkOf``), as for a kubectl fork."""
+    parent = await get_session(k, ref)
+    pspec = parent["spec"]
+    spec: dict[str, Any] = {
+        "harness": pspec.get("harness", "claude"),
+        "environment": pspec["environment"],
+        "forkOf": ref,
+    }
+    if pspec.get("model"):
+        spec["model"] = pspec["model"]
+    if body.approvals:
+        spec["approvals"] = body.approvals
+    if body.message:
+        spec["prompt"] = body.message
+    created = await _create(k, body.name, spec, who)
+    await d.audit(who.subject, "session.fork", body.name, parent=ref, approvals=body.approvals)
     return session_view(created, [])
 
 
@@ -169,15 +202,19 @@ async def read_events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     await get_session(k, ref)
-    events = await d.events(f"session/{ref}", since, limit)
+    return await events_page(d, f"session/{ref}", since, limit, response)
+
+
+async def events_page(d: Database, scope: str, since: int, limit: int, response: Response) -> dict[str, Any]:
+    """One page of a session's or job's activity; ``X-Hangar-Last-Seq`` says where to read on from."""
+    events = await d.events(scope, since, limit)
     last = events[-1].seq if events else since
     response.headers["X-Hangar-Last-Seq"] = str(last)
     return {"events": [e.dump() for e in events], "last_seq": last}
 
 
-def _reason(e: ApiException) -> str:
-    import json
-
+def reason(e: ApiException) -> str:
+    """The apiserver's own words for a refusal (a CEL rule's message, a schema error)."""
     try:
         return str(json.loads(e.body or b"{}").get("message", e.reason))
     except Exception:

@@ -231,9 +231,13 @@ def turn_watch(request: Request) -> TurnWatch:
 
 
 # --- the turn-level operations (sessions and jobs) -----------------------------------------------------
-async def steer_turn(k: Kube, turn: Obj, message: str, by: str) -> dict[str, Any]:
+async def steer_turn(
+    k: Kube, turn: Obj, message: str, by: str, klass: str = "unclassified", classified_by: str | None = None
+) -> dict[str, Any]:
     name = turn["metadata"]["name"]
-    req = {"id": new_id("st"), "message": message, "by": by, "class": "unclassified"}
+    req = {"id": new_id("st"), "message": message, "by": by, "class": klass}
+    if classified_by and klass != "unclassified":
+        req.update({"classifiedBy": classified_by, "classifiedAt": now_iso()})
     updated = await _append(k, turn, "steers", req)
     accepted = time.time()
     return {
@@ -365,22 +369,70 @@ def _check_id(item_id: str, what: str) -> None:
         raise HTTPException(404, f"no {what} {item_id!r}")
 
 
-# --- routes ----------------------------------------------------------------------------------------------
-@router.post("/{ref}/steer", status_code=202)
-async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
-    """Add a message to the running turn (Claude Code: with the next tool result; Codex: turn/steer)."""
-    s = await get_session(k, ref)
-    harness = s["spec"].get("harness", "claude")
+# --- a resolved session's requests (the session routes, and the job routes once per attempt) ----------
+def check_steerable(harness: str) -> None:
     if harness not in LIVE_HARNESSES:
         raise HTTPException(
             409,
             f"{harness} cannot be steered: it runs one-shot, so a message can't reach a running turn. "
             "Send it as a message (it starts the next turn), or interrupt the run",
         )
+
+
+async def steer_session(k: Kube, s: Obj, message: str, by: str) -> dict[str, Any]:
+    """Steer session ``s``'s running turn; 409 when it can't be steered or nothing runs."""
+    check_steerable(s["spec"].get("harness", "claude"))
     turn = await running_turn(k, s)
     if turn is None:
-        raise _nothing_running(ref, s, "steer")
-    out = await steer_turn(k, turn, body.message, who.subject)
+        raise _nothing_running(s["metadata"]["name"], s, "steer")
+    return await steer_turn(k, turn, message, by)
+
+
+async def interrupt_session(k: Kube, s: Obj, message: str | None, by: str) -> dict[str, Any]:
+    """Interrupt session ``s``'s running turn; 409 when nothing runs."""
+    turn = await running_turn(k, s)
+    if turn is None:
+        raise _nothing_running(s["metadata"]["name"], s, "interrupt")
+    return await interrupt_turn(k, turn, message, by)
+
+
+async def withdraw_in(
+    k: Kube, watcher: TurnWatch, sessions: list[Obj], steer_id: str, where: str
+) -> tuple[JSONResponse, str]:
+    """Withdraw steer ``steer_id`` of one of ``sessions`` (404 naming ``where`` when none has it); the
+    answer and the session it was found in."""
+    _check_id(steer_id, "steer")
+    for s in sessions:
+        found = await find_item(k, s, "steers", steer_id)
+        if found is not None:
+            turn, index, _req = found
+            return await withdraw_steer(k, watcher, turn, index, steer_id), s["metadata"]["name"]
+    raise HTTPException(404, f"{where} has no steer {steer_id!r}")
+
+
+async def classify_in(
+    k: Kube, sessions: list[Obj], item_id: str, klass: str, by: str, where: str
+) -> tuple[dict[str, Any], str]:
+    """Classify steer or interrupt ``item_id`` of one of ``sessions``; the answer and its session."""
+    _check_id(item_id, "steer")
+    for s in sessions:
+        for kind, view in (("steers", steer_view), ("interrupts", interrupt_view)):
+            found = await find_item(k, s, kind, item_id)
+            if found is None:
+                continue
+            turn, index, _req = found
+            updated = await classify(k, turn, kind, index, item_id, klass, by)
+            key = "steer" if kind == "steers" else "interrupt"
+            return {key: view(updated, updated["spec"][kind][index])}, s["metadata"]["name"]
+    raise HTTPException(404, f"{where} has no steer or interrupt {item_id!r}")
+
+
+# --- routes ----------------------------------------------------------------------------------------------
+@router.post("/{ref}/steer", status_code=202)
+async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+    """Add a message to the running turn (Claude Code: with the next tool result; Codex: turn/steer)."""
+    s = await get_session(k, ref)
+    out = await steer_session(k, s, body.message, who.subject)
     await d.audit(who.subject, "session.steer", ref, turn=out["turn"]["name"], steer=out["steer"]["id"])
     return out
 
@@ -391,12 +443,7 @@ async def withdraw(
 ) -> JSONResponse:
     """Take back a steer that is still sending (200, status cancelled); once the agent has it, 409."""
     s = await get_session(k, ref)
-    _check_id(steer_id, "steer")
-    found = await find_item(k, s, "steers", steer_id)
-    if found is None:
-        raise HTTPException(404, f"session {ref!r} has no steer {steer_id!r}")
-    turn, index, _req = found
-    resp = await withdraw_steer(k, turn_watch(request), turn, index, steer_id)
+    resp, _ = await withdraw_in(k, turn_watch(request), [s], steer_id, f"session {ref!r}")
     await d.audit(who.subject, "session.withdraw", ref, steer=steer_id, answer=resp.status_code)
     return resp
 
@@ -411,11 +458,7 @@ async def interrupt(
 ) -> dict[str, Any]:
     """Stop the running turn; with a message, go on with it (same turn when live, else the next turn)."""
     s = await get_session(k, ref)
-    turn = await running_turn(k, s)
-    if turn is None:
-        raise _nothing_running(ref, s, "interrupt")
-    message = body.message if body else None
-    out = await interrupt_turn(k, turn, message, who.subject)
+    out = await interrupt_session(k, s, body.message if body else None, who.subject)
     await d.audit(
         who.subject, "session.interrupt", ref, turn=out["turn"]["name"], interrupt=out["interrupt"]["id"]
     )
@@ -428,14 +471,6 @@ async def classify_steer(
 ) -> dict[str, Any]:
     """Say what a steer (or an interrupt) was: correction, redirect or new_info."""
     s = await get_session(k, ref)
-    _check_id(steer_id, "steer")
-    for kind, view in (("steers", steer_view), ("interrupts", interrupt_view)):
-        found = await find_item(k, s, kind, steer_id)
-        if found is None:
-            continue
-        turn, index, _req = found
-        updated = await classify(k, turn, kind, index, steer_id, body.klass, who.subject)
-        await d.audit(who.subject, "session.classify", ref, steer=steer_id, klass=body.klass)
-        key = "steer" if kind == "steers" else "interrupt"
-        return {key: view(updated, updated["spec"][kind][index])}
-    raise HTTPException(404, f"session {ref!r} has no steer or interrupt {steer_id!r}")
+    out, _ = await classify_in(k, [s], steer_id, body.klass, who.subject, f"session {ref!r}")
+    await d.audit(who.subject, "session.classify", ref, steer=steer_id, klass=body.klass)
+    return out

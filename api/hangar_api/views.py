@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hangar.kube import Obj
-from hangar.models import Session, Turn
+from hangar.models import Job, Session, Turn
 
 
 def turn_view(t: Obj) -> dict[str, Any]:
@@ -34,6 +34,9 @@ def turn_view(t: Obj) -> dict[str, Any]:
         "steers": [steer_view(t, req) for req in t["spec"].get("steers") or []],
         "interrupts": [interrupt_view(t, req) for req in t["spec"].get("interrupts") or []],
         "class": turn.spec.klass,
+        "classified_by": turn.spec.classified_by,
+        "classified_at": turn.spec.classified_at.isoformat() if turn.spec.classified_at else None,
+        "session": turn.spec.session,
     }
     if turn.spec.from_steer:
         out["from_steer"] = turn.spec.from_steer
@@ -100,6 +103,10 @@ def session_view(s: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
         "policy": st.policy if st else None,
         "sandbox": st.sandbox.model_dump(mode="json", by_alias=False) if st else None,
         "conversation": st.conversation if st else None,
+        "fork_of": sess.spec.fork_of,
+        "forked_from": st.forked_from.model_dump(mode="json", by_alias=False)
+        if st and st.forked_from
+        else None,
         "current_turn": st.current_turn if st else None,
         "taint": st.taint.model_dump(mode="json", by_alias=False) if st else {"tainted": False},
         "counters": st.counters.model_dump(mode="json", by_alias=False) if st else {},
@@ -111,3 +118,58 @@ def session_view(s: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
     if turns is not None:
         out["turns"] = [turn_view(t) for t in sorted(turns, key=lambda t: int(t["spec"].get("index", 0)))]
     return out
+
+
+def job_view(j: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
+    """A Job: what was asked (spec) and the operator's summary of its attempts (status). ``turns`` are the
+    job's turns in the job's order (``n`` is the 1-based index the class route takes)."""
+    job = Job.model_validate(j)
+    spec, st = job.spec, job.status
+    out: dict[str, Any] = {
+        "id": job.name,
+        "name": job.name,
+        "submitter": spec.submitter,
+        "prompt": spec.prompt,
+        "environment": spec.environment,
+        "repository": spec.repository,
+        "base_branch": spec.base_branch,
+        "harness": spec.harness,
+        "model": spec.model,
+        "approvals": spec.approvals,
+        "attempts_requested": spec.attempts,
+        "deliver": spec.deliver,
+        "cancelled": spec.cancelled,
+        "created_at": j["metadata"].get("creationTimestamp"),
+        "state": st.state if st else "queued",
+        "reason": st.reason if st else "",
+        "message": st.message if st else "",
+        "policy": st.policy if st else None,
+        "question": st.question if st else None,
+        "awaiting_approval": st.awaiting_approval if st else False,
+        "pending_approvals": [p.model_dump(mode="json", by_alias=False) for p in st.pending_approvals]
+        if st
+        else [],
+        "attempts": [a.model_dump(mode="json", by_alias=False) for a in st.attempts] if st else [],
+        "taint": _job_taint(job),
+        "cost_usd": st.cost_usd if st else 0.0,
+        "verification": st.verification if st else None,
+        "delivery": st.delivery if st else None,
+        "started_at": st.started_at.isoformat() if st and st.started_at else None,
+        "finished_at": st.finished_at.isoformat() if st and st.finished_at else None,
+    }
+    if turns is not None:
+        out["turns"] = [{"n": n, **turn_view(t)} for n, t in enumerate(turns, 1)]
+    else:
+        out["turn_count"] = len(st.turns) if st else 0
+    return out
+
+
+def _job_taint(job: Job) -> dict[str, Any]:
+    """The job's taint as the operator records it; a job created tainted is tainted from the start."""
+    taint = job.status.taint.model_dump(mode="json", by_alias=False) if job.status else {}
+    taint.setdefault("reasons", [])
+    taint.setdefault("since", None)
+    taint["tainted"] = bool(taint.get("tainted")) or job.spec.tainted
+    if job.spec.tainted and not taint["reasons"]:
+        taint["reasons"] = ["created tainted"]
+    return taint

@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import session
+from . import job, session
 
 
 def _operator(a: argparse.Namespace) -> None:
@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--kubeconfig")
     d.set_defaults(func=_dev)
     session.add_parser(sub)
+    job.add_parser(sub)
     return p
 
 

@@ -4,39 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
-import httpx
-
-from .context import load
-
-
-class ApiError(SystemExit):
-    pass
-
-
-def client() -> httpx.Client:
-    ctx = load()
-    return httpx.Client(base_url=ctx.api_url, headers={"Authorization": f"Bearer {ctx.token}"}, timeout=30)
-
-
-def call(method: str, path: str, **kw: Any) -> Any:
-    with client() as c:
-        r = c.request(method, path, **kw)
-    if r.status_code >= 400:
-        try:
-            detail = r.json().get("detail")
-        except Exception:
-            detail = r.text
-        if isinstance(detail, list):  # FastAPI validation errors
-            detail = "; ".join(
-                f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail
-            )
-        print(f"error {r.status_code}: {detail}", file=sys.stderr)
-        raise ApiError(1)
-    return r.json()
+from . import approvals as approval_cli
+from .http import call
 
 
 def _print_session(s: dict[str, Any]) -> None:
@@ -47,6 +19,8 @@ def _print_session(s: dict[str, Any]) -> None:
     )
     if s.get("message"):
         print(f"  {s['message']}")
+    if s.get("fork_of"):
+        print(f"  forked from {s['fork_of']}")
     for t in s.get("turns", []):
         line = f"  turn {t['index']}: {t['phase']}"
         if t.get("exit_status") is not None:
@@ -72,6 +46,18 @@ def cmd_new(a: argparse.Namespace) -> None:
     s = call("POST", "/api/sessions", json=body)
     print(f"session {s['name']} created")
     if a.wait:
+        wait_turn(a.name, 1, a.timeout)
+
+
+def cmd_fork(a: argparse.Namespace) -> None:
+    body: dict[str, Any] = {"name": a.name}
+    if a.message:
+        body["message"] = a.message
+    if a.approvals:
+        body["approvals"] = a.approvals
+    s = call("POST", f"/api/sessions/{a.parent}/fork", json=body)
+    print(f"session {s['name']} created, forked from {a.parent}")
+    if a.wait and a.message:
         wait_turn(a.name, 1, a.timeout)
 
 
@@ -215,70 +201,17 @@ def cmd_classify(a: argparse.Namespace) -> None:
     print(f"{'steer' if 'steer' in r else 'interrupt'} {a.steer_id} classified {item.get('class')}")
 
 
-def _print_approval(a: dict[str, Any]) -> None:
-    head = f"{a['id']}  {a['phase']:9}  {a['tool']}"
-    if a.get("tainted"):
-        head += "  [tainted]"
-    if a.get("governed"):
-        head += "  [governed]"
-    print(head)
-    print(f"    $ {a.get('command') or ''}")
-    if a["phase"] == "Pending":
-        print(f"    why: {a.get('why') or '-'}; denied at {a.get('deadline') or '-'} if nobody answers")
-    else:
-        line = f"    {a.get('decision') or '-'} by {a.get('by') or '-'} ({a.get('resolved_by') or a.get('reason')})"
-        if a.get("message"):
-            line += f": {a['message'][:300]}"
-        print(line)
-
-
 def cmd_approvals(a: argparse.Namespace) -> None:
-    base = f"/api/sessions/{a.name}/approvals"
-    decisions = [("allow", a.allow), ("deny", a.deny), ("allow_always", a.allow_always)]
-    chosen = [(d, i) for d, i in decisions if i]
-    if len(chosen) > 1:
-        raise SystemExit("give one of --allow, --deny or --allow-always")
-    if a.message and not a.deny:
-        raise SystemExit("--message goes with --deny")
-    if chosen:
-        decision, ident = chosen[0]
-        body: dict[str, Any] = {"decision": decision}
-        if a.message:
-            body["message"] = a.message
-        r = call("POST", f"{base}/{ident}", json=body)
-        print(f"{r['id']}: {decision} sent for {r['tool']} {r.get('command') or ''}")
-        return
-    shown: set[str] = set()
-    while True:
-        r = call("GET", base)
-        if a.json and not a.watch:
-            print(json.dumps(r, indent=2))
-            return
-        if not a.watch:
-            taint = "  tainted" if r.get("tainted") else ""
-            print(f"session {r['session']}  approvals={r['policy']}{taint}")
-            print(f"pending ({len(r['pending'])}):")
-            for x in r["pending"]:
-                _print_approval(x)
-            if r["recent"]:
-                print("recent:")
-                for x in r["recent"][: a.recent]:
-                    _print_approval(x)
-            return
-        for x in r["pending"]:
-            if x["id"] not in shown:
-                shown.add(x["id"])
-                _print_approval(x)
-                print(
-                    f"    answer: hangar session approvals {a.name} --allow {x['id']} (or --deny, --allow-always)"
-                )
-                sys.stdout.flush()
-        for x in r["recent"]:
-            if x["id"] in shown and f"done:{x['id']}" not in shown:
-                shown.add(f"done:{x['id']}")
-                _print_approval(x)
-                sys.stdout.flush()
-        time.sleep(a.interval)
+    approval_cli.run(
+        a,
+        approval_cli.Scope(
+            base=f"/api/sessions/{a.name}/approvals",
+            command=f"hangar session approvals {a.name}",
+            heading=lambda r: (
+                f"session {r['session']}  approvals={r['policy']}" + ("  tainted" if r.get("tainted") else "")
+            ),
+        ),
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -297,6 +230,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     n.add_argument("--wait", action="store_true", help="follow the first turn until it ends")
     n.add_argument("--timeout", type=float, default=600)
     n.set_defaults(func=cmd_new)
+    f = ss.add_parser(
+        "fork",
+        help="a new session from another: its conversation, workspace, approvals policy and taint",
+    )
+    f.add_argument("parent")
+    f.add_argument("name")
+    f.add_argument("message", nargs="?", help="the fork's first message")
+    f.add_argument(
+        "--approvals", choices=["auto", "ask", "deny-risky", "governed"], help="instead of the parent's"
+    )
+    f.add_argument("--wait", action="store_true", help="follow the first turn until it ends")
+    f.add_argument("--timeout", type=float, default=600)
+    f.set_defaults(func=cmd_fork)
     s = ss.add_parser("send", help="send a message: a new turn, or a steer while a turn runs")
     s.add_argument("name")
     s.add_argument("message")
@@ -350,12 +296,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "request (and how it was resolved) until Ctrl-C.",
     )
     ap.add_argument("name")
-    ap.add_argument("--watch", action="store_true", help="keep printing new requests")
-    ap.add_argument("--allow", metavar="ID", help="allow this call")
-    ap.add_argument("--deny", metavar="ID", help="deny this call (the agent is told, with --message)")
-    ap.add_argument("--allow-always", metavar="ID", help="allow calls like this one for the rest of the turn")
-    ap.add_argument("-m", "--message", help="with --deny: what the agent is told")
-    ap.add_argument("--recent", type=int, default=10, help="how many recent approvals to show")
-    ap.add_argument("--interval", type=float, default=1.0, help="--watch: seconds between looks")
-    ap.add_argument("--json", action="store_true")
+    approval_cli.add_arguments(ap)
     ap.set_defaults(func=cmd_approvals)

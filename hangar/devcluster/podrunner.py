@@ -83,6 +83,8 @@ class PodRunner:
     image_paths: dict[str, Path] = field(default_factory=dict)
     namespace: str | None = None
     pods: dict[str, PodProcess] = field(default_factory=dict)
+    clone_retries: set[str] = field(default_factory=set)  # PVC uids whose clone source is awaited
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -210,6 +212,10 @@ class PodRunner:
     async def _bind_volume(self, pvc: dict[str, Any]) -> None:
         meta = pvc["metadata"]
         path = self._pvc_dir(meta["namespace"], meta["name"])
+        source = pvc["spec"].get("dataSource") or {}
+        if source.get("kind") == "PersistentVolumeClaim" and not source.get("apiGroup"):
+            if not await self._clone(pvc, source["name"], path):
+                return  # stays Pending; retried
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, 0o755)
         size = ((pvc["spec"].get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
@@ -246,6 +252,99 @@ class PodRunner:
         except ApiException as e:
             if e.status != 409:
                 raise
+
+    async def _clone(self, pvc: dict[str, Any], source: str, path: Path) -> bool:
+        """Volume cloning, as a CSI driver does it: the new volume starts as a copy of the source claim's
+        (``cp -a`` keeps owners and modes: the agent's files are uid 1001's). False while the source claim
+        is missing or unbound: an Event says why and the claim is tried again in a few seconds."""
+        meta = pvc["metadata"]
+        ns = meta["namespace"]
+        try:
+            await self.core.read_persistent_volume(f"local-{meta['uid']}")
+            return True  # provisioned (and copied) already: copying again would undo the pod's work
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        src_dir = self._pvc_dir(ns, source)
+        try:
+            src = await self.core.read_namespaced_persistent_volume_claim(source, ns)
+            why = (
+                ""
+                if src.spec.volume_name and src_dir.is_dir()
+                else f"source claim {source!r} is not bound yet"
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            why = f"source claim {source!r} does not exist"
+        if why:
+            log.warning("PVC %s/%s waits: %s", ns, meta["name"], why)
+            await self._pvc_event(pvc, "ProvisioningFailed", f"cannot clone: {why}; retrying")
+            self._retry_bind(ns, meta["name"], meta["uid"])
+            return False
+        shutil.rmtree(path, ignore_errors=True)  # a copy cut short by a restart starts over
+        path.parent.mkdir(parents=True, exist_ok=True)
+        proc = await asyncio.create_subprocess_exec(
+            "cp", "-a", str(src_dir), str(path), stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            why = f"copying {source!r} failed: {err.decode(errors='replace')[-500:]}"
+            log.warning("PVC %s/%s: %s", ns, meta["name"], why)
+            await self._pvc_event(pvc, "ProvisioningFailed", why)
+            self._retry_bind(ns, meta["name"], meta["uid"])
+            return False
+        log.info("PVC %s/%s cloned from %s", ns, meta["name"], source)
+        return True
+
+    def _retry_bind(self, ns: str, name: str, uid: str) -> None:
+        if uid in self.clone_retries:
+            return
+        self.clone_retries.add(uid)
+
+        async def retry() -> None:
+            await asyncio.sleep(3)
+            self.clone_retries.discard(uid)
+            try:
+                pvc = await self.core.read_namespaced_persistent_volume_claim(name, ns)
+                if pvc.metadata.uid == uid and pvc.status.phase == "Pending" and not pvc.spec.volume_name:
+                    await self._bind_volume(self.api.sanitize_for_serialization(pvc))
+            except (ApiException, OSError) as e:
+                if not isinstance(e, ApiException) or e.status != 404:  # 404: the claim was deleted
+                    log.warning("retrying PVC %s/%s failed: %s", ns, name, e)
+
+        task = asyncio.create_task(retry())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _pvc_event(self, pvc: dict[str, Any], reason: str, message: str) -> None:
+        meta = pvc["metadata"]
+        body = {
+            # One event per claim and reason (the retries would flood the list otherwise).
+            "metadata": {
+                "name": f"{meta['name']}.{meta['uid'][:8]}.{reason.lower()}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "hangar-local-runner"},
+            "firstTimestamp": now(),
+            "lastTimestamp": now(),
+            "count": 1,
+        }
+        try:
+            await self.core.create_namespaced_event(meta["namespace"], body)
+        except ApiException as e:
+            if e.status != 409:
+                log.warning("could not record an event for PVC %s: %s", meta["name"], e)
 
     async def _release_volume(self, pvc: dict[str, Any]) -> None:
         meta = pvc["metadata"]

@@ -100,11 +100,29 @@ class Stack:
     database_url: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Callers besides the admin, as subject -> (token, role): two job submitters and an MCP client.
+    callers: dict[str, tuple[str, str]] = field(
+        default_factory=lambda: {
+            subject: (secrets.token_urlsafe(24), role)
+            for subject, role in (("alice", "jobs"), ("bob", "jobs"), ("mcp-client", "mcp"))
+        }
+    )
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.database_url:
             self.database_url = f"sqlite:///{self.root / 'hangar.db'}"
+
+    def token_for(self, subject: str) -> str:
+        return self.callers[subject][0]
+
+    def tokens_file(self) -> Path:
+        """The API's HANGAR_API_TOKENS_FILE: the callers above (the admin token comes from the env)."""
+        path = self.root / "tokens.json"
+        entries = [{"token": t, "subject": s, "role": r} for s, (t, r) in self.callers.items()]
+        path.write_text(json.dumps(entries))
+        path.chmod(0o600)
+        return path
 
     @property
     def api_url(self) -> str:
@@ -128,6 +146,7 @@ class Stack:
                 "HANGAR_GATEWAY_HOST": "127.0.0.1",
                 "HANGAR_GATEWAY_ADDRESS": f"127.0.0.1:{self.gateway_port}",
                 "HANGAR_ADMIN_TOKEN": self.token,
+                "HANGAR_API_TOKENS_FILE": str(self.tokens_file()),
                 "HANGAR_SANDBOX_CLI_PATH": "/opt/hangar/clis/node_modules/.bin",
                 "PYTHONUNBUFFERED": "1",
             }

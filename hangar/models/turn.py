@@ -57,6 +57,8 @@ class TurnSpec(Model):
     klass: SteerClass = Field(
         default="unclassified", alias="class", description="For follow-ups and queued steers"
     )
+    classified_by: str | None = Field(default=None, description="Who set the class (REST: the caller)")
+    classified_at: datetime | None = None
 
 
 class SteerState(Model):

@@ -79,3 +79,32 @@ async def approval_event(event: kopf.RawEvent, **_: Any) -> None:
     if event["type"] == "DELETED":
         return
     await runtime().approvals.reconcile(dict(event["object"]))
+
+
+@kopf.on.resume(GROUP, VERSION, "jobs")
+@kopf.on.create(GROUP, VERSION, "jobs")
+@kopf.on.update(GROUP, VERSION, "jobs", field="spec")
+async def job_changed(name: str, **_: Any) -> None:
+    await runtime().jobs.reconcile(name)
+
+
+@kopf.timer(
+    GROUP,
+    VERSION,
+    "jobs",
+    interval=10.0,
+    idle=10.0,
+    when=lambda status, **_: status.get("state") not in ("done", "failed", "cancelled"),
+)
+async def job_tick(name: str, **_: Any) -> None:
+    """A backstop for changes no attempt session event showed (a turn's question, say)."""
+    await runtime().jobs.reconcile(name)
+
+
+@kopf.on.event(GROUP, VERSION, "sessions", labels={"hangar.dev/job": kopf.PRESENT})
+async def attempt_event(event: kopf.RawEvent, **_: Any) -> None:
+    """Any change of a job's attempt session (phase, pending approvals, taint, turn ends) re-summarises the
+    job. A raw event handler: nothing is written to the session for it."""
+    job = ((event["object"].get("metadata") or {}).get("labels") or {}).get("hangar.dev/job")
+    if job:
+        await runtime().jobs.reconcile(job)

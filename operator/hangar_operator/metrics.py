@@ -50,3 +50,4 @@ APPROVAL_DECISION_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
 )
 TAINTED = Counter("hangar_taints_total", "Sessions that became tainted")
+JOBS = Counter("hangar_jobs_total", "Jobs that ended, by final state", ["state"])

@@ -20,7 +20,7 @@ from hangar.config import Settings
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES
 from hangar.models.environment import EnvironmentSpec
-from hangar.models.session import SessionStatus
+from hangar.models.session import ForkOrigin, SessionStatus
 from hangar.store import Database
 from hangar.turns import create_turn, turn_index
 
@@ -28,6 +28,7 @@ from . import metrics
 from .approvals import EVENTS as APPROVAL_EVENTS
 from .approvals import Approvals
 from .gateway import Gateway
+from .jobs import Jobs
 from .sandbox import pvc_name, run_key_secret, sandbox_pod, workspace_pvc
 from .steering import EVENTS as STEERING_EVENTS
 from .steering import Steering
@@ -87,6 +88,7 @@ class Runtime:
         self.gateway_port = 0
         self.approvals = Approvals(self)
         self.steering = Steering(self)
+        self.jobs = Jobs(self)
 
     async def start(self) -> None:
         self.gateway_port = await self.gateway.start()
@@ -396,6 +398,12 @@ class Runtime:
             if st.phase != "Stopped":
                 await self._stop(name, st)
             return
+        if spec.get("forkOf") and st.forked_from is None:
+            forked = await self._record_fork(s)
+            if forked is None:
+                return
+            s = forked
+            st = SessionStatus.model_validate(s.get("status") or {})
         env_obj = await self.kube.get("environments", spec["environment"])
         if env_obj is None:
             await self.kube.patch_status(
@@ -409,7 +417,8 @@ class Runtime:
             )
             return
         env = EnvironmentSpec.model_validate(env_obj["spec"])
-        policy = spec.get("approvals") or env.approvals or self.settings.approvals or "auto"
+        inherited = st.forked_from.policy if st.forked_from else None  # a fork keeps its parent's policy
+        policy = spec.get("approvals") or inherited or env.approvals or self.settings.approvals or "auto"
         if await self.approvals.sync_spec_taint(s):
             st.taint.tainted = True
         if st.policy != policy:
@@ -431,6 +440,56 @@ class Runtime:
             return
         if st.sandbox.connected and st.current_turn is None and queued:
             await self._start_turn(s, st, queued[0], policy, env)
+
+    async def _record_fork(self, s: Obj) -> Obj | None:
+        """A fork takes, once, what its parent has now: conversation, policy in force and taint (so the
+        parent may go on or go away afterwards). None while the parent doesn't exist (the timer retries)."""
+        name, parent_name = s["metadata"]["name"], s["spec"]["forkOf"]
+        parent = await self.kube.get("sessions", parent_name) if parent_name != name else None
+        if parent is None or parent["metadata"].get("deletionTimestamp"):
+            msg = f"parent session {parent_name!r} does not exist: a fork starts from an existing session"
+            if parent_name == name:
+                msg = "a session can't be a fork of itself (spec.forkOf names the session)"
+            if (s.get("status") or {}).get("message") != msg:
+                await self.kube.patch_status(
+                    "sessions", name, {"phase": "Pending", "reason": "ParentNotFound", "message": msg}
+                )
+            return None
+        pst = SessionStatus.model_validate(parent.get("status") or {})
+        pspec = parent["spec"]
+        policy = pst.policy or pspec.get("approvals") or (pst.forked_from.policy if pst.forked_from else None)
+        tainted = pst.taint.tainted or bool(pspec.get("tainted"))
+        # A conversation id means nothing to another CLI: a fork to another harness starts a new one.
+        same_cli = pspec.get("harness", "claude") == s["spec"].get("harness", "claude")
+        conversation = pst.conversation if same_cli else None
+        if tainted:
+            why = "; ".join(pst.taint.reasons) or "the session started tainted (spec.tainted)"
+            # The taint goes first: a restart between the two patches records the fork again, never loses it.
+            await self.approvals.sync_spec_taint(s, f"forked from {parent_name} (tainted: {why})"[:1000])
+        origin = ForkOrigin(
+            session=parent_name,
+            conversation=conversation,
+            policy=policy,
+            tainted=tainted,
+            at=datetime.now(UTC),
+        )
+        await self.kube.patch_status(
+            "sessions", name, {"forkedFrom": origin.dump(), "conversation": conversation}
+        )
+        await self.event(
+            name,
+            "forked",
+            {"parent": parent_name, "conversation": conversation, "policy": policy, "tainted": tainted},
+        )
+        # The clone is asked for now, not at the fork's first sandbox, so the parent's later turns stay out of
+        # it (with a WaitForFirstConsumer storage class the volume is still only cut when a pod needs it).
+        try:
+            pvc = workspace_pvc(s, self.settings, await self._clone_source(s))
+            await self.kube.core.create_namespaced_persistent_volume_claim(self.kube.namespace, pvc)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        return await self.kube.get("sessions", name)
 
     async def _sync_counters(self, name: str, st: SessionStatus, turns: list[Obj]) -> None:
         n_turns = len(turns)
@@ -485,6 +544,10 @@ class Runtime:
                 "message": turn["spec"]["message"],
                 "model": s["spec"].get("model"),
                 "conversation": st.conversation,
+                # A fork's first turn: the CLI copies the parent's conversation rather than continue it.
+                "fork": bool(
+                    st.conversation and st.forked_from and st.conversation == st.forked_from.conversation
+                ),
                 "approvals": policy,
                 "tainted": st.taint.tainted or bool(s["spec"].get("tainted")),
                 "extra": env.harness_options,
@@ -522,7 +585,8 @@ class Runtime:
                 if e.status != 409:  # an earlier attempt made it: its key is read on the driver's hello
                     raise
             try:
-                await core.create_namespaced_persistent_volume_claim(ns, workspace_pvc(s, self.settings))
+                pvc = workspace_pvc(s, self.settings, await self._clone_source(s))
+                await core.create_namespaced_persistent_volume_claim(ns, pvc)
             except ApiException as e:
                 if e.status != 409:
                     raise
@@ -547,6 +611,31 @@ class Runtime:
             )
             metrics.SANDBOXES_STARTED.inc()
         await self.event(name, "sandbox_starting", {"pod": run})
+
+    async def _clone_source(self, s: Obj) -> Obj | None:
+        """A fork's first workspace volume is a clone of its parent's: the parent's PVC, or None when the
+        session is no fork, already has its volume, or the parent has none (it never ran, or is gone: the
+        fork then starts with an empty workspace, and a new conversation if its CLI can't find the old one)."""
+        parent = s["spec"].get("forkOf")
+        if not parent:
+            return None
+        core, ns = self.kube.core, self.kube.namespace
+        try:
+            await core.read_namespaced_persistent_volume_claim(pvc_name(s["metadata"]["name"]), ns)
+            return None
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        try:
+            src = await core.read_namespaced_persistent_volume_claim(pvc_name(parent), ns)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            why = f"session {parent!r} has no workspace volume to clone: the fork starts with an empty one"
+            await self.event(s["metadata"]["name"], "fork_workspace_empty", {"reason": why})
+            return None
+        out: Obj = self.kube.api.sanitize_for_serialization(src)
+        return out
 
     async def _release_sandbox(self, name: str, why: str, keep_phase: str = "Idle") -> None:
         """Deletes the sandbox pod and its run key; the workspace volume (and the conversation) stays."""

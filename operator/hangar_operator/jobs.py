@@ -1,0 +1,296 @@
+"""The Job controller: a job's attempts are Sessions; its status is a summary the operator keeps current.
+
+A Job with ``attempts: N`` (best-of-N) gets Sessions ``<job>-a1`` … ``<job>-aN``, owned by the Job and
+labelled ``hangar.dev/job``. Each is created with the job's prompt, its taint and its *effective* approvals
+policy written into the session's own ``spec.approvals``: every attempt keeps its parent's policy even if
+the Environment or the deployment default changes later, and a person reading an attempt sees why it asks.
+
+Everything else is derived, idempotently, from the attempts and their turns on every change of an attempt
+session and on a timer: the state, the question (a turn's ``ask``, or a person's interrupt without a
+message), pending approvals (each with its attempt's session), taint (sticky: once the job is tainted it
+stays so), turns and cost. Cancelling (``spec.cancelled``) stops the attempts; a job that ends (done,
+failed, cancelled) stops them too, so its sandboxes go back to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from hangar.kube import ApiException, Obj, owner_ref
+from hangar.models.environment import EnvironmentSpec
+from hangar.models.job import JOB_FINAL, Attempt, JobSpec, JobStatus, attempt_session
+from hangar.models.session import PendingApproval, SessionStatus, Taint
+from hangar.turns import turn_index
+
+from . import metrics
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+log = logging.getLogger("hangar.operator.jobs")
+
+JOB_LABEL = "hangar.dev/job"
+ATTEMPT_LABEL = "hangar.dev/attempt"
+MAX_TAINT_REASONS = 20
+QUESTION_INTERRUPTED = (
+    "Interrupted by {by}. Follow up with what the agent should do instead, or cancel the job."
+)
+# Which attempt state speaks for the job when attempts differ: whoever needs a person comes first.
+PRECEDENCE = ("awaiting_approval", "needs_input", "running", "queued", "done", "failed", "cancelled")
+
+
+def iso(dt: datetime | None = None) -> str:
+    dt = dt or datetime.now(UTC)
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def attempt_state(session: Obj | None, last_turn: Obj | None) -> tuple[str, str | None]:
+    """An attempt's state and, when it waits on a person, the question it asks."""
+    if session is None:
+        return "queued", None
+    st = SessionStatus.model_validate(session.get("status") or {})
+    if st.phase == "Failed":
+        return "failed", None
+    if st.pending_approvals:
+        return "awaiting_approval", None
+    if last_turn is None:
+        return ("stopped" if st.phase == "Stopped" else "queued"), None
+    tst: dict[str, Any] = last_turn.get("status") or {}
+    phase = tst.get("phase", "Queued")
+    if phase == "NeedsInput":
+        return "needs_input", str(tst.get("question") or "The agent asked for input.")
+    if phase == "Interrupted":
+        interrupts = [i for i in last_turn["spec"].get("interrupts") or [] if not i.get("message")]
+        by = (interrupts[-1].get("by") if interrupts else "") or "someone"
+        return "needs_input", QUESTION_INTERRUPTED.format(by=by)
+    if phase == "Completed":
+        return "done", None
+    if phase == "Failed":
+        return "failed", None
+    if st.phase == "Stopped":
+        return "stopped", None
+    return ("running" if phase == "Running" else "queued"), None
+
+
+def job_state(states: list[str], cancelled: bool) -> str:
+    if cancelled:
+        return "cancelled"
+    for s in PRECEDENCE:
+        if s in states:
+            # A best-of-N job is done when one attempt is done and none is still working or waiting.
+            return s
+    return "failed"
+
+
+class Jobs:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    async def reconcile(self, name: str) -> None:
+        lock = self.locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            await self._reconcile(name)
+
+    async def _reconcile(self, name: str) -> None:
+        kube = self.rt.kube
+        job = await kube.get("jobs", name)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            self.locks.pop(name, None)
+            return
+        spec = JobSpec.model_validate(job["spec"])
+        st = JobStatus.model_validate(job.get("status") or {})
+        sessions = {
+            s["metadata"]["name"]: s
+            for s in await kube.list("sessions", label_selector=f"{JOB_LABEL}={name}")
+        }
+        if st.state in JOB_FINAL:
+            await self._stop_attempts(sessions.values())  # idempotent: a final job holds no sandbox
+            return
+        policy = st.policy
+        if policy is None:
+            env_obj = await kube.get("environments", spec.environment)
+            if env_obj is None:
+                msg = f"environment {spec.environment!r} does not exist"
+                if st.message != msg and not spec.cancelled:
+                    await kube.patch_status(
+                        "jobs", name, {"state": "queued", "reason": "EnvironmentNotFound", "message": msg}
+                    )
+                    return
+            else:
+                env = EnvironmentSpec.model_validate(env_obj["spec"])
+                policy = spec.approvals or env.approvals or self.rt.settings.approvals or "auto"
+        if policy is not None and not spec.cancelled:
+            for i in range(1, spec.attempts + 1):
+                sname = attempt_session(name, i)
+                if sname not in sessions:
+                    created = await self._create_attempt(job, spec, i, policy)
+                    if created is not None:
+                        sessions[sname] = created
+        names = sorted(sessions, key=lambda n: int(n.rsplit("-a", 1)[1]) if "-a" in n else 0)
+        turns_by_session: dict[str, list[Obj]] = {n: [] for n in names}
+        if names:
+            selector = f"hangar.dev/session in ({','.join(names)})"
+            for t in await kube.list("turns", label_selector=selector):
+                turns_by_session.setdefault(t["spec"].get("session") or "", []).append(t)
+        attempts: list[Attempt] = []
+        pending: list[PendingApproval] = []
+        turns: list[str] = []
+        questions: list[str] = []
+        taint = st.taint.model_copy(deep=True)
+        cost = 0.0
+        for i in range(1, spec.attempts + 1):
+            sname = attempt_session(name, i)
+            s = sessions.get(sname)
+            ts = sorted(turns_by_session.get(sname, []), key=turn_index)
+            last = ts[-1] if ts else None
+            state, question = attempt_state(s, last)
+            sst = SessionStatus.model_validate((s or {}).get("status") or {})
+            attempts.append(
+                Attempt(
+                    index=i,
+                    session=sname if s is not None else None,
+                    state=state,
+                    phase=sst.phase if s is not None else None,
+                    last_turn=last["metadata"]["name"] if last else None,
+                    outcome=(last.get("status") or {}).get("outcome") if last else None,
+                )
+            )
+            pending += [p.model_copy(update={"session": sname}) for p in sst.pending_approvals]
+            turns += [t["metadata"]["name"] for t in ts]
+            if question:
+                questions.append(question)
+            cost += sst.counters.cost_usd
+            if sst.taint.tainted:
+                merge_taint(taint, sst.taint)
+        if spec.tainted and not taint.tainted:
+            merge_taint(taint, Taint(tainted=True, reasons=["the job was created tainted"]))
+        state = job_state([a.state for a in attempts], spec.cancelled)
+        if policy is None and state == "queued":
+            return  # still waiting for its environment
+        patch: dict[str, Any] = {
+            "state": state,
+            "policy": policy,
+            "question": questions[0] if state == "needs_input" and questions else None,
+            "awaitingApproval": bool(pending),
+            "pendingApprovals": [p.dump() for p in pending],
+            "attempts": [a.dump() for a in attempts],
+            "turns": turns,
+            "taint": taint.dump(),
+            "costUsd": round(cost, 6),
+        }
+        if state != st.state:
+            patch["reason"] = ""
+            patch["message"] = self._message(state, attempts)
+        if st.started_at is None and state not in ("queued", "cancelled"):
+            patch["startedAt"] = iso()
+        if state in JOB_FINAL:
+            patch["finishedAt"] = iso()
+        # The activity events go first: a crash before the status patch repeats them, never loses them.
+        await self._record(name, st, state, patch, taint, pending)
+        current = job.get("status") or {}
+        if any(current.get(k) != v for k, v in patch.items()):
+            await kube.patch_status("jobs", name, patch)
+        if state != st.state:
+            log.info("job %s: %s -> %s", name, st.state, state)
+            if state in JOB_FINAL:
+                metrics.JOBS.labels(state=state).inc()
+                await self._stop_attempts(sessions.values())
+
+    async def _record(
+        self,
+        name: str,
+        st: JobStatus,
+        state: str,
+        patch: dict[str, Any],
+        taint: Taint,
+        pending: list[PendingApproval],
+    ) -> None:
+        scope = f"job/{name}"
+        if state != st.state:
+            payload = {
+                "state": state,
+                "from": st.state,
+                "question": patch["question"],
+                "message": patch.get("message"),
+            }
+            await self.rt.db.append_event(scope, "job_state", payload)
+        if taint.tainted and not st.taint.tainted:
+            await self.rt.db.append_event(scope, "tainted", {"reasons": taint.reasons})
+        known = {p.id for p in st.pending_approvals}
+        for p in pending:
+            if p.id not in known:  # a job's watchers see what it waits on without following each attempt
+                await self.rt.db.append_event(
+                    scope,
+                    "approval_request",
+                    {"approval": p.id, "session": p.session, "tool": p.tool, "command": p.command},
+                    p.turn,
+                )
+
+    @staticmethod
+    def _message(state: str, attempts: list[Attempt]) -> str:
+        counts: dict[str, int] = {}
+        for a in attempts:
+            counts[a.state] = counts.get(a.state, 0) + 1
+        return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+    async def _create_attempt(self, job: Obj, spec: JobSpec, index: int, policy: str) -> Obj | None:
+        name = job["metadata"]["name"]
+        sname = attempt_session(name, index)
+        body: Obj = {
+            "apiVersion": "hangar.dev/v1alpha1",
+            "kind": "Session",
+            "metadata": {
+                "name": sname,
+                "labels": {
+                    JOB_LABEL: name,
+                    ATTEMPT_LABEL: str(index),
+                    "app.kubernetes.io/part-of": "hangar",
+                },
+                "annotations": {
+                    "hangar.dev/created-by": f"job/{name}",
+                    "hangar.dev/submitter": spec.submitter,
+                },
+                "ownerReferences": [owner_ref(job)],
+            },
+            "spec": {
+                "harness": spec.harness,
+                "environment": spec.environment,
+                "approvals": policy,
+                "prompt": spec.prompt,
+                "tainted": spec.tainted,
+                **({"model": spec.model} if spec.model else {}),
+            },
+        }
+        try:
+            created = await self.rt.kube.create("sessions", body)
+        except ApiException as e:
+            if e.status == 409:
+                return await self.rt.kube.get("sessions", sname)
+            raise
+        await self.rt.db.append_event(
+            f"job/{name}", "attempt_started", {"attempt": index, "session": sname, "policy": policy}
+        )
+        return created
+
+    async def _stop_attempts(self, sessions: Any) -> None:
+        for s in sessions:
+            if s["spec"].get("stopped") or (s.get("status") or {}).get("phase") in ("Stopped", "Failed"):
+                continue
+            try:
+                await self.rt.kube.patch("sessions", s["metadata"]["name"], {"spec": {"stopped": True}})
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+def merge_taint(into: Taint, other: Taint) -> None:
+    into.tainted = True
+    for r in other.reasons:
+        if r not in into.reasons and len(into.reasons) < MAX_TAINT_REASONS:
+            into.reasons.append(r)
+    if into.since is None or (other.since is not None and other.since < into.since):
+        into.since = other.since or datetime.now(UTC)
