@@ -10,7 +10,7 @@ from typing import Any
 
 from . import approvals as approval_cli
 from .http import call
-from .session import _class_arg, print_event
+from .session import _class_arg, follow_events
 
 
 def _print_job(j: dict[str, Any]) -> None:
@@ -99,15 +99,7 @@ def cmd_get(a: argparse.Namespace) -> None:
 
 
 def cmd_events(a: argparse.Namespace) -> None:
-    seen = a.since
-    while True:
-        ev = call("GET", f"/api/jobs/{a.id}/events", params={"since": seen})
-        for e in ev["events"]:
-            print_event(e)
-        seen = ev["last_seq"]
-        if not a.follow:
-            return
-        time.sleep(1)
+    follow_events(f"/api/jobs/{a.id}/events", a.since, a.follow, interval=1.0)
 
 
 def _sent(r: dict[str, Any], kind: str) -> None:

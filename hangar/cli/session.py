@@ -117,16 +117,21 @@ def cmd_list(a: argparse.Namespace) -> None:
         )
 
 
-def cmd_events(a: argparse.Namespace) -> None:
-    seen = a.since
+def follow_events(path: str, since: int, follow: bool, interval: float = 0.5) -> None:
+    """Prints a session's or job's events from ``since``; with ``follow``, goes on until Ctrl-C."""
+    seen = since
     while True:
-        ev = call("GET", f"/api/sessions/{a.name}/events", params={"since": seen})
+        ev = call("GET", path, params={"since": seen})
         for e in ev["events"]:
             print_event(e)
         seen = ev["last_seq"]
-        if not a.follow:
+        if not follow:
             return
-        time.sleep(0.5)
+        time.sleep(interval)
+
+
+def cmd_events(a: argparse.Namespace) -> None:
+    follow_events(f"/api/sessions/{a.name}/events", a.since, a.follow)
 
 
 def cmd_delete(a: argparse.Namespace) -> None:
