@@ -30,11 +30,7 @@ def session_names(api: Api) -> list[str]:
     return [s["name"] for s in api.get("/api/sessions").json()["sessions"]]
 
 
-# Codex end to end would need the local runner to mount the clone where the parent's volume was: Codex's
-# state database keeps each thread's absolute rollout path, and refuses one outside its CODEX_HOME ("rollout
-# path … must be in Codex home directory"). On a cluster both are /home/agent; the local runner's volumes are
-# directories at different paths. Codex's thread/fork is covered below, in one HOME (as a cluster sees it).
-@pytest.mark.parametrize("harness", ["claude"])
+@pytest.mark.parametrize("harness", ["claude", "codex"])
 def test_fork_keeps_policy_taint_workspace_and_conversation(
     cluster: Cluster, stack: Stack, model: ScriptedModel, harness: str
 ) -> None:

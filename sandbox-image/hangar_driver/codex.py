@@ -46,6 +46,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -222,6 +223,19 @@ def write_config(cfg: TurnConfig) -> str:
     return path
 
 
+def fork_state_home(cfg: TurnConfig) -> str:
+    """An empty state database directory for a fork's first turn. Codex's state database records each
+    thread's rollout by absolute path; a cloned volume mounted at another path (the local pod runner's
+    clones) carries the parent's, and thread/fork refuses it ("must be in Codex home directory"). Without
+    the database Codex finds the rollout under $CODEX_HOME/sessions itself; later turns use the usual one."""
+    path = os.path.join(codex_home(cfg), "fork-state")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path, 0o700)
+    if cfg.run_as and os.getuid() == 0:
+        os.chown(path, int(cfg.run_as["uid"]), int(cfg.run_as.get("gid", cfg.run_as["uid"])))
+    return path
+
+
 class _Turn(object):
     def __init__(self, cfg: TurnConfig, seq: int) -> None:
         self.cfg = cfg
@@ -289,6 +303,12 @@ class CodexHarness(Harness):
             return
         argv = list(cfg.argv_prefix or ["codex"]) + ["app-server"]
         extra_env = {} if "RUST_LOG" in cfg.env else {"RUST_LOG": "error"}
+        if cfg.fork and cfg.conversation:
+            try:
+                extra_env["CODEX_SQLITE_HOME"] = fork_state_home(cfg)
+            except OSError as e:
+                self._end(turn, "failed", 1, "cannot prepare the fork's codex state: %s" % e)
+                return
         try:
             proc = spawn_agent(argv, cfg, extra_env)
         except OSError as e:
