@@ -166,3 +166,28 @@ def test_the_apiserver_refuses_a_job_name_with_no_room_for_its_attempts(cluster:
         "apply", "-f", "-", input=json.dumps(job_obj("jobs-op-bad", "e", attempts=9)), check=False
     )
     assert r.returncode != 0 and "attempts" in r.stderr, r.stderr
+
+
+def test_a_session_in_the_way_of_an_attempt_fails_the_job_and_is_left_alone(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """Someone's own session named like an attempt (and even labelled with the job) is not the job's: the
+    job fails with the reason instead of adopting it, and that session is neither used nor stopped."""
+    name = "jobs-op-taken"
+    squatter = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": f"{name}-a1", "labels": {"hangar.dev/job": name}},
+        "spec": {"harness": "claude", "environment": "jobs-op-none", "approvals": "auto"},
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(squatter))
+    environment(cluster, "jobs-op-env2", {}, None)
+    apply(cluster, job_obj(name, "jobs-op-env2", approvals="ask"))
+    try:
+        st = wait(lambda: (s := status(cluster, name)).get("state") == "failed" and s, 60, "the job failed")
+        assert st["reason"] == "AttemptNameTaken" and f"{name}-a1" in st["message"], st
+        s = get(cluster, "sessions", f"{name}-a1")
+        assert s is not None and s["spec"]["approvals"] == "auto" and not s["spec"].get("stopped")
+    finally:
+        cluster.kubectl("delete", "jobs.hangar.dev", name, "--wait=false", check=False)
+        cluster.kubectl("delete", "hsess", f"{name}-a1", "--wait=false", check=False)

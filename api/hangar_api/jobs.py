@@ -101,7 +101,8 @@ def _attempt_index(job: Obj, session: str) -> int:
 
 async def attempt_sessions(k: Kube, job: Obj) -> list[Obj]:
     """The job's attempt sessions that exist, in attempt order: ``<job>-a<i>``, labelled with the job and
-    owned by it (a session that merely carries the label is not one)."""
+    owned by it (a session that merely carries the label or the name is not one: its approvals and turns are
+    not the submitter's to answer)."""
     name, uid = job["metadata"]["name"], job["metadata"].get("uid")
     wanted = {attempt_session(name, i) for i in range(1, int(job["spec"].get("attempts", 1)) + 1)}
     out = []
@@ -109,8 +110,7 @@ async def attempt_sessions(k: Kube, job: Obj) -> list[Obj]:
         meta = s["metadata"]
         if meta["name"] not in wanted or meta.get("deletionTimestamp"):
             continue
-        job_owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"]
-        if job_owners and not any(o.get("uid") == uid for o in job_owners):
+        if not any(o.get("kind") == "Job" and o.get("uid") == uid for o in meta.get("ownerReferences") or []):
             continue
         out.append(s)
     return sorted(out, key=lambda s: _attempt_index(job, s["metadata"]["name"]))

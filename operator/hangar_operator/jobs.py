@@ -103,9 +103,12 @@ class Jobs:
             return
         spec = JobSpec.model_validate(job["spec"])
         st = JobStatus.model_validate(job.get("status") or {})
+        uid = job["metadata"].get("uid")
+        # Only sessions this Job owns are its attempts: anyone may put the label on a session of their own.
         sessions = {
             s["metadata"]["name"]: s
             for s in await kube.list("sessions", label_selector=f"{JOB_LABEL}={name}")
+            if owned_by(s, uid)
         }
         if st.state in JOB_FINAL:
             await self._stop_attempts(sessions.values())  # idempotent: a final job holds no sandbox
@@ -128,8 +131,16 @@ class Jobs:
                 sname = attempt_session(name, i)
                 if sname not in sessions:
                     created = await self._create_attempt(job, spec, i, policy)
-                    if created is not None:
-                        sessions[sname] = created
+                    if created is None:
+                        await self._fail(
+                            job,
+                            st,
+                            "AttemptNameTaken",
+                            f"a session named {sname!r} already "
+                            f"exists and is not this job's: attempt {i} can't run under that name",
+                        )
+                        return
+                    sessions[sname] = created
         names = sorted(sessions, key=lambda n: int(n.rsplit("-a", 1)[1]) if "-a" in n else 0)
         turns_by_session: dict[str, list[Obj]] = {n: [] for n in names}
         if names:
@@ -269,12 +280,28 @@ class Jobs:
             created = await self.rt.kube.create("sessions", body)
         except ApiException as e:
             if e.status == 409:
-                return await self.rt.kube.get("sessions", sname)
+                existing = await self.rt.kube.get("sessions", sname)
+                return (
+                    existing
+                    if existing is not None and owned_by(existing, job["metadata"].get("uid"))
+                    else None
+                )
             raise
         await self.rt.db.append_event(
             f"job/{name}", "attempt_started", {"attempt": index, "session": sname, "policy": policy}
         )
         return created
+
+    async def _fail(self, job: Obj, st: JobStatus, reason: str, message: str) -> None:
+        name = job["metadata"]["name"]
+        await self.rt.db.append_event(
+            f"job/{name}", "job_state", {"state": "failed", "from": st.state, "message": message}
+        )
+        await self.rt.kube.patch_status(
+            "jobs", name, {"state": "failed", "reason": reason, "message": message, "finishedAt": iso()}
+        )
+        metrics.JOBS.labels(state="failed").inc()
+        log.warning("job %s failed: %s", name, message)
 
     async def _stop_attempts(self, sessions: Any) -> None:
         for s in sessions:
@@ -294,3 +321,7 @@ def merge_taint(into: Taint, other: Taint) -> None:
             into.reasons.append(r)
     if into.since is None or (other.since is not None and other.since < into.since):
         into.since = other.since or datetime.now(UTC)
+
+
+def owned_by(obj: Obj, uid: str | None) -> bool:
+    return uid is not None and any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
