@@ -93,3 +93,54 @@ def test_turn_must_belong_to_exactly_one_owner(cluster: Cluster) -> None:
         check=False,
     )
     assert "spec.index" in r.stderr and "spec.message" in r.stderr
+
+
+def test_a_submitted_job_and_a_forks_parent_are_fixed(cluster: Cluster) -> None:
+    job = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "crd-fixed-job"},
+        "spec": {"submitter": "alice", "environment": "crd-none", "prompt": "do it", "attempts": 2},
+    }
+    fork = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": "crd-fixed-fork"},
+        "spec": {"environment": "crd-none", "forkOf": "crd-parent", "stopped": True},
+    }
+    plain = {
+        **fork,
+        "metadata": {"name": "crd-fixed-plain"},
+        "spec": {"environment": "crd-none", "stopped": True},
+    }
+    for obj in (job, fork, plain):
+        cluster.kubectl("create", "-f", "-", input=json.dumps(obj))
+    try:
+        for patch in ({"prompt": "do something else"}, {"attempts": 3}, {"approvals": "auto"}):
+            r = cluster.kubectl(
+                "patch",
+                "jobs.hangar.dev",
+                "crd-fixed-job",
+                "--type=merge",
+                "-p",
+                json.dumps({"spec": patch}),
+                check=False,
+            )
+            assert r.returncode != 0 and "a Job's spec is fixed once submitted" in r.stderr, (patch, r.stderr)
+        got = json.loads(cluster.kubectl("get", "jobs.hangar.dev", "crd-fixed-job", "-o", "json").stdout)
+        assert got["spec"]["prompt"] == "do it" and got["spec"]["attempts"] == 2, "nothing changed"
+        r = cluster.kubectl(
+            "patch", "jobs.hangar.dev", "crd-fixed-job", "--type=merge", "-p", '{"spec": {"cancelled": true}}'
+        )
+        assert r.returncode == 0, "cancelling is the one change a job takes"
+        for name, patch in (
+            ("crd-fixed-fork", {"forkOf": "crd-other"}),
+            ("crd-fixed-plain", {"forkOf": "crd-p"}),
+        ):
+            r = cluster.kubectl(
+                "patch", "hsess", name, "--type=merge", "-p", json.dumps({"spec": patch}), check=False
+            )
+            assert r.returncode != 0 and "spec.forkOf can't change" in r.stderr, r.stderr
+    finally:
+        cluster.kubectl("delete", "jobs.hangar.dev", "crd-fixed-job", "--wait=false", check=False)
+        cluster.kubectl("delete", "hsess", "crd-fixed-fork", "crd-fixed-plain", "--wait=false", check=False)

@@ -32,6 +32,30 @@ ATTEMPTS_MAX = 8
 JOB_NAME_MAX = NAME_MAX - len(f"-a{ATTEMPTS_MAX}")
 
 
+def _same(field: str) -> str:
+    return f"self.spec.{field} == oldSelf.spec.{field}"
+
+
+def _same_optional(field: str) -> str:
+    return (
+        f"has(self.spec.{field}) == has(oldSelf.spec.{field}) && "
+        f"(!has(self.spec.{field}) || self.spec.{field} == oldSelf.spec.{field})"
+    )
+
+
+# What was submitted stays as it was: editing a running job's prompt or attempts would silently do nothing
+# (its attempts already run with them), so the apiserver refuses it. Only `cancelled` may change.
+SUBMITTED_ONCE = {
+    "rule": " && ".join(
+        [_same(f) for f in ("submitter", "repository", "baseBranch", "prompt", "environment", "harness")]
+        + [_same(f) for f in ("attempts", "deliver", "tainted")]
+        + [_same_optional("model"), _same_optional("approvals")]
+    ),
+    "message": "a Job's spec is fixed once submitted: only spec.cancelled may change (submit a new job instead)",
+    "reason": "FieldValueForbidden",
+}
+
+
 def attempt_session(job: str, index: int) -> str:
     return f"{job}-a{index}"
 
@@ -100,7 +124,7 @@ class Job(Resource):
             col("Cost", "number", ".status.costUsd", "USD so far", priority=1),
             col("Age", "date", ".metadata.creationTimestamp"),
         ],
-        root_rules=[name_rule("Job", JOB_NAME_MAX)],
+        root_rules=[name_rule("Job", JOB_NAME_MAX), SUBMITTED_ONCE],
     )
     kind: str = "Job"
     spec: JobSpec

@@ -106,6 +106,15 @@ class SessionStatus(Model):
     observed_generation: int | None = None
 
 
+# A session forks once, when it is made: the operator has taken its parent's conversation, policy and taint.
+FORK_ONCE = {
+    "rule": "has(self.spec.forkOf) == has(oldSelf.spec.forkOf) && "
+    "(!has(self.spec.forkOf) || self.spec.forkOf == oldSelf.spec.forkOf)",
+    "message": "spec.forkOf can't change: a session is a fork of its parent from the start or not at all",
+    "reason": "FieldValueForbidden",
+}
+
+
 class Session(Resource):
     info: ClassVar[ResourceInfo] = ResourceInfo(
         kind="Session",
@@ -124,7 +133,7 @@ class Session(Resource):
             col("Cost", "number", ".status.counters.costUsd", "USD so far", priority=1),
             col("Age", "date", ".metadata.creationTimestamp"),
         ],
-        root_rules=[name_rule("Session")],
+        root_rules=[name_rule("Session"), FORK_ONCE],
     )
     kind: str = "Session"
     spec: SessionSpec
