@@ -128,7 +128,7 @@ def environment(cluster: Any, name: str, env: dict[str, str], approvals: str | N
 
 
 def workspace(stack: Stack, session: str) -> Path:
-    return stack.root / "runner" / "pvc" / stack.namespace / f"{session}-workspace" / "workspace"
+    return stack.runner_root / "pvc" / stack.namespace / f"{session}-workspace" / "workspace"
 
 
 def new_session(api: Api, name: str, env: str, harness: str, message: str, **extra: Any) -> None:

@@ -240,7 +240,7 @@ def test_local_runner_clones_a_claim_and_waits_for_a_missing_source(cluster: Clu
     def phase(name: str) -> str:
         return cluster.kubectl("get", "pvc", name, "-o", "jsonpath={.status.phase}").stdout
 
-    pvc_dir = stack.root / "runner" / "pvc" / stack.namespace
+    pvc_dir = stack.runner_root / "pvc" / stack.namespace
     try:
         cluster.kubectl("create", "-f", "-", input=pvc("fk-orphan", source="fk-none"))
         wait(

@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kubernetes_asyncio").setLevel(logging.WARNING)
+    if not args.verbose:  # a line per REST call is noise in a terminal; --verbose shows them
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     args.func(args)
 
 

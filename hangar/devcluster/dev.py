@@ -172,6 +172,8 @@ def down() -> int:
     for name in sorted(pids, key=lambda n: order.index(n) if n in order else -1):
         stop_process(pids[name], grace=10)
     killed = kill_under(Path(st["root"]))
+    if st.get("runner_root"):
+        killed += kill_under(Path(st["runner_root"]))
     _state_file().unlink()
     ctx = context_file()
     if ctx.exists():

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import secrets
@@ -113,6 +114,19 @@ class Stack:
         if not self.database_url:
             self.database_url = f"sqlite:///{self.root / 'hangar.db'}"
 
+    @property
+    def runner_root(self) -> Path:
+        """Where the local pod runner keeps pod volumes. The agent runs as another uid and must reach its
+        workspace and HOME there, so it can't be under a private directory (``/root`` is 0700: a root user's
+        ``hangar dev`` state lives there); then it is a directory of its own under ``/var/tmp``."""
+        if traversable(self.root):
+            return self.root / "runner"
+        digest = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:10]
+        alt = Path("/var/tmp") / f"hangar-runner-{os.getuid()}-{digest}"
+        alt.mkdir(mode=0o711, exist_ok=True)
+        os.chmod(alt, 0o711)  # others may pass through to their volume, not list what is there
+        return alt
+
     def token_for(self, subject: str) -> str:
         return self.callers[subject][0]
 
@@ -189,7 +203,7 @@ class Stack:
                 "dev",
                 "runner",
                 "--root",
-                str(self.root / "runner"),
+                str(self.runner_root),
                 "--map",
                 f"/opt/hangar/lib={image}",
                 "--map",
@@ -206,6 +220,7 @@ class Stack:
         for name in ("api", "operator", "runner", *list(self.procs)):
             self.stop(name)
         kill_under(self.root)
+        kill_under(self.runner_root)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -214,8 +229,15 @@ class Stack:
             "token": self.token,
             "kubeconfig": str(self.kubeconfig),
             "namespace": self.namespace,
+            "runner_root": str(self.runner_root),
             "pids": {n: p.pid for n, p in self.procs.items()},
         }
+
+
+def traversable(path: Path) -> bool:
+    """May any uid pass through every directory from / down to ``path``?"""
+    p = path.resolve()
+    return all(os.stat(d).st_mode & 0o001 for d in (p, *p.parents))
 
 
 def kill_under(root: Path) -> list[int]:
