@@ -1,4 +1,4 @@
-"""The api sidecar: REST (and, later, MCP and the governance webhook) over hangar's resources."""
+"""The api sidecar: REST and MCP (and, later, the governance webhook) over hangar's resources."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import approvals, jobs, sessions, steering
+from . import approvals, jobs, mcp, sessions, steering
 from .auth import Tokens
 
 log = logging.getLogger("hangar.api")
@@ -43,7 +43,8 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
         app.state.turns = TurnFactory(app.state.kube)
         app.state.ready = True
         try:
-            yield
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             steering.stop_watch(app.state)
             await app.state.db.close()
@@ -61,6 +62,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     app.include_router(approvals.router)
     app.include_router(steering.router)
     app.include_router(jobs.router)
+    mcp_server = mcp.mount(app)
 
     @app.middleware("http")
     async def metrics_mw(request: Request, call_next: Any) -> Response:

@@ -2,7 +2,9 @@
 
 Tokens come from ``HANGAR_API_TOKENS_FILE`` (YAML/JSON list of {token, subject, role}) and/or
 ``HANGAR_ADMIN_TOKEN``. Roles: ``admin`` (everything), ``jobs`` (the job routes, for the jobs whose
-submitter is the token's subject; the session routes are admin only), ``mcp``.
+submitter is the token's subject; the session routes are admin only), ``mcp`` (the MCP tools at ``/mcp``,
+on every session and job; refused by the REST routes). Who may use which MCP tool: ``hangar_api/mcp/auth.py``
+and docs/mcp.md.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def _state(job: Obj) -> str:
     return str((job.get("status") or {}).get("state") or "queued")
 
 
-def _refuse_final(job: Obj, what: str) -> None:
+def refuse_final(job: Obj, what: str) -> None:
     name, state = job["metadata"]["name"], _state(job)
     if state in JOB_FINAL:
         raise HTTPException(409, f"job {name!r} is {state}: it can't {what} any more")
@@ -155,7 +155,7 @@ def _attempt_state(job: Obj, session: str) -> str | None:
     return None
 
 
-def _live_attempts(job: Obj, sessions: list[Obj]) -> list[Obj]:
+def live_attempts(job: Obj, sessions: list[Obj]) -> list[Obj]:
     """The attempts a follow-up goes to: every attempt that has not failed (by the job's record of it or
     its session's phase) and was not stopped."""
     return [
@@ -317,13 +317,13 @@ async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d:
     """A new turn on each attempt that has not failed, in the same conversation. On an attempt whose
     Claude Code or Codex turn is running it is a steer instead (as a message to a busy session is)."""
     j = await get_job(k, who, job_id)
-    _refuse_final(j, "take a follow-up")
+    refuse_final(j, "take a follow-up")
     sessions = await attempt_sessions(k, j)
     if not sessions:
         raise HTTPException(
             409, f"job {job_id!r} has no attempt running yet (it is {_state(j)}): wait for it to start"
         )
-    targets = _live_attempts(j, sessions)
+    targets = live_attempts(j, sessions)
     if not targets:
         raise HTTPException(
             409, f"every attempt of job {job_id!r} failed or was stopped: there is nothing to follow up"
@@ -377,7 +377,7 @@ async def steer(
 ) -> dict[str, Any]:
     """Add a message to the running turn of every attempt that has one."""
     j = await get_job(k, who, job_id)
-    _refuse_final(j, "be steered")
+    refuse_final(j, "be steered")
     steering.check_steerable(j["spec"].get("harness", "claude"))
     running = await _running(k, await attempt_sessions(k, j))
     if not running:
@@ -424,7 +424,7 @@ async def interrupt(
     """Stop the running turn of every attempt that has one. Without a message the job then waits in
     ``needs_input`` for a follow-up; with one, it goes on with it."""
     j = await get_job(k, who, job_id)
-    _refuse_final(j, "be interrupted")
+    refuse_final(j, "be interrupted")
     running = await _running(k, await attempt_sessions(k, j))
     if not running:
         raise _nothing_running(j, "interrupt")

@@ -155,6 +155,11 @@ async def send_message(
     """Starts a turn when the session is idle. While a Claude Code or Codex turn runs, the message steers
     it (``kind: steer``; it starts the next turn if that turn ends first). On a busy one-shot session the
     message waits as the next turn."""
+    return await send(k, d, request.app.state.turns, who, ref, body.message)
+
+
+async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message: str) -> dict[str, Any]:
+    """What ``POST /api/sessions/{ref}/messages`` does (also the MCP tool ``send_to_session``)."""
     s = await get_session(k, ref)
     phase = (s.get("status") or {}).get("phase")
     if phase == "Failed":
@@ -164,12 +169,12 @@ async def send_message(
 
         running = await running_turn(k, s)
         if running is not None:
-            out = await steer_turn(k, running, body.message, who.subject)
+            out = await steer_turn(k, running, message, who.subject)
             await d.audit(
                 who.subject, "session.steer", ref, turn=out["turn"]["name"], steer=out["steer"]["id"]
             )
             return out
-    turn = await request.app.state.turns.create(ref, body.message, by=who.subject)
+    turn = await turns.create(ref, message, by=who.subject)
     await d.audit(who.subject, "session.send", ref, turn=turn)
     t = await k.get("turns", turn)
     return {"turn": turn_view(t) if t else {"name": turn}, "kind": "turn"}
