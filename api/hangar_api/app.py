@@ -46,6 +46,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
             async with mcp_server.session_manager.run():
                 yield
         finally:
+            mcp.stop(app.state)
             steering.stop_watch(app.state)
             await app.state.db.close()
             await app.state.kube.close()

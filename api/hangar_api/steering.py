@@ -156,17 +156,28 @@ async def _edit(k: Kube, turn_name: str, field: str, index: int, item_id: str, v
 
 class TurnWatch:
     """One watch on the namespace's Turns for the whole API process, fanned out to the requests waiting on
-    a turn (a withdraw waiting for the driver's verdict). One watch, not one per request: a burst of
+    a turn (a withdraw waiting for the driver's verdict) and to the listeners (the MCP resource
+    subscriptions, ``hangar_api/mcp/subscriptions.py``). One watch, not one per request: a burst of
     withdraws on one busy turn would otherwise have the apiserver send every change of it to each."""
 
     def __init__(self, k: Kube) -> None:
         self.k = k
         self.waiters: dict[str, list[tuple[Callable[[Obj], bool], asyncio.Future[Obj]]]] = {}
+        self.listeners: list[Callable[[Obj], None]] = []
         self.task: asyncio.Task[None] | None = None
 
     def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
+
+    def _start(self) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run())
+
+    def listen(self, fn: Callable[[Obj], None]) -> None:
+        """Call ``fn`` (synchronous, must not block) with every changed or deleted Turn from now on."""
+        self.listeners.append(fn)
+        self._start()
 
     async def _run(self) -> None:
         while True:
@@ -178,6 +189,11 @@ class TurnWatch:
                     for done, fut in list(self.waiters.get(obj.get("metadata", {}).get("name", ""), [])):
                         if not fut.done() and done(obj):
                             fut.set_result(obj)
+                    for fn in list(self.listeners):
+                        try:
+                            fn(obj)
+                        except Exception:
+                            log.exception("turn watch listener failed")
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -189,8 +205,7 @@ class TurnWatch:
         (and every 5 s), so a change the watch saw before we listened is not missed."""
         if done(turn):
             return turn
-        if self.task is None or self.task.done():
-            self.task = asyncio.create_task(self._run())
+        self._start()
         name = turn["metadata"]["name"]
         fut: asyncio.Future[Obj] = asyncio.get_running_loop().create_future()
         entry = (done, fut)
@@ -223,11 +238,16 @@ def stop_watch(state: Any) -> None:
         w.stop()
 
 
-def turn_watch(request: Request) -> TurnWatch:
-    w: TurnWatch | None = getattr(request.app.state, "turn_watch", None)
+def turn_watch_of(state: Any) -> TurnWatch:
+    """The app's one Turn watch (made on first use; started by its first waiter or listener)."""
+    w: TurnWatch | None = getattr(state, "turn_watch", None)
     if w is None:
-        w = request.app.state.turn_watch = TurnWatch(request.app.state.kube)
+        w = state.turn_watch = TurnWatch(state.kube)
     return w
+
+
+def turn_watch(request: Request) -> TurnWatch:
+    return turn_watch_of(request.app.state)
 
 
 # --- the turn-level operations (sessions and jobs) -----------------------------------------------------

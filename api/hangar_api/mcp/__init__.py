@@ -1,5 +1,5 @@
 """hangar's MCP server on the API sidecar (docs/mcp.md)."""
 
-from .server import mount
+from .server import mount, stop
 
-__all__ = ["mount"]
+__all__ = ["mount", "stop"]

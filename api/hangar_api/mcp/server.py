@@ -27,6 +27,7 @@ from starlette.routing import Route
 from .auth import TokensVerifier
 from .common import Hub
 from .resources import register_resources
+from .subscriptions import Subscriptions
 from .tools import register
 
 PATH = "/mcp"
@@ -42,6 +43,7 @@ INSTRUCTIONS = (
 
 def build(app: FastAPI) -> MCPServer[Any]:
     verifier = TokensVerifier(app.state)
+    subscriptions = app.state.mcp_subscriptions = Subscriptions(Hub(app.state), verifier)
     key = os.environ.get("HANGAR_MCP_STATE_KEY")
     security = (
         RequestStateSecurity(keys=[key], ttl=STATE_TTL_SECONDS)
@@ -56,10 +58,19 @@ def build(app: FastAPI) -> MCPServer[Any]:
         # Static bearer tokens: there is no authorization server, and no resource metadata to publish.
         auth=AuthSettings(issuer_url="https://hangar.invalid", resource_server_url=None),
         request_state_security=security,
+        subscriptions=subscriptions.bus,
     )
     register(server, Hub(app.state), verifier)
     register_resources(server, Hub(app.state), verifier)
+    subscriptions.register(server)
     return server
+
+
+def stop(state: Any) -> None:
+    """Stops the subscriptions' watches and poll (the app's lifespan ends)."""
+    subscriptions: Subscriptions | None = getattr(state, "mcp_subscriptions", None)
+    if subscriptions is not None:
+        subscriptions.stop()
 
 
 def mount(app: FastAPI) -> MCPServer[Any]:

@@ -1,0 +1,432 @@
+"""Resource subscriptions: ``notifications/resources/updated`` for ``hangar://sessions/<name>``,
+``hangar://sessions/<name>/events``, ``hangar://jobs/<id>`` and ``hangar://jobs/<id>/events``, in both eras.
+
+- 2026-07-28 clients open ``subscriptions/listen`` with ``resourceSubscriptions``: the SDK's
+  :class:`ListenHandler` serves the stream from our :class:`InMemorySubscriptionBus`; we wrap it to check that
+  the caller may read every URI (before the ack) and to count who listens to what.
+- 2025-era clients send ``resources/subscribe`` / ``resources/unsubscribe`` (``MCPServer`` has no handler for
+  them; we add ours on the lowlevel server, which also advertises ``resources.subscribe: true``). The
+  notification goes out on the client's session (its GET stream). A session's subscriptions end with it.
+
+Where changes come from: one watch each on Sessions, Jobs and Approvals, and the app's Turn watch
+(:class:`hangar_api.steering.TurnWatch`, shared with the withdraw route), all started by the first
+subscription. An object maps to the URIs it shows in: a Session to its own, and its job's if it is a job's
+attempt (label ``hangar.dev/job``); a Turn and an Approval to their session's (and so its job's); a Job to its
+own. The operator writes the activity events straight to the database, so an ``…/events`` URI is checked
+for new events (its scopes' last ``seq``) every half second, and at once when a watched object it belongs to
+changes (a status change accompanies nearly every event); it is notified only when there are new events.
+Nothing is done for a URI nobody subscribed to.
+
+At most one notification per URI every 250 ms (:class:`Throttle`): the first change is sent at once, later
+ones within the window are folded into one trailing send at its end, so the last change is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    EmptyResult,
+    SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+    UnsubscribeRequestParams,
+)
+
+from hangar.kube import Obj
+
+from .. import steering
+from ..auth import Caller
+from . import common
+from .auth import TokensVerifier
+from .common import Hub
+
+log = logging.getLogger("hangar.api.mcp.subscriptions")
+
+THROTTLE_SECONDS = 0.25
+EVENTS_POLL_SECONDS = 0.5
+MIN_CHECK_GAP = 0.05
+JOB_LABEL = "hangar.dev/job"
+_URI = re.compile(r"^hangar://(sessions|jobs)/([a-z0-9][-a-z0-9]*)(/events)?(?:\?.*)?$")
+_ATTEMPT = re.compile(r"^(.+)-a[0-9]+$")
+Send = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a subscribable URI names. ``uri`` is its canonical form (no query): ``…/events?since=5`` and
+    ``…/events`` change together."""
+
+    kind: str  # "sessions" | "jobs"
+    name: str
+    events: bool
+
+    @property
+    def uri(self) -> str:
+        return f"hangar://{self.kind}/{self.name}" + ("/events" if self.events else "")
+
+
+def parse(uri: str) -> Target | None:
+    m = _URI.match(uri)
+    return Target(m.group(1), m.group(2), bool(m.group(3))) if m else None
+
+
+def uris_of(kind: str, name: str) -> tuple[str, str]:
+    return f"hangar://{kind}/{name}", f"hangar://{kind}/{name}/events"
+
+
+class Throttle:
+    """At most one send per key every ``interval`` seconds: leading edge, plus one trailing send at the end
+    of the window for whatever changed during it."""
+
+    def __init__(self, send: Send, interval: float = THROTTLE_SECONDS) -> None:
+        self.send = send
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._trailing: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def mark(self, key: str) -> None:
+        if key in self._trailing:
+            return  # the trailing send at the window's end covers this change
+        now = time.monotonic()
+        wait = self._last.get(key, -math.inf) + self.interval - now
+        if wait <= 0:
+            self._last[key] = now
+            self._spawn(self.send(key))
+        else:
+            self._trailing[key] = self._spawn(self._later(key, wait))
+        if len(self._last) > 4096:  # forget keys idle for longer than a window
+            for k, at in list(self._last.items()):
+                if at + self.interval < now and k not in self._trailing:
+                    del self._last[k]
+
+    async def _later(self, key: str, wait: float) -> None:
+        while wait > 0:
+            await asyncio.sleep(wait)
+            wait = self._last.get(key, -math.inf) + self.interval - time.monotonic()
+        self._trailing.pop(key, None)
+        self._last[key] = time.monotonic()
+        await self.send(key)
+
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        async def run() -> None:
+            try:
+                await coro
+            except Exception:
+                log.exception("sending a resource update failed")
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def header_caller(verifier: TokensVerifier, headers: Any) -> Caller:
+    """The caller of a lowlevel request: its bearer token (the SDK's auth middleware already refused a
+    missing or unknown one with 401)."""
+    header = str((headers or {}).get("authorization", ""))
+    scheme, _, raw = header.partition(" ")
+    tokens = verifier.tokens()
+    found = tokens.lookup(raw.strip()) if tokens is not None and scheme.lower() == "bearer" else None
+    if found is None:
+        raise MCPError(INVALID_REQUEST, "unauthorized: missing or unknown bearer token")
+    return found
+
+
+class Subscriptions:
+    """The app's subscriptions: who listens to what, the watches and the event poll feeding them, and the
+    throttled fan-out to both eras."""
+
+    def __init__(self, hub: Hub, verifier: TokensVerifier) -> None:
+        self.hub = hub
+        self.verifier = verifier
+        self.bus = InMemorySubscriptionBus()
+        self.listen_handler = ListenHandler(self.bus)
+        self.throttle = Throttle(self._send)
+        self._listens: Counter[str] = Counter()  # subscribed URI (as the client spelled it) → open streams
+        self._legacy: dict[str, dict[str, ServerSession]] = {}  # URI → MCP session id → session
+        self._raw: dict[str, set[str]] = {}  # canonical URI → the subscribed spellings of it
+        self._session_job: dict[str, str] = {}  # session → job, from the Session watch (label)
+        self._seen: dict[str, tuple[tuple[str, int], ...]] = {}  # events URI → its scopes' last seq
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._hooked: set[str] = set()
+
+    # --- who listens ------------------------------------------------------------------------------------
+    def subscribed(self, canonical: str) -> bool:
+        return canonical in self._raw
+
+    def _count(self, uri: str) -> int:
+        return self._listens[uri] + len(self._legacy.get(uri, {}))
+
+    async def _add(self, uri: str) -> None:
+        """One more subscriber of ``uri`` (already authorized)."""
+        target = parse(uri)
+        assert target is not None
+        self._start()
+        canonical = target.uri
+        first = canonical not in self._raw
+        self._raw.setdefault(canonical, set()).add(uri)
+        if first and target.events:
+            # The baseline is taken before the subscriber is acknowledged: an event after it is notified.
+            self._seen[canonical] = await self._fingerprint(target)
+            self._wake.set()
+
+    def _remove(self, uri: str) -> None:
+        """Called after a subscriber of ``uri`` went: forget the URI when it was the last."""
+        if self._count(uri) > 0:
+            return
+        target = parse(uri)
+        if target is None:
+            return
+        raw = self._raw.get(target.uri)
+        if raw is not None:
+            raw.discard(uri)
+            if not raw:
+                del self._raw[target.uri]
+                self._seen.pop(target.uri, None)
+
+    async def authorize(self, who: Caller, uri: str) -> None:
+        """The same rule as reading the resource: sessions for admin and mcp tokens, a jobs token only its
+        own jobs (someone else's is "not found"). Refused: an MCPError with the reason."""
+        target = parse(uri)
+        if target is None:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"not found: cannot subscribe to {uri!r}: hangar://sessions/<name>, "
+                "hangar://sessions/<name>/events, hangar://jobs/<id> and hangar://jobs/<id>/events are "
+                "subscribable",
+                {"uri": uri},
+            )
+        try:
+            if target.kind == "sessions":
+                await common.get_session(self.hub, who, target.name)
+            else:
+                await common.get_job(self.hub, who, target.name)
+        except ToolError as e:
+            code = INVALID_PARAMS if str(e).startswith("not found") else INVALID_REQUEST
+            raise MCPError(code, str(e), {"uri": uri}) from None
+
+    # --- the handlers -----------------------------------------------------------------------------------
+    async def on_listen(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        """2026-07-28 ``subscriptions/listen``: authorize every resource URI, then the SDK's stream."""
+        uris = list(dict.fromkeys(params.notifications.resource_subscriptions or []))
+        if uris:
+            who = header_caller(self.verifier, ctx.request.headers if ctx.request is not None else None)
+            for uri in uris:
+                await self.authorize(who, uri)
+        for uri in uris:
+            self._listens[uri] += 1
+        try:
+            for uri in uris:
+                await self._add(uri)
+            return await self.listen_handler(ctx, params)
+        finally:
+            for uri in uris:
+                self._listens[uri] -= 1
+                if self._listens[uri] <= 0:
+                    del self._listens[uri]
+                self._remove(uri)
+
+    async def on_subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
+    ) -> EmptyResult:
+        """2025-era ``resources/subscribe``: remembered per MCP session until unsubscribed or the session ends."""
+        uri = str(params.uri)
+        who = header_caller(self.verifier, ctx.request.headers if ctx.request is not None else None)
+        await self.authorize(who, uri)
+        connection = getattr(ctx.session, "_connection", None)
+        key = getattr(connection, "session_id", None) or f"conn-{id(connection)}"
+        self._legacy.setdefault(uri, {})[key] = ctx.session
+        if connection is not None and key not in self._hooked:
+            self._hooked.add(key)
+            connection.exit_stack.callback(self._session_closed, key)
+        await self._add(uri)
+        return EmptyResult()
+
+    async def on_unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
+    ) -> EmptyResult:
+        uri = str(params.uri)
+        connection = getattr(ctx.session, "_connection", None)
+        key = getattr(connection, "session_id", None) or f"conn-{id(connection)}"
+        subs = self._legacy.get(uri, {})
+        if subs.pop(key, None) is not None:
+            if not subs:
+                self._legacy.pop(uri, None)
+            self._remove(uri)
+        return EmptyResult()
+
+    def _session_closed(self, key: str) -> None:
+        self._hooked.discard(key)
+        for uri in [u for u, subs in self._legacy.items() if key in subs]:
+            subs = self._legacy[uri]
+            subs.pop(key, None)
+            if not subs:
+                del self._legacy[uri]
+            self._remove(uri)
+
+    def register(self, server: MCPServer[Any]) -> None:
+        low = server._lowlevel_server
+        low.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, self.on_listen)
+        low.add_request_handler("resources/subscribe", SubscribeRequestParams, self.on_subscribe)
+        low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, self.on_unsubscribe)
+
+    # --- sending ----------------------------------------------------------------------------------------
+    def changed(self, canonical: str) -> None:
+        if canonical in self._raw:
+            self.throttle.mark(canonical)
+
+    async def _send(self, canonical: str) -> None:
+        for uri in list(self._raw.get(canonical, ())):
+            if self._listens[uri] > 0:
+                await self.bus.publish(ResourceUpdated(uri=uri))
+            for key, session in list(self._legacy.get(uri, {}).items()):
+                try:
+                    await session.send_resource_updated(uri)
+                except Exception as e:  # the session is gone
+                    log.info("dropping the subscription of MCP session %s to %s: %s", key, uri, e)
+                    self._legacy.get(uri, {}).pop(key, None)
+                    if not self._legacy.get(uri, True):
+                        self._legacy.pop(uri, None)
+                    self._remove(uri)
+
+    # --- where changes come from ------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._tasks:
+            return
+        steering.turn_watch_of(self.hub.state).listen(self._on_turn)
+        self._tasks = [
+            asyncio.create_task(self._watch("sessions", self._on_session)),
+            asyncio.create_task(self._watch("jobs", self._on_job)),
+            asyncio.create_task(self._watch("approvals", self._on_approval)),
+            asyncio.create_task(self._poll_events()),
+        ]
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self.throttle.stop()
+
+    async def _watch(self, plural: str, on: Callable[[str, Obj], None]) -> None:
+        while True:
+            try:
+                async for ev in self.hub.kube.watch(plural):
+                    obj = ev.get("object")
+                    if isinstance(obj, dict) and obj.get("metadata"):
+                        on(str(ev.get("type", "")), obj)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("%s watch broke (%s); watching again", plural, e)
+                await asyncio.sleep(1)
+
+    def _session_changed(self, session: str) -> None:
+        uri, events = uris_of("sessions", session)
+        self.changed(uri)
+        self._kick(events)
+        job = self._session_job.get(session)
+        if job is None:
+            m = _ATTEMPT.match(session)  # not seen yet by the Session watch: the attempt naming says
+            job = m.group(1) if m else None
+        if job is not None:
+            uri, events = uris_of("jobs", job)
+            self.changed(uri)
+            self._kick(events)
+
+    def _on_session(self, kind: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        name = str(meta.get("name", ""))
+        job = (meta.get("labels") or {}).get(JOB_LABEL)
+        if kind == "DELETED" or not job:
+            self._session_job.pop(name, None)
+        else:
+            self._session_job[name] = str(job)
+        self._session_changed(name)
+        if kind == "DELETED" and job:
+            self._kick(uris_of("jobs", str(job))[1])
+
+    def _on_turn(self, obj: Obj) -> None:
+        session = (obj.get("spec") or {}).get("session") or (obj["metadata"].get("labels") or {}).get(
+            "hangar.dev/session"
+        )
+        if session:
+            self._session_changed(str(session))
+
+    def _on_approval(self, kind: str, obj: Obj) -> None:
+        session = (obj.get("spec") or {}).get("session") or (obj["metadata"].get("labels") or {}).get(
+            "hangar.dev/session"
+        )
+        if session:
+            self._session_changed(str(session))
+
+    def _on_job(self, kind: str, obj: Obj) -> None:
+        uri, events = uris_of("jobs", str(obj["metadata"].get("name", "")))
+        self.changed(uri)
+        self._kick(events)
+
+    def _kick(self, events_uri: str) -> None:
+        if events_uri in self._raw:
+            self._wake.set()
+
+    # --- new events in the database ---------------------------------------------------------------------
+    def _scopes(self, target: Target) -> list[str]:
+        if target.kind == "sessions":
+            return [f"session/{target.name}"]
+        attempts = sorted(s for s, j in self._session_job.items() if j == target.name)
+        return [f"job/{target.name}", *(f"session/{s}" for s in attempts)]
+
+    async def _fingerprint(self, target: Target) -> tuple[tuple[str, int], ...]:
+        return tuple([(scope, await self.hub.db.last_seq(scope)) for scope in self._scopes(target)])
+
+    async def _poll_events(self) -> None:
+        """Every half second (and at once when a watched object changed), the subscribed ``…/events`` URIs'
+        last ``seq``: a URI whose events grew is notified."""
+        while True:
+            if any(u.endswith("/events") for u in self._raw):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), EVENTS_POLL_SECONDS)
+            else:
+                await self._wake.wait()  # nobody follows events: a subscription to some wakes us
+            self._wake.clear()
+            await asyncio.sleep(MIN_CHECK_GAP)  # a burst of watch changes is one check
+            for canonical in [u for u in self._raw if u.endswith("/events")]:
+                target = parse(canonical)
+                if target is None:
+                    continue
+                try:
+                    now = await self._fingerprint(target)
+                except Exception as e:
+                    log.info("reading the last events of %s failed: %s", canonical, e)
+                    continue
+                before = self._seen.get(canonical)
+                if canonical not in self._raw:
+                    continue  # unsubscribed while we read
+                self._seen[canonical] = now
+                # A job's new attempt (a new scope) with no events yet is no change.
+                if before is not None and {s: q for s, q in now if q} != {s: q for s, q in before if q}:
+                    self.changed(canonical)
