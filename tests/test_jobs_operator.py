@@ -4,6 +4,7 @@ CLI against a ScriptedModel, decisions written with ``kubectl patch`` on the App
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -191,3 +192,24 @@ def test_a_session_in_the_way_of_an_attempt_fails_the_job_and_is_left_alone(
     finally:
         cluster.kubectl("delete", "jobs.hangar.dev", name, "--wait=false", check=False)
         cluster.kubectl("delete", "hsess", f"{name}-a1", "--wait=false", check=False)
+
+
+def test_an_attempt_whose_session_is_deleted_is_lost_not_run_again(
+    cluster: Cluster, stack: Stack, model: ScriptedModel
+) -> None:
+    environment(
+        cluster, "jobs-op-env3", {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "k"}
+    )
+    name = "jobs-op-lost"
+    apply(cluster, job_obj(name, "jobs-op-env3", approvals="ask"))
+    try:
+        wait(lambda: status(cluster, name).get("state") == "awaiting_approval", 120, "the attempt waiting")
+        cluster.kubectl("delete", "hsess", f"{name}-a1", "--wait=true")
+        st = wait(lambda: (s := status(cluster, name)).get("state") == "failed" and s, 60, "the job failed")
+        assert st["attempts"][0]["state"] == "failed" and st["attempts"][0]["outcome"] == "session deleted"
+        assert st["pendingApprovals"] == [] and st["finishedAt"]
+        time.sleep(3)  # the controller's next passes must not start it again
+        assert get(cluster, "sessions", f"{name}-a1") is None, "a lost attempt is not run again"
+        assert len([r for r in model.requests if r.contains("jobtask")]) == 1
+    finally:
+        cluster.kubectl("delete", "jobs.hangar.dev", name, "--wait=false", check=False)

@@ -126,10 +126,13 @@ class Jobs:
             else:
                 env = EnvironmentSpec.model_validate(env_obj["spec"])
                 policy = spec.approvals or env.approvals or self.rt.settings.approvals or "auto"
+        # An attempt whose session someone deleted is lost, not re-run: running the prompt again would repeat
+        # its work (and its side effects) behind the person's back.
+        started = {a.index for a in st.attempts if a.session}
         if policy is not None and not spec.cancelled:
             for i in range(1, spec.attempts + 1):
                 sname = attempt_session(name, i)
-                if sname not in sessions:
+                if sname not in sessions and i not in started:
                     created = await self._create_attempt(job, spec, i, policy)
                     if created is None:
                         await self._fail(
@@ -159,15 +162,20 @@ class Jobs:
             ts = sorted(turns_by_session.get(sname, []), key=turn_index)
             last = ts[-1] if ts else None
             state, question = attempt_state(s, last)
+            lost = s is None and i in started
+            if lost:
+                state, question = "failed", None
             sst = SessionStatus.model_validate((s or {}).get("status") or {})
             attempts.append(
                 Attempt(
                     index=i,
-                    session=sname if s is not None else None,
+                    session=sname if s is not None or lost else None,
                     state=state,
                     phase=sst.phase if s is not None else None,
                     last_turn=last["metadata"]["name"] if last else None,
-                    outcome=(last.get("status") or {}).get("outcome") if last else None,
+                    outcome="session deleted"
+                    if lost
+                    else ((last.get("status") or {}).get("outcome") if last else None),
                 )
             )
             pending += [p.model_copy(update={"session": sname}) for p in sst.pending_approvals]
