@@ -179,9 +179,9 @@ def _skip_double(s: str, i: int) -> int | None:
         if c == '"':
             return i + 1
         if s.startswith("$(", i):
-            j = _skip_paren(s, i + 2, 1)
+            j = _skip_group(s, i + 2, 1, ")")
         elif s.startswith("${", i):
-            j = _skip_brace(s, i + 2)
+            j = _skip_group(s, i + 2, 1, "}")
         elif c == "`":
             j = _skip_backquote(s, i + 1)
         else:
@@ -193,7 +193,19 @@ def _skip_double(s: str, i: int) -> int | None:
     return None
 
 
-def _skip_paren(s: str, i: int, depth: int) -> int | None:
+# The ``$`` groups a word may hold: how each opens, what part it makes, how it closes, how deep it opens.
+_GROUPS: tuple[tuple[str, PartKind, str, int], ...] = (
+    ("$((", "arith", "))", 2),
+    ("$(", "cmd", ")", 1),
+    ("${", "param", "}", 1),
+)
+
+
+def _skip_group(s: str, i: int, depth: int, close: str) -> int | None:
+    """The end of a group opened ``depth`` deep before ``i``: ``$(…)``, ``$((…))`` or a subshell's ``(…)``
+    when ``close`` is ")", ``${…}`` when it is "}". Quotes and backquotes are skipped whole; only the group's
+    own brackets count (a ``$(…)`` inside ``${…}`` is skipped as a group of its own)."""
+    opener = "(" if close == ")" else "${"
     n = len(s)
     while i < n:
         c = s[i]
@@ -207,44 +219,14 @@ def _skip_paren(s: str, i: int, depth: int) -> int | None:
             j = _skip_double(s, i + 1)
         elif c == "`":
             j = _skip_backquote(s, i + 1)
-        else:
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-            i += 1
-            continue
-        if j is None:
-            return None
-        i = j
-    return None
-
-
-def _skip_brace(s: str, i: int) -> int | None:
-    n = len(s)
-    depth = 1
-    while i < n:
-        c = s[i]
-        j: int | None
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            j = _skip_single(s, i + 1)
-        elif c == '"':
-            j = _skip_double(s, i + 1)
-        elif c == "`":
-            j = _skip_backquote(s, i + 1)
-        elif s.startswith("$(", i):
-            j = _skip_paren(s, i + 2, 1)
-        elif s.startswith("${", i):
+        elif close == "}" and s.startswith("$(", i):
+            j = _skip_group(s, i + 2, 1, ")")
+        elif s.startswith(opener, i):
             depth += 1
-            i += 2
+            i += len(opener)
             continue
         else:
-            if c == "}":
+            if c == close:
                 depth -= 1
                 if depth == 0:
                     return i + 1
@@ -418,30 +400,15 @@ class _Lexer:
     def dollar(self) -> Part | None:
         """An expansion starting at self.i (a ``$``), or None when the ``$`` is literal."""
         s, i = self.s, self.i
-        if s.startswith("$((", i):
-            j = _skip_paren(s, i + 3, 2)
-            if j is None:
-                self.fail("unterminated $((")
-                j = self.n + 2
-            self.i = min(j, self.n)
-            inner = s[i + 3 : j - 2]
-            return Part("arith", "$((" + inner + "))", inner)
-        if s.startswith("$(", i):
-            j = _skip_paren(s, i + 2, 1)
-            if j is None:
-                self.fail("unterminated $(")
-                j = self.n + 1
-            self.i = min(j, self.n)
-            inner = s[i + 2 : j - 1]
-            return Part("cmd", "$(" + inner + ")", inner)
-        if s.startswith("${", i):
-            j = _skip_brace(s, i + 2)
-            if j is None:
-                self.fail("unterminated ${")
-                j = self.n + 1
-            self.i = min(j, self.n)
-            inner = s[i + 2 : j - 1]
-            return Part("param", "${" + inner + "}", inner)
+        for prefix, kind, close, depth in _GROUPS:
+            if s.startswith(prefix, i):
+                j = _skip_group(s, i + len(prefix), depth, close[0])
+                if j is None:
+                    self.fail(f"unterminated {prefix}")
+                    j = self.n + len(close)
+                self.i = min(j, self.n)
+                inner = s[i + len(prefix) : j - len(close)]
+                return Part(kind, prefix + inner + close, inner)
         m = _NAME.match(s, i + 1)
         if m:
             self.i = m.end()
@@ -545,7 +512,7 @@ class _Lexer:
                     else:
                         self.add(part)
             elif c in "<>" and self.i + 1 < n and s[self.i + 1] == "(":
-                end = _skip_paren(s, self.i + 2, 1)
+                end = _skip_group(s, self.i + 2, 1, ")")
                 if end is None:
                     self.fail(f"unterminated {c}(")
                     end = n + 1
