@@ -114,8 +114,15 @@ class Steering:
         await self.rt.gateway.send(run, op, body, command_id=command_id)
         self.sent.add(command_id)
 
-    async def _next_turn(self, owner: str, message: str, by: str, origin: str, klass: str) -> str:
-        return await self.rt.create_turn(owner, message, by=by, from_steer=origin, klass=klass)
+    async def _next_turn(self, owner: str, req: dict[str, Any]) -> str:
+        """The turn a steer's or interrupt's message starts (``req`` is its spec entry): created once."""
+        return await self.rt.create_turn(
+            owner,
+            req["message"],
+            by=req.get("by", ""),
+            from_steer=str(req["id"]),
+            klass=req.get("class", "unclassified"),
+        )
 
     async def _find(self, owner: str, kind: str, item_id: str, hint: str | None) -> Obj | None:
         """The turn whose spec holds steer/interrupt ``item_id``: the hinted turn first, else the latest."""
@@ -240,9 +247,7 @@ class Steering:
                 elif phase in FINISHED:
                     state = {"id": sid, "status": "queued", "at": iso()}
                     state["reason"] = "the turn had ended before the steer was sent"
-                    state["nextTurn"] = await self._next_turn(
-                        owner, req["message"], req.get("by", ""), sid, req.get("class", "unclassified")
-                    )
+                    state["nextTurn"] = await self._next_turn(owner, req)
                     events.append(
                         {
                             "message": f"steer {sid} queued: it starts {state['nextTurn']}",
@@ -326,9 +331,7 @@ class Steering:
                     }
                     if message:
                         state["messageStatus"] = "queued"
-                        state["nextTurn"] = await self._next_turn(
-                            owner, message, req.get("by", ""), iid, req.get("class", "unclassified")
-                        )
+                        state["nextTurn"] = await self._next_turn(owner, req)
                     events.append(
                         {
                             "message": f"interrupt {iid}: the turn had already ended",
@@ -419,9 +422,7 @@ class Steering:
         if outcome == "queued":
             req = next((x for x in turn["spec"].get("steers") or [] if x.get("id") == sid), None)
             if req is not None:
-                state["nextTurn"] = await self._next_turn(
-                    owner, req["message"], req.get("by", ""), sid, req.get("class", "unclassified")
-                )
+                state["nextTurn"] = await self._next_turn(owner, req)
                 message += f": the turn ended first, it starts {state['nextTurn']}"
         await self.rt.kube.patch_status("turns", name, {"steers": states})
         metrics.STEERS.labels(status=outcome).inc()
@@ -528,9 +529,7 @@ class Steering:
                 state.update(status="queued", at=iso(), reason=reason)
                 if state.get("withdraw") == "requested":
                     state["withdraw"] = "too_late"
-                state["nextTurn"] = await self._next_turn(
-                    owner, req["message"], req.get("by", ""), sid, req.get("class", "unclassified")
-                )
+                state["nextTurn"] = await self._next_turn(owner, req)
                 events.append(
                     {
                         "message": f"steer {sid} queued: it starts {state['nextTurn']}",
@@ -552,9 +551,7 @@ class Steering:
                 changed_i = True
             if req.get("message") and not state.get("messageStatus"):
                 state["messageStatus"] = "queued"
-                state["nextTurn"] = await self._next_turn(
-                    owner, req["message"], req.get("by", ""), iid, req.get("class", "unclassified")
-                )
+                state["nextTurn"] = await self._next_turn(owner, req)
                 events.append(
                     {
                         "message": f"interrupt {iid}: its message starts {state['nextTurn']}",
