@@ -53,10 +53,12 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack
+from hangar.devcluster.stack import Stack, environment_object
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel, Step
 from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
+from hangar_driver.claude import live_command
+from hangar_driver.harness import TurnConfig
 
 POLL = 0.02  # seconds between polls, both sides (--poll)
 MODEL = "claude-sonnet-4-5"
@@ -267,15 +269,7 @@ class Bench:
 
     async def environment(self) -> None:
         env = {"ANTHROPIC_BASE_URL": self.model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
-        body = {
-            "apiVersion": "hangar.dev/v1alpha1",
-            "kind": "Environment",
-            "metadata": {"name": ENVIRONMENT},
-            "spec": {
-                "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-                "env": [{"name": k, "value": v} for k, v in env.items()],
-            },
-        }
+        body = environment_object(ENVIRONMENT, env)
         await self.custom.create_namespaced_custom_object(
             "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
         )
@@ -476,32 +470,18 @@ class Bench:
 
     async def floor_cli(self, k: int, home: Path, work: Path, conversation: str | None) -> dict[str, Any]:
         claude = cli_dir() / "node_modules" / ".bin" / "claude"
-        # The argv of hangar_driver/claude.py for approvals "auto" with a model set.
-        argv = [
-            str(claude),
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--permission-prompt-tool",
-            "stdio",
-            "--model",
-            MODEL,
-        ]
-        if conversation:
-            argv += ["--resume", conversation]
-        argv += ["--permission-mode", "bypassPermissions"]
-        env = {
+        base = {
             "PATH": f"{claude.parent}:{SYSTEM_PATH}",
             "HOME": str(home),
             "LANG": "C.UTF-8",
             "ANTHROPIC_BASE_URL": self.model.anthropic_base_url,
             "ANTHROPIC_API_KEY": API_KEY,
-            "IS_SANDBOX": "1",
-            **QUIET_ENV,
         }
+        # Exactly the command the driver's Claude adapter runs for a turn under approvals "auto".
+        argv, added = live_command(
+            TurnConfig("floor", "", str(work), base, [str(claude)], MODEL, conversation)
+        )
+        env = {**base, **added}
         line = {
             "type": "user",
             "message": {

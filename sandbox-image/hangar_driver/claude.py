@@ -105,6 +105,42 @@ QUIET_ENV = (
     "DISABLE_ERROR_REPORTING",
 )
 
+def live_command(cfg: TurnConfig) -> Tuple[List[str], Dict[str, str]]:
+    """The CLI's argv for one live turn, and what it adds to the agent's environment (``cfg.env``). The
+    turn benchmark's floor (bench/sessions.py) runs the same command, so the two compare like with like."""
+    argv = list(cfg.argv_prefix or ["claude"]) + [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-prompt-tool",
+        "stdio",
+    ]
+    if cfg.model:
+        argv += ["--model", cfg.model]
+    if cfg.conversation:
+        argv += ["--resume", cfg.conversation]
+        if cfg.fork:
+            argv.append("--fork-session")  # a new session id; the parent's file is left as it was
+    # hangar-owned settings: a sandboxed CLI neither updates itself nor phones home (telemetry, error
+    # reports); the Environment can still set any of these itself.
+    extra_env = {
+        k: "1"
+        for k in QUIET_ENV
+        if k not in cfg.env
+    }  # type: Dict[str, str]
+    if cfg.approvals == "auto":
+        # The CLI's own checks off. As root it refuses this unless told it runs in a sandbox (it does).
+        argv += ["--permission-mode", "bypassPermissions"]
+        extra_env["IS_SANDBOX"] = "1"
+    # The Environment's MCP servers, and only those (mcp.py).
+    argv += mcp_claude_args(cfg.mcp_servers)
+    argv += [str(a) for a in (cfg.extra.get("claude_args") or [])]
+    return argv, extra_env
+
+
 class _Turn(object):
     def __init__(self, cfg: TurnConfig) -> None:
         self.cfg = cfg
@@ -155,36 +191,7 @@ class ClaudeHarness(Harness):
             turn = _Turn(cfg)
             self._turn = turn
         self.emit("turn_started", {"turn": cfg.turn_id})
-        argv = list(cfg.argv_prefix or ["claude"]) + [
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--permission-prompt-tool",
-            "stdio",
-        ]
-        if cfg.model:
-            argv += ["--model", cfg.model]
-        if cfg.conversation:
-            argv += ["--resume", cfg.conversation]
-            if cfg.fork:
-                argv.append("--fork-session")  # a new session id; the parent's file is left as it was
-        # hangar-owned settings: a sandboxed CLI neither updates itself nor phones home (telemetry, error
-        # reports); the Environment can still set any of these itself.
-        extra_env = {
-            k: "1"
-            for k in QUIET_ENV
-            if k not in cfg.env
-        }  # type: Dict[str, str]
-        if cfg.approvals == "auto":
-            # The CLI's own checks off. As root it refuses this unless told it runs in a sandbox (it does).
-            argv += ["--permission-mode", "bypassPermissions"]
-            extra_env["IS_SANDBOX"] = "1"
-        # The Environment's MCP servers, and only those (mcp.py).
-        argv += mcp_claude_args(cfg.mcp_servers)
-        argv += [str(a) for a in (cfg.extra.get("claude_args") or [])]
+        argv, extra_env = live_command(cfg)
         try:
             proc = spawn_agent(argv, cfg, extra_env)
         except OSError as e:
