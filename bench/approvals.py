@@ -45,7 +45,7 @@ from _stack import bench_run, claude_missing, header  # bench/ is the script's d
 from _stats import log, summary
 
 from hangar.approvals import ToolCall, decide
-from hangar.devcluster.stack import Stack
+from hangar.devcluster.stack import Stack, environment_object
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel, Step
 
@@ -157,19 +157,14 @@ def bench_ask(stack: Stack, asks: int, poll: float) -> dict[str, Any]:
         base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=30
     )
     try:
-        env = {
-            "apiVersion": "hangar.dev/v1alpha1",
-            "kind": "Environment",
-            "metadata": {"name": ENVIRONMENT},
-            "spec": {
-                "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-                "env": [
-                    {"name": "ANTHROPIC_BASE_URL", "value": url},
-                    {"name": "ANTHROPIC_API_KEY", "value": "sk-ant-bench"},
-                    {"name": "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "value": "1"},
-                ],
+        env = environment_object(
+            ENVIRONMENT,
+            {
+                "ANTHROPIC_BASE_URL": url,
+                "ANTHROPIC_API_KEY": "sk-ant-bench",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             },
-        }
+        )
         asyncio.run(_apply(stack, env))
         r = http.post(
             "/api/sessions",

@@ -45,7 +45,7 @@ from _stack import bench_run, claude_missing, header  # bench/ is the script's d
 from _stats import log, summary
 
 from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack
+from hangar.devcluster.stack import Stack, environment_object
 from hangar.paths import cli_dir
 from hangar.testing.model_server import Request, ScriptedModel, Step
 from hangar_driver.adapters import make_harness
@@ -88,15 +88,7 @@ def script(hold: float) -> list[Step]:
 
 def hangar_side(stack: Stack, cp: ControlPlane, model: ScriptedModel, n: int, gap: float) -> dict[str, Any]:
     env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
-    body = {
-        "apiVersion": "hangar.dev/v1alpha1",
-        "kind": "Environment",
-        "metadata": {"name": ENVIRONMENT},
-        "spec": {
-            "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-            "env": [{"name": k, "value": v} for k, v in env.items()],
-        },
-    }
+    body = environment_object(ENVIRONMENT, env)
     import subprocess
 
     kubectl = [str(cp.bins.dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig)]

@@ -10,8 +10,9 @@ from typing import Any
 
 import httpx
 
-from hangar.devcluster.stack import Stack
+from hangar.devcluster.stack import Stack, environment_object
 from hangar.paths import cli_dir
+from hangar.testing.model_server import ScriptedModel
 
 DONE = ("Completed", "Failed", "Interrupted", "NeedsInput")
 
@@ -105,26 +106,19 @@ def wait(fn: Callable[[], Any], timeout: float, what: str, debug: Callable[[], s
     raise AssertionError(f"timed out waiting for {what}\n{debug() if debug else ''}")
 
 
-def environment(cluster: Any, name: str, env: dict[str, str], approvals: str | None = None) -> None:
-    spec: dict[str, Any] = {
-        "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-        "env": [{"name": k, "value": v} for k, v in env.items()],
-    }
-    if approvals:
-        spec["approvals"] = approvals
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "hangar.dev/v1alpha1",
-                "kind": "Environment",
-                "metadata": {"name": name},
-                "spec": spec,
-            }
-        ),
-    )
+def environment(
+    cluster: Any, name: str, env: dict[str, str] | None = None, approvals: str | None = None, **spec: Any
+) -> None:
+    """Applies an Environment (``environment_object``) with kubectl; ``spec`` takes other fields, camelCase."""
+    body = environment_object(name, env, approvals=approvals, **spec)
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+
+
+def model_env(harness: str, model: ScriptedModel) -> dict[str, str]:
+    """The variables that point a harness's CLI at the scripted model."""
+    if harness == "codex":
+        return {"OPENAI_BASE_URL": model.openai_base_url, "OPENAI_API_KEY": "sk-test"}
+    return {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"}
 
 
 def workspace(stack: Stack, session: str) -> Path:

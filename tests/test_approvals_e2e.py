@@ -16,7 +16,7 @@ from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, approvals, clis_installed, new_session, wait, workspace
+from .e2e import Api, approvals, clis_installed, environment, model_env, new_session, wait, workspace
 
 pytestmark = [pytest.mark.e2e]
 needs_clis = pytest.mark.skipif(
@@ -35,27 +35,14 @@ def make_env(
     timeout: int | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> None:
-    if harness == "codex":
-        env = {"OPENAI_BASE_URL": model.openai_base_url, "OPENAI_API_KEY": "sk-test"}
-    else:
-        env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"}
-    spec: dict[str, Any] = {
-        "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-        "env": [{"name": k, "value": v} for k, v in env.items()],
-    }
-    if approvals:
-        spec["approvals"] = approvals
-    if timeout:
-        spec["approvalTimeoutSeconds"] = timeout
-    if overrides:
-        spec["podOverrides"] = overrides
-    body = {
-        "apiVersion": "hangar.dev/v1alpha1",
-        "kind": "Environment",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+    environment(
+        cluster,
+        name,
+        model_env(harness, model),
+        approvals,
+        approvalTimeoutSeconds=timeout or None,
+        podOverrides=overrides or None,
+    )
 
 
 def wait_pending(

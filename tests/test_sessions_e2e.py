@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from hangar.devcluster.stack import Stack
@@ -103,28 +101,17 @@ def test_codex_turn_runs_a_command_and_the_next_turn_remembers(cluster: Cluster,
 
 
 def test_antigravity_one_shot_command_runs_a_turn(cluster: Cluster, stack: Stack) -> None:
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "hangar.dev/v1alpha1",
-                "kind": "Environment",
-                "metadata": {"name": "e2e-oneshot"},
-                "spec": {
-                    "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-                    "harnessOptions": {
-                        "command": [
-                            "sh",
-                            "-c",
-                            'echo "$1" > asked.txt; echo "antigravity did: $1"',
-                            "antigravity",
-                        ]
-                    },
-                },
-            }
-        ),
+    environment(
+        cluster,
+        "e2e-oneshot",
+        harnessOptions={
+            "command": [
+                "sh",
+                "-c",
+                'echo "$1" > asked.txt; echo "antigravity did: $1"',
+                "antigravity",
+            ]
+        },
     )
     api = Api(stack)
     r = api.post(
@@ -144,22 +131,11 @@ def test_antigravity_one_shot_command_runs_a_turn(cluster: Cluster, stack: Stack
 
 
 def test_one_shot_harness_refuses_a_policy_that_needs_prompts(cluster: Cluster, stack: Stack) -> None:
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "hangar.dev/v1alpha1",
-                "kind": "Environment",
-                "metadata": {"name": "e2e-oneshot-ask"},
-                "spec": {
-                    "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-                    "approvals": "ask",
-                    "harnessOptions": {"command": ["sh", "-c", "touch ran.txt", "x"]},
-                },
-            }
-        ),
+    environment(
+        cluster,
+        "e2e-oneshot-ask",
+        approvals="ask",
+        harnessOptions={"command": ["sh", "-c", "touch ran.txt", "x"]},
     )
     api = Api(stack)
     r = api.post(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hangar.devcluster.stack import Stack
+from hangar.devcluster.stack import Stack, environment_object
 
 from .conftest import Cluster
 from .e2e import Api, wait
@@ -41,15 +41,7 @@ def test_a_session_waits_for_a_slot_and_starts_when_one_frees(cluster: Cluster, 
         "-f",
         "-",
         input=json.dumps(
-            {
-                "apiVersion": "hangar.dev/v1alpha1",
-                "kind": "Environment",
-                "metadata": {"name": "slot-env"},
-                "spec": {
-                    "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-                    "harnessOptions": {"command": ["sh", "-c", "echo ok", "x"]},
-                },
-            }
+            environment_object("slot-env", harnessOptions={"command": ["sh", "-c", "echo ok", "x"]})
         ),
     )
     api = Api(one_slot)

@@ -424,28 +424,17 @@ def test_claude_interrupt_with_a_message_goes_on_in_the_same_turn(cluster: Clust
 
 
 def oneshot_env(cluster: Cluster, name: str) -> None:
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "hangar.dev/v1alpha1",
-                "kind": "Environment",
-                "metadata": {"name": name},
-                "spec": {
-                    "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-                    "harnessOptions": {
-                        "command": [
-                            "sh",
-                            "-c",
-                            'case "$1" in *slow*) sleep 30; echo late > late.txt;; esac; echo "did: $1"',
-                            "antigravity",
-                        ]
-                    },
-                },
-            }
-        ),
+    environment(
+        cluster,
+        name,
+        harnessOptions={
+            "command": [
+                "sh",
+                "-c",
+                'case "$1" in *slow*) sleep 30; echo late > late.txt;; esac; echo "did: $1"',
+                "antigravity",
+            ]
+        },
     )
 
 

@@ -41,7 +41,7 @@ from hangar.testing import mcp_server
 from hangar.testing.model_server import Request, ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, approvals, clis_installed, new_session, wait
+from .e2e import Api, approvals, clis_installed, environment, model_env, new_session, wait
 
 pytestmark = [pytest.mark.e2e]
 needs_clis = pytest.mark.skipif(
@@ -72,24 +72,7 @@ def make_env(
     approvals: str,
     mcp: dict[str, Any] | None = None,
 ) -> None:
-    if harness == "codex":
-        env = {"OPENAI_BASE_URL": model.openai_base_url, "OPENAI_API_KEY": "sk-test"}
-    else:
-        env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"}
-    spec: dict[str, Any] = {
-        "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-        "env": [{"name": k, "value": v} for k, v in env.items()],
-        "approvals": approvals,
-    }
-    if mcp:
-        spec["mcp"] = mcp
-    body = {
-        "apiVersion": "hangar.dev/v1alpha1",
-        "kind": "Environment",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+    environment(cluster, name, model_env(harness, model), approvals, mcp=mcp or None)
 
 
 def tracker(shared: Path, trust: str) -> dict[str, Any]:

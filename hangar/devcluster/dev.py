@@ -15,7 +15,7 @@ from ..cli.context import Context, context_file, save
 from ..paths import repo_root, state_dir
 from . import binaries
 from .controlplane import ControlPlane, free_port, stop_process
-from .stack import Stack, kill_under, wait_http, write_state
+from .stack import Stack, environment_object, kill_under, wait_http, write_state
 
 DEMO_ENV = "default"
 
@@ -102,19 +102,14 @@ def up(with_clis: bool = True) -> dict[str, Any]:
 
 
 def _demo_environment(kubeconfig: str, model_port: int) -> None:
-    body = {
-        "apiVersion": "hangar.dev/v1alpha1",
-        "kind": "Environment",
-        "metadata": {"name": DEMO_ENV},
-        "spec": {
-            "image": "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
-            "env": [
-                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{model_port}"},
-                {"name": "ANTHROPIC_API_KEY", "value": "sk-ant-dev-not-a-real-key"},
-                {"name": "OPENAI_BASE_URL", "value": f"http://127.0.0.1:{model_port}/v1"},
-            ],
+    body = environment_object(
+        DEMO_ENV,
+        {
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{model_port}",
+            "ANTHROPIC_API_KEY": "sk-ant-dev-not-a-real-key",
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{model_port}/v1",
         },
-    }
+    )
     subprocess.run(
         ["kubectl", "--kubeconfig", kubeconfig, "apply", "-f", "-"],
         input=json.dumps(body).encode(),

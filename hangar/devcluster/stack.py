@@ -59,6 +59,25 @@ async def install_crds(kubeconfig: str, timeout: float = 60) -> None:
                 await asyncio.sleep(0.1)
 
 
+# The image local Environments name. The local pod runner runs the driver on this machine's python3, so the
+# image is never pulled; a cluster would run it.
+SANDBOX_IMAGE = "ghcr.io/hangar-dev/hangar-sandbox:0.1.0"
+
+
+def environment_object(name: str, env: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """An Environment for a local stack: ``env`` as plain variables, other spec fields (camelCase) as given."""
+    body: dict[str, Any] = {"image": SANDBOX_IMAGE}
+    if env:
+        body["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    body.update({k: v for k, v in spec.items() if v is not None})
+    return {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Environment",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
 def sandbox_image_copy(root: Path) -> Path:
     """A world-readable copy of sandbox-image/: the agent runs as another uid and may not reach the repo."""
     dst = root / "image" / "lib"
@@ -265,4 +284,4 @@ def write_state(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2))
 
 
-__all__ = ["ControlPlane", "Stack", "install_crds", "kill_under", "wait_http"]
+__all__ = ["ControlPlane", "Stack", "environment_object", "install_crds", "kill_under", "wait_http"]
