@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +142,19 @@ def approvals(api: Api, session: str) -> dict[str, Any]:
     r = api.get(f"/api/sessions/{session}/approvals")
     assert r.status_code == 200, r.text
     return dict(r.json())
+
+
+@contextmanager
+def namespace_stack(cluster: Any, namespace: str, prefix: str, **kw: Any) -> Iterator[Stack]:
+    """An operator and an API of their own in ``namespace`` (``kw``: Stack's settings); their pods run on the
+    session stack's runner, which watches every namespace."""
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    s = Stack(root, cluster.kubeconfig, namespace=namespace, **kw)
+    try:
+        s.start_operator()
+        s.start_api()
+        yield s
+    finally:
+        s.stop_all()
+        shutil.rmtree(root, ignore_errors=True)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +13,7 @@ from hangar.store import open_database
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, clis_installed
+from .e2e import Api, clis_installed, namespace_stack
 
 PG_URL = os.environ.get("HANGAR_TEST_POSTGRES_URL", "")
 
@@ -32,16 +29,8 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def pg_stack(cluster: Cluster, stack: Stack) -> Iterator[Stack]:
     """Operator and API on PostgreSQL in their own namespace; pods run on the session stack's runner."""
-    cluster.kubectl("create", "namespace", "pg", check=False)
-    root = Path(tempfile.mkdtemp(prefix="hangar-pg-stack-", dir="/tmp"))
-    s = Stack(root, cluster.kubeconfig, namespace="pg", database_url=PG_URL)
-    try:
-        s.start_operator()
-        s.start_api()
+    with namespace_stack(cluster, "pg", "hangar-pg-stack-", database_url=PG_URL) as s:
         yield s
-    finally:
-        s.stop_all()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_session_on_postgresql(cluster: Cluster, stack: Stack, pg_stack: Stack) -> None:

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from hangar.devcluster.stack import Stack, environment_object
 
 from .conftest import Cluster
-from .e2e import Api, wait
+from .e2e import Api, namespace_stack, wait
 
 pytestmark = pytest.mark.e2e
 
@@ -21,16 +18,8 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def one_slot(cluster: Cluster, stack: Stack) -> Iterator[Stack]:
     """An operator and API in namespace `slots` allowed one sandbox; pods run on the main stack's runner."""
-    cluster.kubectl("create", "namespace", "slots", check=False)
-    root = Path(tempfile.mkdtemp(prefix="hangar-slots-", dir="/tmp"))
-    s = Stack(root, cluster.kubeconfig, namespace="slots", extra_env={"HANGAR_MAX_SANDBOXES": "1"})
-    try:
-        s.start_operator()
-        s.start_api()
+    with namespace_stack(cluster, "slots", "hangar-slots-", extra_env={"HANGAR_MAX_SANDBOXES": "1"}) as s:
         yield s
-    finally:
-        s.stop_all()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_session_waits_for_a_slot_and_starts_when_one_frees(cluster: Cluster, one_slot: Stack) -> None:
