@@ -462,10 +462,19 @@ class Runtime:
         # A conversation id means nothing to another CLI: a fork to another harness starts a new one.
         same_cli = pspec.get("harness", "claude") == s["spec"].get("harness", "claude")
         conversation = pst.conversation if same_cli else None
+        # The taint and the workspace clone go before forkedFrom: a restart in between records the fork
+        # again (the clone's create is then a 409), never loses either.
         if tainted:
             why = "; ".join(pst.taint.reasons) or "the session started tainted (spec.tainted)"
-            # The taint goes first: a restart between the two patches records the fork again, never loses it.
             await self.approvals.sync_spec_taint(s, f"forked from {parent_name} (tainted: {why})"[:1000])
+        # The clone is asked for now, not at the fork's first sandbox, so the parent's later turns stay out of
+        # it (with a WaitForFirstConsumer storage class the volume is still only cut when a pod needs it).
+        try:
+            pvc = workspace_pvc(s, self.settings, await self._clone_source(name, parent_name))
+            await self.kube.core.create_namespaced_persistent_volume_claim(self.kube.namespace, pvc)
+        except ApiException as e:
+            if e.status != 409:
+                raise
         origin = ForkOrigin(
             session=parent_name,
             conversation=conversation,
@@ -481,14 +490,6 @@ class Runtime:
             "forked",
             {"parent": parent_name, "conversation": conversation, "policy": policy, "tainted": tainted},
         )
-        # The clone is asked for now, not at the fork's first sandbox, so the parent's later turns stay out of
-        # it (with a WaitForFirstConsumer storage class the volume is still only cut when a pod needs it).
-        try:
-            pvc = workspace_pvc(s, self.settings, await self._clone_source(s))
-            await self.kube.core.create_namespaced_persistent_volume_claim(self.kube.namespace, pvc)
-        except ApiException as e:
-            if e.status != 409:
-                raise
         return await self.kube.get("sessions", name)
 
     async def _sync_counters(self, name: str, st: SessionStatus, turns: list[Obj]) -> None:
@@ -585,8 +586,8 @@ class Runtime:
                 if e.status != 409:  # an earlier attempt made it: its key is read on the driver's hello
                     raise
             try:
-                pvc = workspace_pvc(s, self.settings, await self._clone_source(s))
-                await core.create_namespaced_persistent_volume_claim(ns, pvc)
+                # A fork's volume exists already: it was cloned when the fork was recorded.
+                await core.create_namespaced_persistent_volume_claim(ns, workspace_pvc(s, self.settings))
             except ApiException as e:
                 if e.status != 409:
                     raise
@@ -612,27 +613,19 @@ class Runtime:
             metrics.SANDBOXES_STARTED.inc()
         await self.event(name, "sandbox_starting", {"pod": run})
 
-    async def _clone_source(self, s: Obj) -> Obj | None:
-        """A fork's first workspace volume is a clone of its parent's: the parent's PVC, or None when the
-        session is no fork, already has its volume, or the parent has none (it never ran, or is gone: the
-        fork then starts with an empty workspace, and a new conversation if its CLI can't find the old one)."""
-        parent = s["spec"].get("forkOf")
-        if not parent:
-            return None
-        core, ns = self.kube.core, self.kube.namespace
+    async def _clone_source(self, name: str, parent: str) -> Obj | None:
+        """The parent's workspace PVC, which the fork's volume is a clone of; None when the parent has none
+        (it never ran, or is gone): the fork then starts with an empty workspace, and a new conversation if
+        its CLI can't find the old one."""
         try:
-            await core.read_namespaced_persistent_volume_claim(pvc_name(s["metadata"]["name"]), ns)
-            return None
-        except ApiException as e:
-            if e.status != 404:
-                raise
-        try:
-            src = await core.read_namespaced_persistent_volume_claim(pvc_name(parent), ns)
+            src = await self.kube.core.read_namespaced_persistent_volume_claim(
+                pvc_name(parent), self.kube.namespace
+            )
         except ApiException as e:
             if e.status != 404:
                 raise
             why = f"session {parent!r} has no workspace volume to clone: the fork starts with an empty one"
-            await self.event(s["metadata"]["name"], "fork_workspace_empty", {"reason": why})
+            await self.event(name, "fork_workspace_empty", {"reason": why})
             return None
         out: Obj = self.kube.api.sanitize_for_serialization(src)
         return out
