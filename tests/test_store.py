@@ -39,6 +39,8 @@ async def test_events_are_numbered_per_scope_and_read_since(db: Database) -> Non
     assert [e.payload["i"] for e in await db.events(scope, since=3)] == [3, 4]
     assert [e.seq for e in await db.events(other)] == [1]
     assert await db.last_seq(scope) == 5
+    assert [e.payload["i"] for e in await db.last_events(scope, 2)] == [3, 4], "the latest, oldest first"
+    assert [e.seq for e in await db.last_events(other, 200)] == [1]
 
 
 async def test_concurrent_appends_never_share_a_seq(db: Database) -> None:

@@ -195,7 +195,15 @@ class Database:
             "ORDER BY seq LIMIT ?",
             (scope, since, limit),
         )
-        return [Event(int(r[0]), r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+        return [_event(r) for r in rows]
+
+    async def last_events(self, scope: str, n: int) -> list[Event]:
+        """The ``n`` latest events of ``scope``, oldest first."""
+        rows = await self.backend.fetch(
+            "SELECT seq, scope, turn, kind, payload, at FROM events WHERE scope = ? ORDER BY seq DESC LIMIT ?",
+            (scope, n),
+        )
+        return [_event(r) for r in reversed(rows)]
 
     async def has_event(self, scope: str, turn: str, kind: str) -> bool:
         """Whether ``scope`` recorded an event of ``kind`` for ``turn`` (e.g. the driver's turn_started)."""
@@ -226,6 +234,10 @@ class Database:
                 "SELECT at, actor, action, target, detail FROM audit ORDER BY at DESC LIMIT ?", (limit,)
             )
         return [{"at": r[0], "actor": r[1], "action": r[2], "target": r[3], **json.loads(r[4])} for r in rows]
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    return Event(int(row[0]), row[1], row[2], row[3], json.loads(row[4]), row[5])
 
 
 async def open_database(url: str) -> Database:

@@ -44,14 +44,7 @@ async def events(d: Database, scope: str, since: int | None) -> dict[str, Any]:
     if since is not None:
         page = await d.events(scope, since, PAGE)
         return {"events": [e.dump() for e in page], "last_seq": page[-1].seq if page else since}
-    tail: list[Any] = []
-    after = 0
-    while True:
-        page = await d.events(scope, after, PAGE)
-        tail = (tail + page)[-LAST_EVENTS:]
-        if len(page) < PAGE:
-            break
-        after = page[-1].seq
+    tail = await d.last_events(scope, LAST_EVENTS)
     return {"events": [e.dump() for e in tail], "last_seq": tail[-1].seq if tail else 0}
 
 
