@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python bench/sessions.py [--sessions N] [--turns N] [--json] [--poll S] [--keep-logs]
 
-It starts everything it measures on this machine, the way the end-to-end tests do (tests/conftest.py): a local
+It starts everything it measures on this machine, the way the end-to-end tests do (tests/e2e/conftest.py): a local
 control plane (etcd, kube-apiserver, controller-manager, scheduler) with hangar's CRDs, a Stack (operator, API
 and the local pod runner as processes) and a ScriptedModel that answers every model request with
 ``FINAL: ok``. The bench Environment gives the agent the same quiet environment as the floor CLI

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python bench/steer.py [--steers N] [--gap S] [--json] [--keep-logs]
 
-It starts everything it measures on this machine, the way the end-to-end tests do (tests/conftest.py): a local
+It starts everything it measures on this machine, the way the end-to-end tests do (tests/e2e/conftest.py): a local
 control plane with hangar's CRDs, a Stack (operator, API and the local pod runner as processes) and a
 ScriptedModel whose first answer is a long shell command (``python3 -c 'import time; time.sleep(H)'``), so
 that every steer arrives while a tool runs: Claude Code then takes the line at once (hangar's adapter writes a

@@ -13,7 +13,7 @@ from hangar.store import open_database
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, clis_installed, namespace_stack
+from .helpers import Api, clis_installed, namespace_stack
 
 PG_URL = os.environ.get("HANGAR_TEST_POSTGRES_URL", "")
 

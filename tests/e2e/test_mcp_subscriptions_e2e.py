@@ -24,7 +24,7 @@ from hangar.kube import Kube
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, clis_installed, wait
+from .helpers import Api, clis_installed, wait
 from .test_mcp_e2e import MODERN, SLOW, claude_env, in_thread, read_json
 
 pytestmark = [

@@ -16,7 +16,7 @@ from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, approvals, clis_installed, environment, model_env, new_session, wait, workspace
+from .helpers import Api, approvals, clis_installed, environment, model_env, new_session, wait, workspace
 
 pytestmark = [pytest.mark.e2e]
 needs_clis = pytest.mark.skipif(

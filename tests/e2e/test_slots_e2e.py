@@ -10,7 +10,7 @@ import pytest
 from hangar.devcluster.stack import Stack, environment_object
 
 from .conftest import Cluster
-from .e2e import Api, namespace_stack, wait
+from .helpers import Api, namespace_stack, wait
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,7 @@ from hangar_api.app import create_app
 from hangar_driver import protocol as P
 
 from .conftest import Cluster
-from .e2e import Api, clis_installed, environment, wait, workspace
+from .helpers import Api, clis_installed, environment, wait, workspace
 
 pytestmark = [
     pytest.mark.e2e,

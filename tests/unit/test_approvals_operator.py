@@ -44,7 +44,7 @@ def test_what_taints() -> None:
 
 def test_the_driver_without_ctypes_says_it_is_not_hardened(tmp_path: Path) -> None:
     (tmp_path / "ctypes.py").write_text("raise ImportError('built without ctypes')\n")
-    driver = Path(__file__).resolve().parents[1] / "sandbox-image"
+    driver = Path(__file__).resolve().parents[2] / "sandbox-image"
     code = "import hangar_driver.main as m; ok = m.harden_process(); print(ok, m.HARDENING_ERROR)"
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -30,7 +30,7 @@ import pytest
 from hangar_driver import protocol as P
 from hangar_operator.gateway import Gateway
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = ROOT / "sandbox-image"
 IS_ROOT = os.geteuid() == 0
 AGENT_PATH = "/usr/local/bin:/usr/bin:/bin"

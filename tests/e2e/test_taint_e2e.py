@@ -41,7 +41,7 @@ from hangar.testing import mcp_server
 from hangar.testing.model_server import Request, ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import Api, approvals, clis_installed, environment, model_env, new_session, wait
+from .helpers import Api, approvals, clis_installed, environment, model_env, new_session, wait
 
 pytestmark = [pytest.mark.e2e]
 needs_clis = pytest.mark.skipif(

@@ -18,7 +18,7 @@ from hangar.devcluster.stack import Stack
 from hangar.models.job import JOB_NAME_MAX
 
 from .conftest import Cluster
-from .e2e import Api, environment, wait
+from .helpers import Api, environment, wait
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """The Environment's MCP servers on their way to the CLIs: the pod's HANGAR_MCP_SERVERS, the driver's parsing,
-Claude Code's --mcp-config and Codex's config.toml (the end-to-end path is tests/test_taint_e2e.py)."""
+Claude Code's --mcp-config and Codex's config.toml (the end-to-end path is tests/e2e/test_taint_e2e.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from .conftest import Cluster
-from .e2e import wait
+from .helpers import wait
 
 
 def test_a_pod_on_a_kwok_node_reaches_running(cluster: Cluster) -> None:

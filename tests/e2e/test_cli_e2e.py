@@ -12,7 +12,7 @@ from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import clis_installed, environment
+from .helpers import clis_installed, environment
 
 pytestmark = [
     pytest.mark.e2e,

@@ -13,7 +13,7 @@ import pytest
 
 from hangar_driver import protocol as P
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = ROOT / "sandbox-image"
 
 

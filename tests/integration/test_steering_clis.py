@@ -1,7 +1,7 @@
 """Interrupt with a message, at the adapter: the real CLIs stop and go on with the message in the same turn.
 
 The rig (throw-away HOME, scripted model, the adapter called as the driver core calls it) is the one of
-tests/test_harness_real_clis.py.
+tests/integration/test_harness_real_clis.py.
 """
 
 from __future__ import annotations

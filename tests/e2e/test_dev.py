@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .e2e import clis_installed
+from .helpers import clis_installed
 
 
 def hangar(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .e2e import clis_installed, environment, wait, workspace
+from .helpers import clis_installed, environment, wait, workspace
 
 pytestmark = [
     pytest.mark.e2e,

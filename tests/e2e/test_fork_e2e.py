@@ -14,11 +14,11 @@ import pytest
 from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
+from ..integration.test_harness_real_clis import Rig, make_rig  # noqa: F401 (make_rig is a fixture)
 from .conftest import Cluster
-from .e2e import Api, approvals, clis_installed, new_session, wait, workspace
+from .helpers import Api, approvals, clis_installed, new_session, wait, workspace
 from .test_approvals_e2e import decide, make_env, wait_pending
 from .test_cli_e2e import hangar
-from .test_harness_real_clis import Rig, make_rig  # noqa: F401 (make_rig is a fixture)
 
 pytestmark = [
     pytest.mark.e2e,

@@ -13,7 +13,7 @@ from hangar.testing.model_server import ScriptedModel, Step
 from hangar_driver import protocol as P
 
 from .conftest import Cluster
-from .e2e import Api, clis_installed, environment, wait, workspace
+from .helpers import Api, clis_installed, environment, wait, workspace
 
 pytestmark = [
     pytest.mark.e2e,

@@ -8,7 +8,7 @@ import pytest
 from hangar.devcluster.stack import Stack
 
 from .conftest import Cluster
-from .e2e import Api, environment
+from .helpers import Api, environment
 
 pytestmark = pytest.mark.e2e
 
