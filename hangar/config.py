@@ -22,6 +22,16 @@ def _policy(raw: str | None) -> ApprovalPolicy | None:
 @dataclass(frozen=True)
 class Settings:
     namespace: str = field(default_factory=lambda: os.environ.get("HANGAR_NAMESPACE", "default"))
+    # The namespaces whose resources the operator serves (the api serves ``namespace`` only).
+    watch_namespaces: tuple[str, ...] = field(
+        default_factory=lambda: tuple(
+            n.strip()
+            for n in (
+                os.environ.get("HANGAR_WATCH_NAMESPACES") or os.environ.get("HANGAR_NAMESPACE", "default")
+            ).split(",")
+            if n.strip()
+        )
+    )
     database_url: str = field(
         default_factory=lambda: os.environ.get("HANGAR_DATABASE_URL", "sqlite:///hangar.db")
     )
