@@ -13,6 +13,7 @@ from .models import GROUP, VERSION
 
 Obj = dict[str, Any]
 JsonPatch = list[Obj]
+Objs = list[Obj]  # spelt once here: inside Kube, ``list`` is the method
 
 __all__ = ["ApiException", "Kube", "Obj"]
 
@@ -33,6 +34,14 @@ class Kube:
             config.load_incluster_config(client_configuration=cfg)
         ns = namespace or os.environ.get("HANGAR_NAMESPACE") or "default"
         return cls(client.ApiClient(cfg), ns)
+
+    def scoped(self, namespace: str) -> Kube:
+        """The same connection, acting in another namespace (the operator serves several)."""
+        if namespace == self.namespace:
+            return self
+        out = Kube.__new__(Kube)
+        out.api, out.custom, out.core, out.namespace = self.api, self.custom, self.core, namespace
+        return out
 
     async def close(self) -> None:
         await self.api.close()
@@ -68,15 +77,15 @@ class Kube:
         )
         return out
 
-    async def patch_status(self, plural: str, name: str, status: Obj) -> Obj:
+    async def patch_status(
+        self, plural: str, name: str, status: Obj, resource_version: str | None = None
+    ) -> Obj:
+        """A merge patch of ``status``; with ``resource_version``, only if the object is still at it (409 else)."""
+        body: Obj = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         out: Obj = await self.custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            self.namespace,
-            plural,
-            name,
-            {"status": status},
-            _content_type="application/merge-patch+json",
+            GROUP, VERSION, self.namespace, plural, name, body, _content_type="application/merge-patch+json"
         )
         return out
 
@@ -90,6 +99,46 @@ class Kube:
             if e.status == 404:
                 return False
             raise
+
+    # core objects the operator manages: pods, secrets, persistentvolumeclaims, events --------------------
+    async def get_core(self, kind: str, name: str) -> Obj | None:
+        try:
+            obj = await getattr(self.core, f"read_namespaced_{_CORE[kind]}")(name, self.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        out: Obj = self.api.sanitize_for_serialization(obj)
+        return out
+
+    async def create_core(self, kind: str, body: Obj) -> bool:
+        """Creates the object; False when one of that name exists already (409)."""
+        try:
+            await getattr(self.core, f"create_namespaced_{_CORE[kind]}")(self.namespace, body)
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
+        """Deletes the object; False when it was gone already (404)."""
+        kw: dict[str, Any] = {}
+        if grace_period_seconds is not None:
+            kw["grace_period_seconds"] = grace_period_seconds
+        try:
+            await getattr(self.core, f"delete_namespaced_{_CORE[kind]}")(name, self.namespace, **kw)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    async def list_core(self, kind: str, label_selector: str | None = None) -> Objs:
+        kw: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        out = await getattr(self.core, f"list_namespaced_{_CORE[kind]}")(self.namespace, **kw)
+        items: Objs = self.api.sanitize_for_serialization(out).get("items", [])
+        return items
 
     async def watch(self, plural: str, resource_version: str | None = None) -> AsyncIterator[Obj]:
         """Yields watch events ({"type", "object"}) for one plural, forever, re-listing after expiry."""
@@ -110,6 +159,15 @@ class Kube:
                 if e.status != 410:
                     raise
                 resource_version = None
+
+
+# The kubernetes_asyncio method suffix of each core kind the operator manages.
+_CORE = {
+    "pods": "pod",
+    "secrets": "secret",
+    "persistentvolumeclaims": "persistent_volume_claim",
+    "events": "event",
+}
 
 
 def owner_ref(obj: Obj, controller: bool = True) -> Obj:
