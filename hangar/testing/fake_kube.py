@@ -37,6 +37,7 @@ from hangar.kube import ApiException, JsonPatch, Kube, Obj, Objs
 from hangar.models import API_VERSION, KINDS, Resource
 
 from .kube_patch import api_error, json_patch, label_matcher, merge_patch
+from .kube_schema import prune_and_default
 
 __all__ = ["ApiException", "FakeKube", "Write"]
 
@@ -381,6 +382,7 @@ class FakeKube(Kube):
                     400, f"the body of a {resource} must have kind {kind} and apiVersion {API_VERSION}"
                 )
             meta["generation"] = 1
+            obj = prune_and_default(resource, obj)
         else:
             obj.setdefault("apiVersion", "v1")
             obj.setdefault("kind", CORE_KINDS[resource])
@@ -420,6 +422,8 @@ class FakeKube(Kube):
 
     def _commit(self, key: tuple[str, str, str], old: Obj, new: Obj) -> Obj:
         """An update: nothing when nothing changed (like the apiserver), else a new resource version."""
+        if key[0] in MODELS:
+            new = prune_and_default(key[0], new)
         meta = _meta(new)
         for k in SERVER_METADATA:
             if k in old["metadata"]:

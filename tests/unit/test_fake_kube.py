@@ -341,3 +341,25 @@ async def test_seed_and_peek_are_not_writes() -> None:
     seeded = k.seed("sessions", {**session(), "status": {"phase": "Running"}})
     assert seeded["status"] == {"phase": "Running"} and k.writes == []
     assert k.peek("sessions", "s1") == seeded and k.names("sessions") == ["s1"]
+
+
+async def test_unknown_fields_are_pruned_and_schema_defaults_set() -> None:
+    k = FakeKube()
+    body = session()
+    body["spec"]["bogus"] = 1
+    body["spec"]["model"] = None  # nullable: kept
+    body["extra"] = {"x": 1}
+    made = await k.create("sessions", body)
+    assert "extra" not in made and "bogus" not in made["spec"]
+    assert made["spec"] == {
+        "environment": "dev",
+        "harness": "claude",
+        "model": None,
+        "stopped": False,
+        "tainted": False,
+    }
+    # Removing a defaulted field puts the default back: nothing changed, so no write happened.
+    again = await k.patch("sessions", "s1", {"spec": {"harness": None}})
+    assert again == made
+    out = await k.patch_status("sessions", "s1", {"phase": "Idle", "nonsense": 1})
+    assert "nonsense" not in out["status"]
