@@ -386,6 +386,8 @@ class FakeKube(Kube):
         else:
             obj.setdefault("apiVersion", "v1")
             obj.setdefault("kind", CORE_KINDS[resource])
+        if resource == "secrets":
+            obj.setdefault("type", "Opaque")
         if resource == "secrets" and "stringData" in obj:
             data = dict(obj.get("data") or {})
             for k, v in obj.pop("stringData").items():
