@@ -104,6 +104,7 @@ class _Store:
     writes: list[Write] = field(default_factory=list)
     faults: list[_Fault] = field(default_factory=list)
     validate: bool = True
+    graceful_pods: bool = False
 
 
 def _now() -> str:
@@ -124,9 +125,20 @@ class FakeKube(Kube):
     """``Kube`` in memory. A subclass only so it type-checks where a ``Kube`` is expected: it overrides
     every public method and has no connection (``api``, ``custom``, ``core`` are not set)."""
 
-    def __init__(self, namespace: str = "default", *, validate: bool = True, _store: _Store | None = None):
+    def __init__(
+        self,
+        namespace: str = "default",
+        *,
+        validate: bool = True,
+        graceful_pods: bool = False,
+        _store: _Store | None = None,
+    ):
+        """``validate``: check hangar objects against the pydantic models (422 if not). ``graceful_pods``:
+        deleting a pod bound to a node (``spec.nodeName``) with a grace period leaves it terminating
+        (``deletionTimestamp``) until ``finish_pod`` says its kubelet is done, as on a real node; else
+        pods go at once, as with the local pod runner."""
         self.namespace = namespace
-        self._s = _store or _Store(validate=validate)
+        self._s = _store or _Store(validate=validate, graceful_pods=graceful_pods)
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, namespace: str | None = None) -> FakeKube:
@@ -169,6 +181,15 @@ class FakeKube(Kube):
         new = copy.deepcopy(old)
         new["status"] = merge_patch(old.get("status"), status)
         return self._commit(key, old, new)
+
+    def finish_pod(self, name: str) -> None:
+        """The kubelet is done with a terminating pod: it goes (``graceful_pods``)."""
+        key = self._key("pods", name)
+        pod = self._existing(key)
+        if not pod["metadata"].get("deletionTimestamp"):
+            raise ValueError(f"pod {name} is not terminating")
+        if not pod["metadata"].get("finalizers"):
+            self._remove(key, copy.deepcopy(pod))
 
     def peek(self, resource: str, name: str) -> Obj | None:
         obj = self._s.objects.get(self._key(resource, name))
@@ -234,7 +255,7 @@ class FakeKube(Kube):
 
     async def delete(self, plural: str, name: str) -> bool:
         try:
-            self._delete("delete", self._custom(plural), name)
+            self._delete("delete", self._custom(plural), name, None)
             return True
         except ApiException as e:
             if e.status == 404:
@@ -261,7 +282,7 @@ class FakeKube(Kube):
 
     async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
         try:
-            self._delete("delete_core", self._core(kind), name)
+            self._delete("delete_core", self._core(kind), name, grace_period_seconds)
             return True
         except ApiException as e:
             if e.status == 404:
@@ -409,6 +430,10 @@ class FakeKube(Kube):
             if key in self._s.objects:
                 raise api_error(409, f'{resource} "{key[2]}" already exists', "AlreadyExists")
             self._store_obj(key, obj, "ADDED")
+            refs = obj["metadata"].get("ownerReferences") or []
+            if refs and not any(r.get("uid") in self._live_uids(key[1]) for r in refs):
+                # Every owner is gone already: the garbage collector takes it (here at once).
+                self._begin_delete(key, None)
             return copy.deepcopy(obj)
 
     def _validate(self, resource: str, obj: Obj) -> None:
@@ -451,17 +476,36 @@ class FakeKube(Kube):
         self._store_obj(key, new, "MODIFIED")
         return copy.deepcopy(new)
 
-    def _delete(self, verb: str, resource: str, name: str) -> None:
+    def _delete(self, verb: str, resource: str, name: str, grace: int | None) -> None:
         with self._recording(verb, resource, name, None):
             key = self._key(resource, name)
-            obj = self._existing(key)
-            if not obj["metadata"].get("finalizers"):
-                self._remove(key, copy.deepcopy(obj))
-            elif not obj["metadata"].get("deletionTimestamp"):
-                new = copy.deepcopy(obj)
-                new["metadata"]["deletionTimestamp"] = _now()
+            self._existing(key)
+            self._begin_delete(key, grace)
+
+    def _begin_delete(self, key: tuple[str, str, str], grace: int | None) -> None:
+        """Gone at once, or marked deleting while finalizers (or a node's kubelet) hold it."""
+        obj = self._s.objects[key]
+        meta = obj["metadata"]
+        held_by_kubelet = (
+            key[0] == "pods"
+            and self._s.graceful_pods
+            and bool((obj.get("spec") or {}).get("nodeName"))
+            and grace != 0
+        )
+        if not meta.get("finalizers") and not held_by_kubelet:
+            self._remove(key, copy.deepcopy(obj))
+        elif not meta.get("deletionTimestamp"):
+            new = copy.deepcopy(obj)
+            new["metadata"]["deletionTimestamp"] = _now()
+            if held_by_kubelet:
+                default = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                new["metadata"]["deletionGracePeriodSeconds"] = default if grace is None else grace
+            else:
                 new["metadata"]["deletionGracePeriodSeconds"] = 0
-                self._store_obj(key, new, "MODIFIED")
+            self._store_obj(key, new, "MODIFIED")
+
+    def _live_uids(self, namespace: str) -> set[str]:
+        return {o["metadata"]["uid"] for (_, ns, _), o in self._s.objects.items() if ns == namespace}
 
     def _store_obj(self, key: tuple[str, str, str], obj: Obj, event: str) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._s.rv))
@@ -480,7 +524,7 @@ class FakeKube(Kube):
             dep = self._s.objects.get(dkey)
             if dep is None:  # collected already, by a recursive step
                 continue
-            live = {o["metadata"]["uid"] for (_, n, _), o in self._s.objects.items() if n == ns}
+            live = self._live_uids(ns)
             refs = dep["metadata"].get("ownerReferences") or []
             if not any(r.get("uid") == uid for r in refs):
                 continue
@@ -488,13 +532,8 @@ class FakeKube(Kube):
                 new = copy.deepcopy(dep)
                 new["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
                 self._store_obj(dkey, new, "MODIFIED")
-            elif not dep["metadata"].get("finalizers"):
-                self._remove(dkey, copy.deepcopy(dep))
-            elif not dep["metadata"].get("deletionTimestamp"):
-                new = copy.deepcopy(dep)
-                new["metadata"]["deletionTimestamp"] = _now()
-                new["metadata"]["deletionGracePeriodSeconds"] = 0
-                self._store_obj(dkey, new, "MODIFIED")
+            else:
+                self._begin_delete(dkey, None)
 
     def _emit(self, key: tuple[str, str, str], kind: str, obj: Obj) -> None:
         ev: Obj = {"type": kind, "object": copy.deepcopy(obj)}

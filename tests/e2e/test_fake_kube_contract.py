@@ -224,6 +224,16 @@ async def scenario(k: Kube, eventually: Eventually) -> list[tuple[str, Any]]:
         )
 
     await eventually(collected)
+    ghost = {**env("ghost"), "metadata": {"name": "ghost", "uid": str(uuid.uuid4())}}
+    note(
+        "create with a gone owner",
+        await k.create_core("secrets", secret("orphan", ownerReferences=[owner_ref(ghost)])),
+    )
+
+    async def orphan_collected() -> bool:
+        return await k.get_core("secrets", "orphan") is None
+
+    await eventually(orphan_collected)
     note("child", await k.get("sessions", "gc-child"))
     note("grandchild", await k.get_core("secrets", "gc-grandchild"))
     note("shared", view(await k.get_core("secrets", "gc-shared")))

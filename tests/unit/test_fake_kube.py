@@ -240,8 +240,11 @@ async def test_owner_references_are_garbage_collected_recursively() -> None:
     await k.create_core(
         "secrets", secret("k2", ownerReferences=[owner_ref(parent), owner_ref(other, controller=False)])
     )
-    # Same name and uid-free owner in another namespace: untouched.
-    await k.scoped("ns2").create_core("secrets", secret("k1", ownerReferences=[owner_ref(s1)]))
+    # Owners are namespace-local: one of the same name in another namespace is not touched.
+    ns2 = k.scoped("ns2")
+    await ns2.create_core(
+        "secrets", secret("k1", ownerReferences=[owner_ref(await ns2.create("environments", env()))])
+    )
     assert await k.delete("environments", "dev") is True
     assert await k.get("sessions", "s1") is None and await k.get_core("secrets", "k1") is None
     s2 = await k.get("sessions", "s2")
@@ -363,3 +366,35 @@ async def test_unknown_fields_are_pruned_and_schema_defaults_set() -> None:
     assert again == made
     out = await k.patch_status("sessions", "s1", {"phase": "Idle", "nonsense": 1})
     assert "nonsense" not in out["status"]
+
+
+async def test_an_object_created_with_only_gone_owners_is_collected() -> None:
+    k = FakeKube()
+    ghost = {"apiVersion": "v1", "kind": "Session", "metadata": {"name": "gone", "uid": "no-such-uid"}}
+    assert await k.create_core("secrets", secret("orphan", ownerReferences=[owner_ref(ghost)])) is True
+    assert await k.get_core("secrets", "orphan") is None
+    held = await k.create("sessions", session("held", ownerReferences=[owner_ref(ghost)], finalizers=["f"]))
+    assert "deletionTimestamp" not in held["metadata"]  # what create answered, before the collector came
+    now = await k.get("sessions", "held")
+    assert now is not None and now["metadata"]["deletionTimestamp"]
+
+
+async def test_graceful_pods_terminate_until_their_kubelet_is_done() -> None:
+    k = FakeKube(graceful_pods=True)
+    spec = {"nodeName": "n1", "containers": [], "terminationGracePeriodSeconds": 10}
+    for name in ("p1", "p2", "p3"):
+        await k.create_core("pods", {"metadata": {"name": name}, "spec": spec})
+    await k.create_core("pods", {"metadata": {"name": "unbound"}, "spec": {"containers": []}})
+    assert await k.delete_core("pods", "p1") is True
+    p1 = await k.get_core("pods", "p1")
+    assert p1 is not None and p1["metadata"]["deletionGracePeriodSeconds"] == 10
+    k.finish_pod("p1")
+    assert await k.get_core("pods", "p1") is None
+    await k.delete_core("pods", "p2", grace_period_seconds=3)
+    p2 = await k.get_core("pods", "p2")
+    assert p2 is not None and p2["metadata"]["deletionGracePeriodSeconds"] == 3
+    await k.delete_core("pods", "p2", grace_period_seconds=0)  # forced
+    assert await k.get_core("pods", "p2") is None
+    await k.delete_core("pods", "p3", grace_period_seconds=0)
+    await k.delete_core("pods", "unbound")
+    assert k.names("pods") == []
