@@ -116,6 +116,13 @@ def _meta(obj: Obj) -> Obj:
     return meta
 
 
+def _omit_empty(meta: Obj) -> None:
+    """ObjectMeta's lists and maps are ``omitempty``: an empty one is not stored."""
+    for k in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if k in meta and not meta[k]:
+            del meta[k]
+
+
 def _spec_part(obj: Obj) -> Obj:
     """What a change of bumps ``generation``: everything but metadata and status."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
@@ -394,6 +401,7 @@ class FakeKube(Kube):
             raise api_error(
                 400, "the namespace of the provided object does not match the namespace sent on the request"
             )
+        _omit_empty(meta)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _now()
         if resource in MODELS:
@@ -408,12 +416,13 @@ class FakeKube(Kube):
             obj.setdefault("apiVersion", "v1")
             obj.setdefault("kind", CORE_KINDS[resource])
         if resource == "secrets":
-            obj.setdefault("type", "Opaque")
-        if resource == "secrets" and "stringData" in obj:
             data = dict(obj.get("data") or {})
-            for k, v in obj.pop("stringData").items():
+            for k, v in (obj.pop("stringData", None) or {}).items():
                 data[k] = base64.b64encode(str(v).encode()).decode()
             obj["data"] = data
+            if not data:  # omitempty
+                del obj["data"]
+            obj.setdefault("type", "Opaque")
         self._validate(resource, obj)
         return obj
 
@@ -452,6 +461,7 @@ class FakeKube(Kube):
         if key[0] in MODELS:
             new = prune_and_default(key[0], new)
         meta = _meta(new)
+        _omit_empty(meta)
         for k in SERVER_METADATA:
             if k in old["metadata"]:
                 meta[k] = old["metadata"][k]
@@ -497,6 +507,8 @@ class FakeKube(Kube):
         elif not meta.get("deletionTimestamp"):
             new = copy.deepcopy(obj)
             new["metadata"]["deletionTimestamp"] = _now()
+            if "generation" in meta:  # the apiserver counts a graceful deletion as a change of intent
+                new["metadata"]["generation"] = meta["generation"] + 1
             if held_by_kubelet:
                 default = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
                 new["metadata"]["deletionGracePeriodSeconds"] = default if grace is None else grace

@@ -131,6 +131,9 @@ async def scenario(k: Kube, eventually: Eventually) -> list[tuple[str, Any]]:
     st3 = await k.patch_status("sessions", "s1", {"counters": {"steers": 2}})
     note("no-op status patch: rv stays", rv(st3) == rv(st2))
     note("invalid status", await status_of(k.patch_status("sessions", "s1", {"phase": "Dancing"})))
+    stale = {"metadata": {"resourceVersion": str(rv(p4))}, "spec": {"model": "n"}}
+    note("stale precondition on patch", await status_of(k.patch("sessions", "s1", stale)))
+    note("rename by patch", await status_of(k.patch("sessions", "s1", {"metadata": {"name": "s2"}})))
     note("precondition after all that", rv(st3) == rv(await k.get("sessions", "s1") or {}))
 
     # JSON patch
@@ -240,12 +243,12 @@ async def scenario(k: Kube, eventually: Eventually) -> list[tuple[str, Any]]:
     note("held child", view(await k.get("sessions", "gc-held")))
 
     # a watch: what exists when it starts, then every change, no-ops not included
-    await k.create("turns", turn("w0"))
+    w0 = await k.create("turns", turn("w0"))
     events: list[tuple[str, str, Any]] = []
     started = asyncio.Event()
 
-    async def follow() -> None:
-        async for ev in k.watch("turns"):
+    async def follow(since: str | None = None) -> None:
+        async for ev in k.watch("turns", since):
             obj = ev["object"]
             name = obj["metadata"]["name"]
             events.append((ev["type"], name, (obj.get("status") or {}).get("phase")))
@@ -263,6 +266,9 @@ async def scenario(k: Kube, eventually: Eventually) -> list[tuple[str, Any]]:
     await k.delete("turns", "w1")
     await asyncio.wait_for(task, 30)
     note("watch", events)
+    events.clear()
+    await asyncio.wait_for(follow(w0["metadata"]["resourceVersion"]), 30)
+    note("watch from a resource version", events)
     return out
 
 
@@ -297,5 +303,9 @@ async def test_fake_kube_behaves_like_the_apiserver(cluster: Cluster) -> None:
         await real_kube.close()
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     assert [label for label, _ in real] == [label for label, _ in fake]
-    for (label, want), (_, got) in zip(real, fake, strict=True):
-        assert got == want, f"{label}: the apiserver gave {want!r}, FakeKube {got!r}"
+    differ = [
+        f"{label}: the apiserver gave {want!r}, FakeKube {got!r}"
+        for (label, want), (_, got) in zip(real, fake, strict=True)
+        if got != want
+    ]
+    assert differ == [], "\n".join(differ)
