@@ -265,10 +265,10 @@ async def scenario(k: Kube, eventually: Eventually) -> list[tuple[str, Any]]:
     await k.create("sessions", session("not-a-turn"))
     await k.delete("turns", "w1")
     await asyncio.wait_for(task, 30)
-    note("watch", events)
+    note("watch", list(events))
     events.clear()
     await asyncio.wait_for(follow(w0["metadata"]["resourceVersion"]), 30)
-    note("watch from a resource version", events)
+    note("watch from a resource version", list(events))
     return out
 
 
