@@ -399,3 +399,33 @@ async def test_graceful_pods_terminate_until_their_kubelet_is_done() -> None:
     await k.delete_core("pods", "p3", grace_period_seconds=0)
     await k.delete_core("pods", "unbound")
     assert k.names("pods") == []
+
+
+async def test_a_watch_whose_resource_version_expired_starts_over_like_kube_watch() -> None:
+    k = FakeKube()
+    made = await k.create("sessions", session("a"))
+    await k.create("sessions", session("b"))
+    k.fail_next("watch", "sessions", 410)
+    stream = k.watch("sessions", made["metadata"]["resourceVersion"])
+    got = [await anext(stream), await anext(stream)]
+    await stream.aclose()
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in got] == [("ADDED", "a"), ("ADDED", "b")]
+    k.fail_next("watch", "sessions", 403)
+    with pytest.raises(ApiException) as e:
+        await anext(k.watch("sessions"))
+    assert e.value.status == 403
+    assert k.server.watchers == []
+
+
+async def test_a_refused_write_is_recorded_with_its_status() -> None:
+    k = FakeKube()
+    with pytest.raises(ApiException):
+        await k.patch("sessions", "missing", {"spec": {"stopped": True}})
+    await k.create("sessions", session())
+    assert await k.create_core("secrets", secret("x")) and not await k.create_core("secrets", secret("x"))
+    assert [(w.verb, w.name, w.error) for w in k.writes] == [
+        ("patch", "missing", 404),
+        ("create", "s1", None),
+        ("create_core", "x", None),
+        ("create_core", "x", 409),
+    ]
