@@ -75,7 +75,9 @@ class FakeKube(Kube):
         self.server.faults.append(Fault(verb, resource, status, name, times))
 
     def seed(self, resource: str, body: Obj) -> Obj:
-        """Stores an object with its ``status`` (the state a test starts from); not a write."""
+        """Stores an object with its ``status`` (the state a test starts from); not a write. The rules of
+        a create still hold: server metadata, schema defaults, validation, and an object whose owners are
+        all missing is collected at once (seed the owners first)."""
         return self.server.create(self.namespace, resource, body, keep_status=True)
 
     def set_status(self, resource: str, name: str, status: Obj) -> Obj:
