@@ -186,7 +186,11 @@ async def scenario(k: Kube, eventually: Eventually) -> list[tuple[str, Any]]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "p1"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        # Placed nowhere: no scheduler or kwok node of a shared control plane moves its phase on.
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox"}],
+            "nodeSelector": {"hangar.dev/contract": "nowhere"},
+        },
         "status": {"phase": "Running"},
     }
     await k.create_core("pods", pod)
