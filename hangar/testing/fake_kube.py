@@ -1,0 +1,242 @@
+"""An in-process fake of ``hangar.kube.Kube`` for the unit tier: the same methods, in memory.
+
+It behaves like the kube-apiserver in what hangar relies on (``fake_apiserver`` lists what), and
+``tests/e2e/test_fake_kube_contract.py`` runs one scripted sequence against both to keep it honest. Its
+methods answer as ``Kube``'s do: ``get`` of a missing object is None, ``create_core`` of an existing one
+False, ``patch`` of a missing one raises ``ApiException(404)``, and so on.
+
+For tests:
+
+- ``writes`` records every write call (successful or not), so a test can say what a reconcile did, or
+  that it wrote nothing;
+- ``fail_next(verb, resource, status)`` makes the next matching call fail as the apiserver would have;
+- ``seed``, ``set_status``, ``finish_pod`` act as the rest of the world (an earlier operator, a kubelet, a
+  driver) and are not writes; ``peek`` and ``names`` read without going through a call.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+from hangar.kube import ApiException, JsonPatch, Kube, Obj, Objs
+
+from .fake_apiserver import CORE_KINDS, MODELS, FakeApiServer, Fault, Key, Write
+from .kube_patch import api_error, merge_patch
+
+__all__ = ["ApiException", "FakeApiServer", "FakeKube", "Write"]
+
+Writes = list[Write]  # spelt here: inside FakeKube, ``list`` is the method
+
+
+class FakeKube(Kube):
+    """``Kube`` in memory. A subclass only so it type-checks where a ``Kube`` is expected: it overrides
+    every public method and has no connection (``api``, ``custom``, ``core`` are not set)."""
+
+    def __init__(
+        self,
+        namespace: str = "default",
+        *,
+        validate: bool = True,
+        graceful_pods: bool = False,
+        server: FakeApiServer | None = None,
+    ):
+        """``validate``: check hangar objects against the pydantic models (422 if not). ``graceful_pods``:
+        deleting a pod bound to a node (``spec.nodeName``) with a grace period leaves it terminating
+        (``deletionTimestamp``) until ``finish_pod`` says its kubelet is done, as on a real node; else
+        pods go at once, as with the local pod runner."""
+        self.namespace = namespace
+        self.server = server or FakeApiServer(validate=validate, graceful_pods=graceful_pods)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, namespace: str | None = None) -> FakeKube:
+        return cls(namespace or "default")
+
+    def scoped(self, namespace: str) -> FakeKube:
+        if namespace == self.namespace:
+            return self
+        return FakeKube(namespace, server=self.server)
+
+    async def close(self) -> None:
+        return None
+
+    # for tests ----------------------------------------------------------------------------------------
+    @property
+    def writes(self) -> Writes:
+        return self.server.writes
+
+    def fail_next(
+        self, verb: str, resource: str, status: int, *, name: str | None = None, times: int = 1
+    ) -> None:
+        """The next ``times`` calls of ``verb`` (a method name: ``patch_status``, ``create_core``, …) on
+        ``resource`` (and ``name``, if given) raise ``ApiException(status)`` as the apiserver would have:
+        the fake's ``get`` of a 404 returns None, its ``create_core`` of a 409 False, like ``Kube``'s."""
+        self.server.faults.append(Fault(verb, resource, status, name, times))
+
+    def seed(self, resource: str, body: Obj) -> Obj:
+        """Stores an object with its ``status`` (the state a test starts from); not a write. The rules of
+        a create still hold: server metadata, schema defaults, validation, and an object whose owners are
+        all missing is collected at once (seed the owners first)."""
+        return self.server.create(self.namespace, resource, body, keep_status=True)
+
+    def set_status(self, resource: str, name: str, status: Obj) -> Obj:
+        """Merge-patches an object's status as another writer would (a kubelet, a driver); not a write."""
+        key = self._key(resource, name)
+        old = self.server.existing(key)
+        new = copy.deepcopy(old)
+        new["status"] = merge_patch(old.get("status"), status)
+        return self.server.commit(key, old, new)
+
+    def finish_pod(self, name: str) -> None:
+        """The kubelet is done with a terminating pod: it goes (``graceful_pods``)."""
+        self.server.finish_pod(self._key("pods", name))
+
+    def peek(self, resource: str, name: str) -> Obj | None:
+        obj = self.server.objects.get(self._key(resource, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def names(self, resource: str) -> list[str]:
+        return sorted(n for (r, ns, n) in self.server.objects if r == resource and ns == self.namespace)
+
+    # hangar resources ---------------------------------------------------------------------------------
+    async def get(self, plural: str, name: str) -> Obj | None:
+        try:
+            return self._read("get", self._custom(plural), name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def list(self, plural: str, label_selector: str | None = None) -> Objs:
+        return self._list("list", self._custom(plural), label_selector)
+
+    async def create(self, plural: str, body: Obj) -> Obj:
+        return self._create("create", self._custom(plural), body)
+
+    async def patch(self, plural: str, name: str, body: Obj | JsonPatch) -> Obj:
+        resource = self._custom(plural)
+        with self._request("patch", resource, name, body):
+            return self.server.patch(self._key(resource, name), body)
+
+    async def patch_status(
+        self, plural: str, name: str, status: Obj, resource_version: str | None = None
+    ) -> Obj:
+        resource = self._custom(plural)
+        with self._request("patch_status", resource, name, status, resource_version):
+            return self.server.patch_status(self._key(resource, name), status, resource_version)
+
+    async def delete(self, plural: str, name: str) -> bool:
+        try:
+            self._delete("delete", self._custom(plural), name, None)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    # core objects -------------------------------------------------------------------------------------
+    async def get_core(self, kind: str, name: str) -> Obj | None:
+        try:
+            return self._read("get_core", self._core(kind), name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def create_core(self, kind: str, body: Obj) -> bool:
+        try:
+            self._create("create_core", self._core(kind), body)
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
+        try:
+            self._delete("delete_core", self._core(kind), name, grace_period_seconds)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    async def list_core(self, kind: str, label_selector: str | None = None) -> Objs:
+        return self._list("list_core", self._core(kind), label_selector)
+
+    async def watch(self, plural: str, resource_version: str | None = None) -> AsyncIterator[Obj]:
+        resource = self._custom(plural)
+        try:
+            self.server.fault("watch", resource, None)
+        except ApiException as e:
+            # Like Kube.watch: an expired resource version starts over, anything else is the caller's.
+            if e.status != 410:
+                raise
+            resource_version = None
+        first, w = self.server.subscribe(resource, self.namespace, resource_version)
+        try:
+            for ev in first:
+                yield {**ev, "raw_object": ev["object"]}
+            while True:
+                ev = await w.queue.get()
+                yield {**ev, "raw_object": ev["object"]}
+        finally:
+            self.server.watchers.remove(w)
+
+    # requests -----------------------------------------------------------------------------------------
+    def _custom(self, plural: str) -> str:
+        if plural not in MODELS:
+            raise api_error(404, f"the server could not find the requested resource ({plural})")
+        return plural
+
+    def _core(self, kind: str) -> str:
+        if kind not in CORE_KINDS:
+            raise KeyError(kind)  # as Kube: only the kinds it maps
+        return kind
+
+    def _key(self, resource: str, name: str) -> Key:
+        return (resource, self.namespace, name)
+
+    def _read(self, verb: str, resource: str, name: str) -> Obj:
+        self.server.fault(verb, resource, name)
+        return copy.deepcopy(self.server.existing(self._key(resource, name)))
+
+    def _list(self, verb: str, resource: str, label_selector: str | None) -> Objs:
+        self.server.fault(verb, resource, None)
+        return self.server.matching(resource, self.namespace, label_selector)
+
+    def _request(
+        self, verb: str, resource: str, name: str, body: Any, resource_version: str | None = None
+    ) -> _FailureRecorded:
+        """Records a write call and fails it if ``fail_next`` said so; the caller carries it out inside
+        the returned context, which notes a failure on the record."""
+        write = Write(verb, resource, name, self.namespace, copy.deepcopy(body), resource_version)
+        self.server.writes.append(write)
+        recorded = _FailureRecorded(write)
+        with recorded:
+            self.server.fault(verb, resource, name or None)
+        return recorded
+
+    def _create(self, verb: str, resource: str, body: Obj) -> Obj:
+        name = str((body.get("metadata") or {}).get("name") or "")
+        with self._request(verb, resource, name, body):
+            return self.server.create(self.namespace, resource, body)
+
+    def _delete(self, verb: str, resource: str, name: str, grace: int | None) -> None:
+        with self._request(verb, resource, name, None):
+            self.server.begin_delete(self._key(resource, name), grace)
+
+
+class _FailureRecorded:
+    """Notes on a recorded write the status it failed with, if it did."""
+
+    def __init__(self, write: Write) -> None:
+        self.write = write
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, ApiException):
+            self.write.error = exc.status
