@@ -17,8 +17,9 @@ Why not one long-lived process:
   not taken in do not start a follow-on turn), and if the CLI does not end the turn within INTERRUPT_GRACE
   seconds its process group is killed. Either way the next turn starts from a fresh process and the saved
   session.
-* ``allow_always`` rules (destination ``session``) live in the process and die with it: nothing is written to
-  settings files and the next turn asks again, as hangar promises.
+* ``allow_always`` lives in the turn and dies with it: the adapter's own grants for shell commands and file
+  edits (``claude_grants.py``), the CLI's session rules (destination ``session``, kept in the process) for
+  other tools. Nothing is written to settings files and the next turn asks again, as hangar promises.
 * Each turn takes its own cwd, env, model, approvals and uid from its TurnConfig.
 The price is the CLI start-up (~0.5 s) per turn.
 
@@ -54,7 +55,9 @@ The Environment's MCP servers (``TurnConfig.mcp_servers``) go in with ``--mcp-co
 
 ``TurnConfig.extra["claude_args"]``: more command-line arguments. Approvals ``auto`` runs with
 ``--permission-mode bypassPermissions`` and ``IS_SANDBOX=1`` added to the environment (the CLI refuses that
-mode as root otherwise); any other policy leaves the CLI's checks on and its prompts come here.
+mode as root otherwise); any other policy leaves the CLI's checks on, adds ask rules for every shell command
+and file edit (``--settings``, merged with the Environment's own: ``claude_grants.py``) and its prompts come
+here.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ import itertools
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
+from .claude_grants import ASK_TOOLS
 from .claude_turn import QUIET_ENV, ClaudeTurn, live_command, session_permissions, user_line, zero_usage
 from .harness import Emit, Event, NotLive, TurnConfig
 from .live import LiveHarness
@@ -172,6 +176,10 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
             tool_input = req.get("input") or {}
             if decision == "allow":
                 response: Dict[str, Any] = {"behavior": "allow", "updatedInput": tool_input}
+            elif decision == "allow_always" and req.get("tool") in ASK_TOOLS:
+                # The ask rule outranks a session allow rule: the turn remembers the grant (claude_grants.py).
+                turn.grants.add(str(req.get("tool")), tool_input if isinstance(tool_input, dict) else {})
+                response = {"behavior": "allow", "updatedInput": tool_input}
             elif decision == "allow_always":
                 response = {
                     "behavior": "allow",

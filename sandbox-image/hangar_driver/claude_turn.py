@@ -7,10 +7,12 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from .claude_grants import Grants, ask_settings_args
 from .harness import Event, TurnConfig
 from .live import LiveTurn
 from .mcp import claude_args as mcp_claude_args
@@ -63,7 +65,11 @@ def live_command(cfg: TurnConfig) -> Tuple[List[str], Dict[str, str]]:
         extra_env["IS_SANDBOX"] = "1"
     # The Environment's MCP servers, and only those (mcp.py).
     argv += mcp_claude_args(cfg.mcp_servers)
-    argv += [str(a) for a in (cfg.extra.get("claude_args") or [])]
+    extra_args = [str(a) for a in (cfg.extra.get("claude_args") or [])]
+    if cfg.approvals != "auto":
+        # Every shell command and file edit asks, the ones the CLI deems read-only too (claude_grants.py).
+        extra_args = ask_settings_args(extra_args)
+    argv += extra_args
     return argv, extra_env
 
 
@@ -111,6 +117,7 @@ class ClaudeTurn(LiveTurn):
         self.cost: Optional[float] = None
         self.session_id: Optional[str] = None
         self.written_at: Dict[str, float] = {}  # steer_id -> when it was written to the CLI
+        self.grants = Grants()  # this turn's allow_always answers for ASK_TOOLS (claude_grants.py)
 
     def write_steer(self, steer_id: str, text: str) -> None:
         line_uuid = str(uuid.uuid4())
@@ -229,11 +236,38 @@ class ClaudeTurn(LiveTurn):
             del self.written[line_uuid]
             events.append(("steer", {"steer_id": steer_id, "status": "queued"}))
 
+    def allow_granted(self, rid: str, tool: str, tool_input: Dict[str, Any], events: List[Event]) -> None:
+        """A call an earlier allow_always of this turn covers: allowed here, as the CLI's own session rule
+        would have allowed it (the ask rule outranks those)."""
+        if self.writer is not None:
+            self.writer.write(
+                {
+                    "type": "control_response",
+                    "response": {
+                        "subtype": "success",
+                        "request_id": rid,
+                        "response": {"behavior": "allow", "updatedInput": tool_input},
+                    },
+                }
+            )
+        command = tool_input.get("command")
+        what = command if isinstance(command, str) else "%s %s" % (tool, json.dumps(tool_input)[:200])
+        events.append(
+            (
+                "log",
+                {"level": "info", "message": "allowed by this turn's allow_always: %s" % what[:500]},
+            )
+        )
+
     def on_control_request(self, obj: Dict[str, Any], events: List[Event]) -> None:
         rid = str(obj.get("request_id"))
         req = obj.get("request") or {}
         if req.get("subtype") == "can_use_tool":
             tool_input = req.get("input") or {}
+            tool = str(req.get("tool_name") or "")
+            if isinstance(tool_input, dict) and self.grants.covers(tool, tool_input):
+                self.allow_granted(rid, tool, tool_input, events)
+                return
             pending = {
                 "tool": req.get("tool_name") or "",
                 "input": tool_input,

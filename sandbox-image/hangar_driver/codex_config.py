@@ -1,5 +1,6 @@
 """Codex's ``$CODEX_HOME/config.toml``, written before each turn (offline settings, the model provider, the
-Environment's MCP servers), and the state directory a fork's first turn needs (see ``codex.py``).
+Environment's MCP servers), its exec-policy rules (``$CODEX_HOME/rules``), and the state directory a fork's
+first turn needs (see ``codex.py``).
 
 Standard library only, Python 3.8+.
 """
@@ -13,6 +14,15 @@ from typing import List
 
 from .harness import TurnConfig
 from .mcp import codex_toml as mcp_codex_toml
+
+RULES_FILE = "hangar.rules"
+# Codex's own known-safe commands (codex-rs ``is_safe_command.rs``: ``is_safe_to_call_with_exec``, plus the
+# ``git`` subcommands older releases counted), which its ``untrusted`` approval policy may run unasked. 0.171.0
+# asks about them as hangar runs it, but a "prompt" rule outranks that list in any release that has it.
+KNOWN_SAFE = (
+    "base64 cat cd cut echo expr false find git grep head id ls nl numfmt paste pwd rev rg sed seq stat tac "
+    "tail tr true uname uniq wc which whoami"
+).split()
 
 
 def _toml_str(value: str) -> str:
@@ -76,7 +86,38 @@ def write_config(cfg: TurnConfig) -> str:
         os.chown(home, uid, gid)
         os.chown(tmp, uid, gid)
     os.rename(tmp, path)
+    write_rules(cfg, home)
     return path
+
+
+def write_rules(cfg: TurnConfig, home: str) -> None:
+    """Under a policy other than auto: ``$CODEX_HOME/rules`` holds hangar's rules only, a "prompt" rule per
+    known-safe command, so that every command reaches hangar. Any other ``*.rules`` file is removed: an
+    "allow" rule there (one the agent wrote, say) would run a command without asking. Under auto hangar's
+    file is removed, since approval policy ``never`` turns a "prompt" rule into a refusal."""
+    rules_dir = os.path.join(home, "rules")
+    ours = os.path.join(rules_dir, RULES_FILE)
+    if cfg.approvals == "auto":
+        if os.path.lexists(ours):
+            os.unlink(ours)
+        return
+    if os.path.islink(rules_dir) or (os.path.lexists(rules_dir) and not os.path.isdir(rules_dir)):
+        os.unlink(rules_dir)  # never follow a link the agent may have planted
+    if not os.path.isdir(rules_dir):
+        os.mkdir(rules_dir, 0o755)
+    for name in os.listdir(rules_dir):
+        if name.endswith(".rules") and name != RULES_FILE:
+            os.unlink(os.path.join(rules_dir, name))
+    text = "# Written by hangar before each turn: every command asks (approvals: %s).\n" % cfg.approvals
+    text += "".join('prefix_rule(pattern=["%s"], decision="prompt")\n' % name for name in KNOWN_SAFE)
+    tmp = ours + ".tmp"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)  # readable by the agent's uid; owned by the driver, so not the agent's to change
+    os.rename(tmp, ours)
 
 
 def fork_state_home(cfg: TurnConfig) -> str:
