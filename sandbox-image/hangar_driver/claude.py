@@ -17,8 +17,9 @@ Why not one long-lived process:
   not taken in do not start a follow-on turn), and if the CLI does not end the turn within INTERRUPT_GRACE
   seconds its process group is killed. Either way the next turn starts from a fresh process and the saved
   session.
-* ``allow_always`` rules (destination ``session``) live in the process and die with it: nothing is written to
-  settings files and the next turn asks again, as hangar promises.
+* ``allow_always`` lives in the turn and dies with it: the adapter's own grants for shell commands and file
+  edits (``claude_grants.py``), the CLI's session rules (destination ``session``, kept in the process) for
+  other tools. Nothing is written to settings files and the next turn asks again, as hangar promises.
 * Each turn takes its own cwd, env, model, approvals and uid from its TurnConfig.
 The price is the CLI start-up (~0.5 s) per turn.
 
@@ -54,29 +55,24 @@ The Environment's MCP servers (``TurnConfig.mcp_servers``) go in with ``--mcp-co
 
 ``TurnConfig.extra["claude_args"]``: more command-line arguments. Approvals ``auto`` runs with
 ``--permission-mode bypassPermissions`` and ``IS_SANDBOX=1`` added to the environment (the CLI refuses that
-mode as root otherwise); any other policy leaves the CLI's checks on and its prompts come here.
+mode as root otherwise); any other policy leaves the CLI's checks on, adds ask rules for every shell command
+and file edit (``--settings``, merged with the Environment's own: ``claude_grants.py``) and its prompts come
+here.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
-import time
 import uuid
-from typing import Any, Dict, List, Optional, Set, Tuple  # noqa: F401 (type comments)
+from typing import Any, Dict, List, Optional, Tuple
 
-from .adapters import (
-    LineReader,
-    StdinWriter,
-    exit_status,
-    kill_group,
-    kill_unconfirmed,
-    spawn_agent,
-    text_of,
-    wait_or_kill,
-)
-from .harness import Emit, Harness, NotLive, TurnConfig
-from .mcp import claude_args as mcp_claude_args
+from .claude_grants import ASK_TOOLS
+from .claude_turn import QUIET_ENV, ClaudeTurn, live_command, session_permissions, user_line, zero_usage
+from .harness import Emit, Event, NotLive, TurnConfig
+from .live import LiveHarness
+from .process import LineReader, StdinWriter, exit_status, kill_group, spawn_agent, wait_or_kill
+
+__all__ = ["QUIET_ENV", "ClaudeHarness", "live_command"]
 
 INTERRUPT_GRACE = 10.0  # seconds the CLI gets to end an interrupted turn before its process group is killed
 EXIT_GRACE = 10.0  # seconds the CLI gets to exit once its stdin is closed
@@ -85,112 +81,22 @@ EXIT_GRACE = 10.0  # seconds the CLI gets to exit once its stdin is closed
 FOLLOW_ON_GRACE = 30.0
 DEFAULT_DENY_MESSAGE = "The user denied this tool call."
 
-Event = Tuple[str, Dict[str, Any]]
 
-
-def _zero_usage() -> Dict[str, int]:
-    return {
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "cache_read_input_tokens": 0,
-        "cache_creation_input_tokens": 0,
-    }
-
-
-
-QUIET_ENV = (
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-    "DISABLE_TELEMETRY",
-    "DISABLE_AUTOUPDATER",
-    "DISABLE_ERROR_REPORTING",
-)
-
-def live_command(cfg: TurnConfig) -> Tuple[List[str], Dict[str, str]]:
-    """The CLI's argv for one live turn, and what it adds to the agent's environment (``cfg.env``). The
-    turn benchmark's floor (bench/sessions.py) runs the same command, so the two compare like with like."""
-    argv = list(cfg.argv_prefix or ["claude"]) + [
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--permission-prompt-tool",
-        "stdio",
-    ]
-    if cfg.model:
-        argv += ["--model", cfg.model]
-    if cfg.conversation:
-        argv += ["--resume", cfg.conversation]
-        if cfg.fork:
-            argv.append("--fork-session")  # a new session id; the parent's file is left as it was
-    # hangar-owned settings: a sandboxed CLI neither updates itself nor phones home (telemetry, error
-    # reports); the Environment can still set any of these itself.
-    extra_env = {
-        k: "1"
-        for k in QUIET_ENV
-        if k not in cfg.env
-    }  # type: Dict[str, str]
-    if cfg.approvals == "auto":
-        # The CLI's own checks off. As root it refuses this unless told it runs in a sandbox (it does).
-        argv += ["--permission-mode", "bypassPermissions"]
-        extra_env["IS_SANDBOX"] = "1"
-    # The Environment's MCP servers, and only those (mcp.py).
-    argv += mcp_claude_args(cfg.mcp_servers)
-    argv += [str(a) for a in (cfg.extra.get("claude_args") or [])]
-    return argv, extra_env
-
-
-class _Turn(object):
-    def __init__(self, cfg: TurnConfig) -> None:
-        self.cfg = cfg
-        self.id = cfg.turn_id
-        self.proc = None  # type: Any
-        self.writer = None  # type: Optional[StdinWriter]
-        self.reader = None  # type: Optional[LineReader]
-        self.message_uuid = str(uuid.uuid4())
-        self.held = []  # type: List[Tuple[str, str]]  # (steer_id, text): not written yet
-        self.written = {}  # type: Dict[str, str]  # CLI uuid -> steer_id: written, not taken in yet
-        self.open_tools = set()  # type: Set[str]
-        self.pending = {}  # type: Dict[str, Dict[str, Any]]  # open permission prompts by request_id
-        self.results = []  # type: List[Dict[str, Any]]
-        self.cli_busy = False  # a CLI turn runs: between a message being taken in and that turn's result
-        self.interrupted = False
-        self.interrupt_request_id = None  # type: Optional[str]
-        self.finishing = False  # the last result is in: stdin closed, waiting for the exit
-        self.ended = False
-        self.usage = _zero_usage()  # this process's totals (modelUsage is cumulative per process)
-        self.cost = None  # type: Optional[float]
-        self.timer = None  # type: Optional[threading.Timer]
-        self.session_id = None  # type: Optional[str]
-        self.continue_with = None  # type: Optional[Tuple[Optional[str], str]]  # (interrupt id, message)
-        self.written_at = {}  # type: Dict[str, float]  # steer_id -> when it was written to the CLI
-
-
-class ClaudeHarness(Harness):
+class ClaudeHarness(LiveHarness[ClaudeTurn]):
     name = "claude"
-    live = True
 
     def __init__(self, emit: Emit) -> None:
         super().__init__(emit)
-        # Our own lock for the turn state, shared with the reader thread. Not ``self.lock``: the core may hold
-        # that one while it calls us (a steer waiting on codex), and the reader must never wait for the core.
-        self._mu = threading.RLock()
-        self._turn = None  # type: Optional[_Turn]
         self._ids = itertools.count(1)
-        self._usage = _zero_usage()  # totals of the turns that ended
+        self._usage = zero_usage()  # totals of the turns that ended
         self._cost = 0.0
         self._have_cost = False
 
     # -- the contract ----------------------------------------------------------------------------------------
 
     def start_turn(self, cfg: TurnConfig) -> None:
-        with self._mu:
-            if self._turn is not None and not self._turn.ended:
-                raise RuntimeError("a turn is already running")
-            turn = _Turn(cfg)
-            self._turn = turn
-        self.emit("turn_started", {"turn": cfg.turn_id})
+        turn = ClaudeTurn(cfg)
+        self._begin(turn)
         argv, extra_env = live_command(cfg)
         try:
             proc = spawn_agent(argv, cfg, extra_env)
@@ -209,10 +115,10 @@ class ClaudeHarness(Harness):
             )
             turn.reader.start()
             turn.cli_busy = True
-            turn.writer.write(self._user_line(cfg.message, turn.message_uuid))
+            turn.writer.write(user_line(cfg.message, turn.message_uuid))
 
     def steer(self, steer_id: str, message: str) -> None:
-        events = []  # type: List[Event]
+        events: List[Event] = []
         with self._mu:
             turn = self._turn
             if turn is None or turn.ended:
@@ -220,7 +126,7 @@ class ClaudeHarness(Harness):
             if turn.finishing:
                 events.append(("steer", {"steer_id": steer_id, "status": "queued"}))
             elif turn.open_tools and not turn.interrupted:
-                self._write_steer(turn, steer_id, message)
+                turn.write_steer(steer_id, message)
             else:
                 turn.held.append((steer_id, message))
         self._emit_all(events)
@@ -254,9 +160,7 @@ class ClaudeHarness(Harness):
                     "request": {"subtype": "interrupt", "cancel_queued": True},
                 }
             )
-            turn.timer = threading.Timer(INTERRUPT_GRACE, self._interrupt_timeout, [turn])
-            turn.timer.daemon = True
-            turn.timer.start()
+            self._start_timer(turn, INTERRUPT_GRACE, self._interrupt_timeout)
         if not ok:
             self._interrupt_timeout(turn)
 
@@ -271,12 +175,16 @@ class ClaudeHarness(Harness):
                 return
             tool_input = req.get("input") or {}
             if decision == "allow":
-                response = {"behavior": "allow", "updatedInput": tool_input}  # type: Dict[str, Any]
+                response: Dict[str, Any] = {"behavior": "allow", "updatedInput": tool_input}
+            elif decision == "allow_always" and req.get("tool") in ASK_TOOLS:
+                # The ask rule outranks a session allow rule: the turn remembers the grant (claude_grants.py).
+                turn.grants.add(str(req.get("tool")), tool_input if isinstance(tool_input, dict) else {})
+                response = {"behavior": "allow", "updatedInput": tool_input}
             elif decision == "allow_always":
                 response = {
                     "behavior": "allow",
                     "updatedInput": tool_input,
-                    "updatedPermissions": self._session_permissions(req),
+                    "updatedPermissions": session_permissions(req),
                 }
             elif decision == "deny":
                 response = {"behavior": "deny", "message": message or DEFAULT_DENY_MESSAGE}
@@ -290,63 +198,9 @@ class ClaudeHarness(Harness):
                 }
             )
 
-    def running(self) -> bool:
-        with self._mu:
-            return self._turn is not None and not self._turn.ended
-
-    def close(self) -> None:
-        with self._mu:
-            turn = self._turn
-        if turn is not None and turn.proc is not None and turn.proc.poll() is None:
-            kill_group(turn.proc)
-            try:
-                turn.proc.wait(5)
-            except Exception:
-                pass
-
     # -- helpers ---------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _user_line(text: str, line_uuid: str) -> Dict[str, Any]:
-        return {
-            "type": "user",
-            "message": {"role": "user", "content": [{"type": "text", "text": text}]},
-            "parent_tool_use_id": None,
-            "session_id": "",
-            # Our own uuid: the CLI reports this line's fate in command_lifecycle frames keyed by it.
-            "uuid": line_uuid,
-        }
-
-    def _write_steer(self, turn: _Turn, steer_id: str, text: str) -> None:
-        line_uuid = str(uuid.uuid4())
-        turn.written[line_uuid] = steer_id
-        turn.written_at[steer_id] = time.time()
-        if turn.writer is None or not turn.writer.write(self._user_line(text, line_uuid)):
-            # The CLI is gone: it never got it. The turn's end reports it queued.
-            pass
-
-    @staticmethod
-    def _session_permissions(req: Dict[str, Any]) -> List[Dict[str, Any]]:
-        """The CLI's own suggestions, kept in the running process only (destination ``session``)."""
-        out = []
-        for s in req.get("suggestions") or []:
-            if isinstance(s, dict):
-                s = dict(s)
-                s["destination"] = "session"
-                out.append(s)
-        if not out and req.get("tool"):
-            rule = {"toolName": req["tool"]}  # type: Dict[str, Any]
-            command = (req.get("input") or {}).get("command")
-            if isinstance(command, str):
-                rule["ruleContent"] = command
-            out.append({"type": "addRules", "rules": [rule], "behavior": "allow", "destination": "session"})
-        return out
-
-    def _emit_all(self, events: List[Event]) -> None:
-        for name, payload in events:
-            self.emit(name, payload)
-
-    def _totals(self, turn: Optional[_Turn]) -> Tuple[Dict[str, int], Optional[float]]:
+    def _totals(self, turn: Optional[ClaudeTurn]) -> Tuple[Dict[str, int], Optional[float]]:
         usage = dict(self._usage)
         cost = self._cost if self._have_cost else None
         if turn is not None:
@@ -358,19 +212,19 @@ class ClaudeHarness(Harness):
 
     # -- reading the CLI -------------------------------------------------------------------------------------
 
-    def _on_message(self, turn: _Turn, obj: Dict[str, Any]) -> None:
-        events = []  # type: List[Event]
+    def _on_message(self, turn: ClaudeTurn, obj: Dict[str, Any]) -> None:
+        events: List[Event] = []
         finish = False
         with self._mu:
             kind = obj.get("type")
             if kind == "assistant":
-                self._on_assistant(turn, obj, events)
+                turn.on_assistant(obj, events)
             elif kind == "user":
-                self._on_user(turn, obj, events)
+                turn.on_user(obj, events)
             elif kind == "command_lifecycle":
-                self._on_lifecycle(turn, obj, events)
+                turn.on_lifecycle(obj, events)
             elif kind == "control_request":
-                self._on_control_request(turn, obj, events)
+                turn.on_control_request(obj, events)
             elif kind == "control_cancel_request":
                 rid = str(obj.get("request_id"))
                 if turn.pending.pop(rid, None) is not None:
@@ -401,162 +255,14 @@ class ClaudeHarness(Harness):
         if finish and turn.writer is not None:
             turn.writer.close()  # the CLI exits; _on_eof ends the turn
 
-    def _on_assistant(self, turn: _Turn, obj: Dict[str, Any], events: List[Event]) -> None:
-        if obj.get("parent_tool_use_id"):
-            return  # a subagent's own messages
-        content = (obj.get("message") or {}).get("content") or []
-        new_tool = False
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "text" and block.get("text"):
-                events.append(("text", {"text": block["text"]}))
-            elif block.get("type") == "tool_use":
-                tid = str(block.get("id"))
-                turn.open_tools.add(tid)
-                new_tool = True
-                events.append(
-                    (
-                        "tool_use",
-                        {"tool": block.get("name") or "", "input": block.get("input") or {}, "id": tid},
-                    )
-                )
-            elif block.get("type") == "server_tool_use":
-                # A tool the model's API ran itself (web_search, web_fetch): its result is in this message.
-                events.append(
-                    (
-                        "tool_use",
-                        {
-                            "tool": block.get("name") or "",
-                            "input": block.get("input") or {},
-                            "id": str(block.get("id")),
-                        },
-                    )
-                )
-            elif str(block.get("type") or "").endswith("_tool_result") and block.get("tool_use_id"):
-                result = block.get("content")
-                failed = isinstance(result, dict) and str(result.get("type") or "").endswith("_error")
-                events.append(
-                    (
-                        "tool_result",
-                        {"id": str(block.get("tool_use_id")), "is_error": failed, "output": text_of(result)},
-                    )
-                )
-        if new_tool and turn.held and not turn.interrupted and not turn.finishing:
-            # A tool is in flight now: the CLI will read held steers with its result.
-            held, turn.held = turn.held, []
-            for sid, text in held:
-                self._write_steer(turn, sid, text)
-
-    def _on_user(self, turn: _Turn, obj: Dict[str, Any], events: List[Event]) -> None:
-        if obj.get("parent_tool_use_id") or obj.get("isReplay"):
-            return
-        content = (obj.get("message") or {}).get("content")
-        if not isinstance(content, list):
-            return
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
-                tid = str(block.get("tool_use_id"))
-                turn.open_tools.discard(tid)
-                events.append(
-                    (
-                        "tool_result",
-                        {
-                            "id": tid,
-                            "is_error": bool(block.get("is_error")),
-                            "output": text_of(block.get("content")),
-                        },
-                    )
-                )
-
-    def _on_lifecycle(self, turn: _Turn, obj: Dict[str, Any], events: List[Event]) -> None:
-        line_uuid = str(obj.get("command_uuid"))
-        state = obj.get("state")
-        if line_uuid == turn.message_uuid:
-            if state == "started":
-                turn.cli_busy = True
-            return
-        steer_id = turn.written.get(line_uuid)
-        if steer_id is None:
-            return
-        if state == "started":
-            del turn.written[line_uuid]
-            if turn.timer is not None and not turn.interrupted:
-                turn.timer.cancel()
-                turn.timer = None
-            if not turn.cli_busy:
-                events.append(
-                    (
-                        "log",
-                        {
-                            "level": "info",
-                            "message": "steer %s reached claude after its tool had finished: the CLI "
-                            "runs it as a follow-on turn within this turn" % steer_id,
-                        },
-                    )
-                )
-            turn.cli_busy = True
-            events.append(
-                (
-                    "steer",
-                    {
-                        "steer_id": steer_id,
-                        "status": "delivered",
-                        "written_at": turn.written_at.pop(steer_id, None),
-                    },
-                )
-            )
-        elif state == "cancelled":
-            del turn.written[line_uuid]
-            events.append(("steer", {"steer_id": steer_id, "status": "queued"}))
-
-    def _on_control_request(self, turn: _Turn, obj: Dict[str, Any], events: List[Event]) -> None:
-        rid = str(obj.get("request_id"))
-        req = obj.get("request") or {}
-        if req.get("subtype") == "can_use_tool":
-            tool_input = req.get("input") or {}
-            pending = {
-                "tool": req.get("tool_name") or "",
-                "input": tool_input,
-                "suggestions": req.get("permission_suggestions") or [],
-            }
-            turn.pending[rid] = pending
-            command = tool_input.get("command") if isinstance(tool_input, dict) else None
-            events.append(
-                (
-                    "permission_request",
-                    {
-                        "request_id": rid,
-                        "tool": pending["tool"],
-                        "input": tool_input,
-                        "command": command if isinstance(command, str) else None,
-                        "cwd": turn.cfg.cwd,
-                        "suggestions": pending["suggestions"],
-                    },
-                )
-            )
-            return
-        # Nothing else is ours to answer (hooks, MCP, elicitation): say so rather than leave the CLI waiting.
-        if turn.writer is not None:
-            turn.writer.write(
-                {
-                    "type": "control_response",
-                    "response": {
-                        "subtype": "error",
-                        "request_id": rid,
-                        "error": "hangar does not handle %s" % req.get("subtype"),
-                    },
-                }
-            )
-
-    def _on_result(self, turn: _Turn, obj: Dict[str, Any], events: List[Event]) -> bool:
+    def _on_result(self, turn: ClaudeTurn, obj: Dict[str, Any], events: List[Event]) -> bool:
         """Record a result; True when the turn is over (nothing written is still waiting to be taken in)."""
         turn.results.append(obj)
         turn.cli_busy = False
         model_usage = obj.get("modelUsage")
         if isinstance(model_usage, dict) and model_usage:
             # Cumulative for the process: sum over models.
-            usage = _zero_usage()
+            usage = zero_usage()
             for m in model_usage.values():
                 if isinstance(m, dict):
                     usage["input_tokens"] += int(m.get("inputTokens") or 0)
@@ -571,7 +277,7 @@ class ClaudeHarness(Harness):
         if obj.get("total_cost_usd") is not None:
             turn.cost = float(obj["total_cost_usd"])  # cumulative for the process
         usage, cost = self._totals(turn)
-        payload = dict(usage)  # type: Dict[str, Any]
+        payload: Dict[str, Any] = dict(usage)
         payload["cost_usd"] = cost
         events.append(("usage", payload))
         if turn.interrupted and turn.continue_with is not None and not turn.finishing:
@@ -580,14 +286,12 @@ class ClaudeHarness(Harness):
         if turn.written and not turn.interrupted:
             # A steer lost the race with its tool: the CLI takes it in as a follow-on turn. Keep going.
             if turn.timer is None:
-                turn.timer = threading.Timer(FOLLOW_ON_GRACE, self._follow_on_timeout, [turn])
-                turn.timer.daemon = True
-                turn.timer.start()
+                self._start_timer(turn, FOLLOW_ON_GRACE, self._follow_on_timeout)
             return False
         turn.finishing = True
         return True
 
-    def _on_eof(self, turn: _Turn) -> None:
+    def _on_eof(self, turn: ClaudeTurn) -> None:
         proc = turn.proc
         code = wait_or_kill(proc, EXIT_GRACE) if proc is not None else -1
         if turn.reader is not None:
@@ -597,7 +301,7 @@ class ClaudeHarness(Harness):
                 turn.timer.cancel()
             results = list(turn.results)
             interrupted = turn.interrupted
-        texts = [r.get("result") for r in results if isinstance(r.get("result"), str) and r.get("result")]
+        texts = [str(r["result"]) for r in results if isinstance(r.get("result"), str) and r.get("result")]
         summary = "\n\n".join(texts)
         if interrupted:
             self._end(turn, "interrupted", 130, None, summary)
@@ -619,7 +323,7 @@ class ClaudeHarness(Harness):
         else:
             self._end(turn, "completed", exit_status(code), None, summary)
 
-    def _follow_on_timeout(self, turn: _Turn) -> None:
+    def _follow_on_timeout(self, turn: ClaudeTurn) -> None:
         with self._mu:
             if turn.ended or turn.proc is None or not turn.written or turn.interrupted:
                 return
@@ -629,7 +333,9 @@ class ClaudeHarness(Harness):
         )
         kill_group(proc)
 
-    def _continue_after_interrupt(self, turn: _Turn, result: Dict[str, Any], events: List[Event]) -> None:
+    def _continue_after_interrupt(
+        self, turn: ClaudeTurn, result: Dict[str, Any], events: List[Event]
+    ) -> None:
         """The CLI ended its turn for the interrupt: hand it the interrupt's message in the same process."""
         interrupt_id, text = turn.continue_with or (None, "")
         turn.continue_with = None
@@ -642,19 +348,16 @@ class ClaudeHarness(Harness):
             turn.results.pop()  # error_during_execution: what we asked for, not the turn's failure
         turn.message_uuid = str(uuid.uuid4())
         turn.cli_busy = True
-        if turn.writer is None or not turn.writer.write(self._user_line(text, turn.message_uuid)):
+        if turn.writer is None or not turn.writer.write(user_line(text, turn.message_uuid)):
             # The CLI is gone: the turn ends as interrupted and the core starts the next turn with it.
             turn.interrupted = True
             return
         events.append(("interrupted", {"turn": turn.id, "interrupt_id": interrupt_id, "continued": True}))
 
-    def _interrupt_timeout(self, turn: _Turn) -> None:
-        kill_unconfirmed(self, turn)
-
     def _end(
-        self, turn: _Turn, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
+        self, turn: ClaudeTurn, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
     ) -> None:
-        events = []  # type: List[Event]
+        events: List[Event] = []
         with self._mu:
             if turn.ended:
                 return

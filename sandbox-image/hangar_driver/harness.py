@@ -39,16 +39,17 @@ Events (name, payload) an adapter emits:
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 Emit = Callable[[str, Dict[str, Any]], None]
+Event = Tuple[str, Dict[str, Any]]  # (name, payload), as given to ``emit``
 
 
 class NotLive(Exception):
     """The harness cannot take this request mid-turn (one-shot harness, or no turn running)."""
 
 
-class TurnConfig(object):
+class TurnConfig:
     """What a turn needs to start the CLI. Built by the driver core from the start_turn command."""
 
     def __init__(
@@ -89,7 +90,7 @@ class TurnConfig(object):
         self.mcp_servers = mcp_servers or {}
 
 
-class Harness(object):
+class Harness:
     """Base class: one adapter instance per sandbox run, reused across turns."""
 
     name = "base"

@@ -40,8 +40,8 @@ def spelled(name: str) -> str:
 def load(raw: str) -> Tuple[Servers, List[str]]:
     """Parse ``HANGAR_MCP_SERVERS``: (servers by spelled name, warnings). Bad entries are dropped with a
     warning rather than failing the sandbox."""
-    warnings = []  # type: List[str]
-    servers = {}  # type: Servers
+    warnings: List[str] = []
+    servers: Servers = {}
     if not raw.strip():
         return servers, warnings
     try:
@@ -66,8 +66,9 @@ def load(raw: str) -> Tuple[Servers, List[str]]:
         elif isinstance(url, str) and url.startswith(("http://", "https://")):
             servers[key] = {"url": url}
         else:
-            warnings.append("MCP server %s dropped: it needs a command (a list of strings) or an http(s) url"
-                            % name)
+            warnings.append(
+                "MCP server %s dropped: it needs a command (a list of strings) or an http(s) url" % name
+            )
             continue
         if key != name:
             warnings.append("MCP server %s is called %s by the agent's CLI" % (name, key))
@@ -78,7 +79,7 @@ def claude_args(servers: Servers) -> List[str]:
     """Claude Code's command-line arguments for these servers (none when there are none)."""
     if not servers:
         return []
-    config = {}  # type: Dict[str, Any]
+    config: Dict[str, Any] = {}
     for name, entry in servers.items():
         if "command" in entry:
             config[name] = {"type": "stdio", "command": entry["command"][0], "args": entry["command"][1:]}
@@ -89,7 +90,7 @@ def claude_args(servers: Servers) -> List[str]:
 
 def codex_toml(servers: Servers) -> List[str]:
     """config.toml lines (tables) for these servers."""
-    lines = []  # type: List[str]
+    lines: List[str] = []
     for name, entry in servers.items():
         lines += ["", "[mcp_servers.%s]" % json.dumps(name)]
         if "command" in entry:

@@ -27,33 +27,31 @@ import subprocess
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from .adapters import LineReader, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
-from .harness import Emit, Harness, NotLive, TurnConfig
+from .harness import Emit, Event, Harness, NotLive, TurnConfig
+from .process import LineReader, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
 
 KILL_GRACE = 3.0
 SUMMARY_CHARS = 4000
 
-Event = Tuple[str, Dict[str, Any]]
 
-
-class _Run(object):
+class _Run:
     def __init__(self, cfg: TurnConfig) -> None:
         self.cfg = cfg
-        self.proc = None  # type: Any
-        self.reader = None  # type: Optional[LineReader]
+        self.proc: Any = None
+        self.reader: Optional[LineReader] = None
         self.interrupted = False
         self.ended = False
-        self.timer = None  # type: Optional[threading.Timer]
-        self.texts = []  # type: List[str]
-        self.output = []  # type: List[str]
-        self.error = None  # type: Optional[str]
+        self.timer: Optional[threading.Timer] = None
+        self.texts: List[str] = []
+        self.output: List[str] = []
+        self.error: Optional[str] = None
         self.usage = {
             "input_tokens": 0,
             "output_tokens": 0,
             "cache_read_input_tokens": 0,
             "cache_creation_input_tokens": 0,
         }
-        self.cost = None  # type: Optional[float]
+        self.cost: Optional[float] = None
 
 
 class OneShotHarness(Harness):
@@ -66,9 +64,9 @@ class OneShotHarness(Harness):
         # Our own lock for the turn state, shared with the reader thread. Not ``self.lock``: the core may hold
         # that one while it calls us (a steer waiting on codex), and the reader must never wait for the core.
         self._mu = threading.RLock()
-        self._run = None  # type: Optional[_Run]
-        self._usage = {}  # type: Dict[str, int]
-        self._cost = None  # type: Optional[float]
+        self._run: Optional[_Run] = None
+        self._usage: Dict[str, int] = {}
+        self._cost: Optional[float] = None
 
     # subclass hooks
     def command(self, cfg: TurnConfig) -> Tuple[List[str], Optional[str], Dict[str, str]]:
@@ -164,7 +162,7 @@ class OneShotHarness(Harness):
 
     # plumbing
     @staticmethod
-    def _feed(proc: "subprocess.Popen[bytes]", text: str) -> None:
+    def _feed(proc: subprocess.Popen[bytes], text: str) -> None:
         try:
             if proc.stdin is not None:
                 proc.stdin.write(text.encode("utf-8"))
@@ -173,21 +171,21 @@ class OneShotHarness(Harness):
             pass
 
     def _json(self, run: _Run, obj: Dict[str, Any]) -> None:
-        events = []  # type: List[Event]
+        events: List[Event] = []
         with self._mu:
             self.on_json(run, obj, events)
         for name, payload in events:
             self.emit(name, payload)
 
     def _text(self, run: _Run, line: str) -> None:
-        events = []  # type: List[Event]
+        events: List[Event] = []
         with self._mu:
             self.on_text(run, line, events)
         for name, payload in events:
             self.emit(name, payload)
 
     def _usage_payload(self, run: _Run) -> Dict[str, Any]:
-        out = dict(self._usage)  # type: Dict[str, Any]
+        out: Dict[str, Any] = dict(self._usage)
         for k, v in run.usage.items():
             out[k] = out.get(k, 0) + v
         cost = self._cost
@@ -254,7 +252,7 @@ class PiHarness(OneShotHarness):
     name = "pi"
 
     def command(self, cfg: TurnConfig) -> Tuple[List[str], Optional[str], Dict[str, str]]:
-        argv = list(cfg.argv_prefix or ["pi"]) + ["--mode", "json"]
+        argv = [*list(cfg.argv_prefix or ["pi"]), "--mode", "json"]
         if cfg.extra.get("provider"):
             argv += ["--provider", str(cfg.extra["provider"])]
         if cfg.model:
@@ -338,7 +336,7 @@ class CommandHarness(OneShotHarness):
             return argv, cfg.message, {}
         if any("{message}" in a for a in argv):
             return [a.replace("{message}", cfg.message) for a in argv], None, {}
-        return argv + [cfg.message], None, {}
+        return [*argv, cfg.message], None, {}
 
     def on_text(self, run: _Run, line: str, events: List[Event]) -> None:
         run.output.append(line)

@@ -206,3 +206,41 @@ def test_sandbox_image_is_python38_compatible() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _driver_imports() -> dict[str, set[str]]:
+    """Each hangar_driver module and the sibling modules it imports (top level or inside functions)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((SANDBOX / "hangar_driver").glob("*.py")):
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    deps.add(node.module.split(".")[0])
+                else:
+                    deps.update(a.name for a in node.names)
+            elif (
+                isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hangar_driver.")
+            ):
+                deps.add(node.module.split(".")[1])
+        graph[path.stem] = deps
+    return graph
+
+
+def test_driver_modules_import_no_cycle_and_no_adapter_imports_the_registry() -> None:
+    graph = _driver_imports()
+    importers_of_registry = sorted(m for m, deps in graph.items() if "adapters" in deps)
+    assert importers_of_registry == ["turns"], importers_of_registry
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        if state.get(module) == 2:
+            return
+        assert state.get(module) != 1, "import cycle: " + " -> ".join([*path, module])
+        state[module] = 1
+        for dep in sorted(graph.get(module, set())):
+            visit(dep, [*path, module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        visit(module, [])

@@ -1,0 +1,247 @@
+"""The driver: ties the outbox, the gateway link, the hand-back relay and the turn runner together, runs
+each gateway command once (answered by a ``command_result`` event) and owns the driver's lifecycle.
+
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import stat
+import sys
+import threading
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import hardening
+from . import protocol as P
+from .checkpoint import write_checkpoint
+from .commands import CommandError, str_field
+from .config import Config
+from .handback import HandbackWatcher
+from .harness import NotLive
+from .link import Link
+from .outbox import Outbox
+from .turns import TurnRunner
+
+DRIVER_VERSION = "0.1.0"
+log = logging.getLogger("hangar.driver")
+
+SHUTDOWN_DRAIN = 10.0
+REMEMBERED_COMMANDS = 10000
+
+
+class Driver:
+    def __init__(self, cfg: Config, key: bytes) -> None:
+        self.cfg = cfg
+        self.key = key
+        self.boot = P.new_id()
+        self.outbox = Outbox(key, cfg.run)
+        key_text = key.decode("ascii", "replace")
+        for name in [n for n, v in cfg.agent_env.items() if key_text in v]:
+            del cfg.agent_env[name]
+            cfg.warnings.append("agent environment variable %s dropped: it held the run key" % name)
+        self.link = Link(cfg, key, self.outbox, self._hello_body, self.on_command)
+        allowed = {cfg.agent_uid} if cfg.agent_uid is not None else {cfg.euid}
+        self.watcher = HandbackWatcher(self._emit_raw, allowed)
+        self.commands: queue.Queue[Optional[Tuple[str, Dict[str, Any]]]] = queue.Queue()
+        self.results: collections.OrderedDict[str, Optional[Dict[str, Any]]] = collections.OrderedDict()
+        self.results_lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.shutdown_requested = False
+        self.side_threads: List[threading.Thread] = []
+        self.turns = TurnRunner(cfg, self.watcher, self._emit_raw, self.stopping)
+        self.ops: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
+            P.OP_START_TURN: self.turns.start_turn,
+            P.OP_STEER: self.turns.steer,
+            P.OP_WITHDRAW: self.turns.withdraw,
+            P.OP_INTERRUPT: self.turns.interrupt,
+            P.OP_ANSWER: self.turns.answer,
+            P.OP_TAINT: self.turns.taint,
+            P.OP_CHECKPOINT: self._op_checkpoint,
+            P.OP_SHUTDOWN: self._op_shutdown,
+        }
+
+    # --------------------------------------------------------------- events
+
+    def _emit_raw(self, name: str, payload: Dict[str, Any]) -> None:
+        try:
+            self.outbox.add(name, P.scrub(payload))
+        except Exception:
+            log.exception("emitting %s failed", name)
+
+    def _hello_body(self) -> Dict[str, Any]:
+        return {
+            "run": self.cfg.run,
+            "harness": self.cfg.harness,
+            "driver_version": DRIVER_VERSION,
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "resume_from": self.outbox.resume_from(),
+            "boot": self.boot,
+            "live": self.turns.live,
+            "pid": os.getpid(),
+        }
+
+    # --------------------------------------------------------------- commands
+
+    def on_command(self, command_id: Any, body: Dict[str, Any]) -> None:
+        """Called by the link's reader for each command frame: at most once per id."""
+        if not isinstance(command_id, str) or not command_id or len(command_id) > 200:
+            log.warning("command without a usable id ignored")
+            return
+        with self.results_lock:
+            if command_id in self.results:
+                previous = self.results[command_id]
+                self.link.ack_command(command_id)
+                if previous is not None:
+                    again = dict(previous)
+                    again["duplicate"] = True
+                    self._emit_raw(P.EV_COMMAND_RESULT, again)
+                return
+            self.results[command_id] = None
+            while len(self.results) > REMEMBERED_COMMANDS:
+                oldest = next(iter(self.results))
+                if self.results[oldest] is None:
+                    break
+                self.results.popitem(last=False)
+        self.link.ack_command(command_id)
+        self.commands.put((command_id, body))
+
+    def command_loop(self) -> None:
+        while True:
+            item = self.commands.get()
+            if item is None:
+                return
+            command_id, body = item
+            op = body.get("op")
+            if op == P.OP_CHECKPOINT:
+                t = threading.Thread(
+                    target=self._execute, args=(command_id, body), name="hangar-checkpoint", daemon=True
+                )
+                self.side_threads.append(t)
+                t.start()
+                continue
+            self._execute(command_id, body)
+
+    def _execute(self, command_id: str, body: Dict[str, Any]) -> None:
+        op = body.get("op")
+        result: Dict[str, Any] = {
+            "command_id": command_id,
+            "op": op if isinstance(op, str) else None,
+            "ok": True,
+            "error": None,
+        }
+        try:
+            if not isinstance(op, str) or op not in P.OPS:
+                raise CommandError("unknown command op %r" % (op,))
+            extra = self.ops[op](body)
+            if extra:
+                for k, v in extra.items():
+                    if k not in result:
+                        result[k] = v
+        except CommandError as exc:
+            result["ok"], result["error"] = False, str(exc)
+        except NotLive as exc:
+            result["ok"], result["error"] = (
+                False,
+                "harness %s cannot take this now: %s" % (self.cfg.harness, exc),
+            )
+        except Exception as exc:
+            log.error("command %s (%s) failed:\n%s", command_id, op, traceback.format_exc())
+            result["ok"], result["error"] = False, "%s: %s" % (exc.__class__.__name__, exc)
+        with self.results_lock:
+            self.results[command_id] = result
+        self._emit_raw(P.EV_COMMAND_RESULT, result)
+        if self.shutdown_requested:
+            self.stopping.set()
+
+    def _op_checkpoint(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        path = str_field(body, "path", limit=4096)
+        assert path is not None
+        home = self.cfg.agent_home if body.get("include_home", True) else None
+        return write_checkpoint(path, self.cfg.workspace, home, self.cfg.agent_uid, self.cfg.agent_gid)
+
+    def _op_shutdown(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        self.turns.close()
+        self.shutdown_requested = True  # the driver stops once this command's result is out
+        return {}
+
+    # --------------------------------------------------------------- lifecycle
+
+    def prepare(self) -> None:
+        cfg = self.cfg
+        os.makedirs(os.path.dirname(cfg.state_dir) or "/", exist_ok=True)
+        hardening.secure_dir(cfg.state_dir, None, None, 0o711)
+        hardening.secure_dir(os.path.join(cfg.state_dir, "io"), None, None, 0o711)
+        if not os.path.isdir(cfg.workspace):
+            os.makedirs(cfg.workspace, 0o755)
+        if cfg.agent_home.startswith(cfg.state_dir + os.sep):
+            hardening.secure_dir(cfg.agent_home, cfg.agent_uid, cfg.agent_gid, 0o700)
+        elif not os.path.isdir(cfg.agent_home):
+            os.makedirs(cfg.agent_home, 0o700)
+            if cfg.agent_uid is not None:
+                os.chown(cfg.agent_home, cfg.agent_uid, cfg.agent_gid if cfg.agent_gid is not None else -1)
+        if cfg.agent_uid is not None and cfg.agent_gid is not None:
+            hardening.chown_tree(cfg.workspace, cfg.agent_uid, cfg.agent_gid)
+            if not cfg.agent_home.startswith(cfg.state_dir + os.sep):
+                hardening.chown_tree(cfg.agent_home, cfg.agent_uid, cfg.agent_gid)
+        key_file = os.environ.get("HANGAR_RUN_KEY_FILE")
+        if key_file:
+            try:
+                st = os.stat(key_file)
+                if st.st_mode & 0o044 and cfg.agent_uid is not None:
+                    cfg.warnings.append(
+                        "the run key file %s is readable by other users (mode %o)"
+                        % (key_file, stat.S_IMODE(st.st_mode))
+                    )
+            except OSError:
+                pass
+
+    def run(self) -> int:
+        try:
+            self.prepare()
+        except Exception as exc:  # keep running: the operator hears why no turn can start
+            log.exception("preparing the sandbox failed")
+            self.turns.error = "sandbox setup failed: %s: %s" % (exc.__class__.__name__, exc)
+            self.turns.harness = None
+        for message in self.cfg.warnings:
+            log.warning("%s", message)
+            self._emit_raw("log", {"level": "warning", "message": message, "source": "driver"})
+        if self.turns.error:
+            self._emit_raw("log", {"level": "error", "message": self.turns.error, "source": "driver"})
+        self._emit_raw(
+            P.EV_DRIVER_READY,
+            {
+                "harness": self.cfg.harness,
+                "live": self.turns.live,
+                "driver_version": DRIVER_VERSION,
+                "python": "%d.%d.%d" % sys.version_info[:3],
+                "agent_uid": self.cfg.agent_uid if self.cfg.agent_uid is not None else self.cfg.euid,
+                "workspace": self.cfg.workspace,
+                "error": self.turns.error,
+                "hardened": hardening.HARDENING_ERROR is None,
+            },
+        )
+        threading.Thread(target=self.command_loop, name="hangar-commands", daemon=True).start()
+        threading.Thread(target=self.watcher.run, name="hangar-handback", daemon=True).start()
+        link_thread = threading.Thread(target=self.link.run_forever, name="hangar-link", daemon=True)
+        link_thread.start()
+        while not self.stopping.wait(0.5):
+            pass
+        log.info("shutting down")
+        try:
+            self.turns.close()
+        except Exception:
+            log.exception("closing the harness")
+        for t in self.side_threads:
+            t.join(SHUTDOWN_DRAIN)
+        self.watcher.stopping.set()
+        drained = self.outbox.wait_drained(SHUTDOWN_DRAIN)
+        if not drained:
+            log.warning("exiting with %d events the gateway has not stored", self.outbox.pending())
+        self.link.stop()
+        link_thread.join(5)
+        return 0

@@ -1,0 +1,238 @@
+"""The gateway client: one connection to the operator's driver gateway at a time (hello, welcome, acks,
+pings), reconnected with backoff; it resends every event the gateway has not acknowledged and hands each
+command frame to the driver.
+
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import select
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from . import protocol as P
+from .config import Config
+from .outbox import Outbox
+
+log = logging.getLogger("hangar.driver")
+
+BACKOFF_MIN, BACKOFF_MAX = 0.2, 5.0
+STABLE_CONNECTION = 5.0  # a connection that lived this long resets the backoff
+CONNECT_TIMEOUT = 5.0
+WELCOME_TIMEOUT = 10.0
+PING_AFTER = 10.0  # idle seconds before the driver pings
+DEAD_AFTER = 30.0  # idle seconds (nothing from the gateway, pings unanswered) before it reconnects
+SEND_TIMEOUT = 30.0
+
+
+class _LineReader:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.scanned = 0
+
+    def readline(self, timeout: float) -> Optional[bytes]:
+        """One line (without ``\\n``), None on timeout. Raises EOFError, P.FrameTooLarge, OSError."""
+        deadline = time.monotonic() + timeout
+        while True:
+            i = self.buf.find(b"\n", self.scanned)
+            if i >= 0:
+                line = bytes(self.buf[:i])
+                del self.buf[: i + 1]
+                self.scanned = 0
+                return line
+            self.scanned = len(self.buf)
+            if len(self.buf) > P.MAX_FRAME_BYTES:
+                raise P.FrameTooLarge("gateway frame too large")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.sock], [], [], left)
+            if not ready:
+                return None
+            chunk = self.sock.recv(256 * 1024)
+            if not chunk:
+                raise EOFError("gateway closed the connection")
+            self.buf += chunk
+
+
+class _Connection:
+    def __init__(self, sock: socket.socket, nonce: str, sent_upto: int) -> None:
+        self.sock = sock
+        self.nonce = nonce
+        self.sent_upto = sent_upto
+        self.alive = True
+        self.control: List[bytes] = []
+
+
+class Link:
+    """The connection to the gateway: connects, reconnects with backoff, resends unacknowledged events."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        key: bytes,
+        outbox: Outbox,
+        hello_body: Callable[[], Dict[str, Any]],
+        on_command: Callable[[str, Dict[str, Any]], None],
+    ) -> None:
+        self.cfg = cfg
+        self.key = key
+        self.outbox = outbox
+        self.hello_body = hello_body
+        self.on_command = on_command
+        self.stopping = threading.Event()
+        self.conn: Optional[_Connection] = None
+        self.unsent_acks: List[str] = []
+        self.connected = threading.Event()
+        self.connections = 0
+
+    # called from any thread
+    def ack_command(self, command_id: str) -> None:
+        with self.outbox.cond:
+            conn = self.conn
+            if conn is not None and conn.alive:
+                conn.control.append(self._frame(P.ACK, {"ids": [command_id], "nonce": conn.nonce}))
+                self.outbox.cond.notify_all()
+            else:
+                self.unsent_acks.append(command_id)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.outbox.cond:
+            conn = self.conn
+            if conn is not None:
+                conn.alive = False
+            self.outbox.cond.notify_all()
+        if conn is not None:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _frame(self, ftype: str, body: Dict[str, Any], seq: int = 0) -> bytes:
+        return P.encode(P.sign(self.key, P.make_frame(self.cfg.run, P.D2G, ftype, body, seq=seq)))
+
+    def run_forever(self) -> None:
+        backoff = BACKOFF_MIN
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            try:
+                self._session()
+            except Exception as exc:
+                if not self.stopping.is_set():
+                    log.info("gateway connection ended: %s: %s", exc.__class__.__name__, exc)
+            if self.stopping.is_set():
+                break
+            if time.monotonic() - started >= STABLE_CONNECTION:
+                backoff = BACKOFF_MIN
+            self.stopping.wait(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _session(self) -> None:
+        sock = socket.create_connection((self.cfg.host, self.cfg.port), timeout=CONNECT_TIMEOUT)
+        conn: Optional[_Connection] = None
+        writer: Optional[threading.Thread] = None
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(SEND_TIMEOUT)
+            reader = _LineReader(sock)
+            sock.sendall(self._frame(P.HELLO, self.hello_body()))
+            line = reader.readline(WELCOME_TIMEOUT)
+            if line is None:
+                raise TimeoutError("no welcome from the gateway")
+            frame = P.decode(line)
+            P.verify(self.key, frame, P.G2D, self.cfg.run)
+            body = frame["body"]
+            acked, nonce = body.get("acked"), body.get("nonce")
+            if (
+                frame["type"] != P.WELCOME
+                or not isinstance(acked, int)
+                or acked < 0
+                or not isinstance(nonce, str)
+            ):
+                raise P.ProtocolError("expected a welcome")
+            self.outbox.welcome(acked)
+            with self.outbox.cond:
+                ids, self.unsent_acks = self.unsent_acks, []
+                sock.sendall(self._frame(P.ACK, {"ids": ids, "nonce": nonce}))
+                conn = _Connection(sock, nonce, acked)
+                self.conn = conn
+            self.connections += 1
+            self.connected.set()
+            log.info("connected to the gateway %s (stored up to %d)", self.cfg.gateway, acked)
+            writer = threading.Thread(target=self._writer, args=(conn,), name="hangar-writer", daemon=True)
+            writer.start()
+            last_rx = last_ping = time.monotonic()
+            while conn.alive and not self.stopping.is_set():
+                line = reader.readline(1.0)
+                now = time.monotonic()
+                if line is None:
+                    if now - last_rx > DEAD_AFTER:
+                        raise TimeoutError("gateway silent for %.0f s" % (now - last_rx))
+                    if now - last_rx > PING_AFTER and now - last_ping > PING_AFTER:
+                        last_ping = now
+                        with self.outbox.cond:
+                            conn.control.append(self._frame(P.PING, {}))
+                            self.outbox.cond.notify_all()
+                    continue
+                last_rx = now
+                frame = P.decode(line)
+                P.verify(self.key, frame, P.G2D, self.cfg.run)  # a frame we can't verify ends the connection
+                ftype, body = frame["type"], frame["body"]
+                if ftype == P.ACK:
+                    seq = body.get("seq")
+                    if isinstance(seq, int) and not isinstance(seq, bool):
+                        self.outbox.ack(seq)
+                elif ftype == P.COMMAND:
+                    self.on_command(frame["id"], body)
+                elif ftype == P.PONG:
+                    pass
+                else:
+                    log.warning("unexpected %s frame from the gateway", ftype)
+        finally:
+            self.connected.clear()
+            with self.outbox.cond:
+                if conn is not None:
+                    conn.alive = False
+                if self.conn is conn:
+                    self.conn = None
+                self.outbox.cond.notify_all()
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+            if writer is not None:
+                writer.join(5)
+
+    def _writer(self, conn: _Connection) -> None:
+        cond = self.outbox.cond
+        try:
+            while True:
+                with cond:
+                    while conn.alive and not conn.control and not self.outbox.has_after(conn.sent_upto):
+                        cond.wait(1.0)
+                    if not conn.alive:
+                        return
+                    control, conn.control = conn.control, []
+                    events = self.outbox.after(conn.sent_upto)
+                for data in control:
+                    conn.sock.sendall(data)
+                for seq, data in events:
+                    conn.sock.sendall(data)
+                    conn.sent_upto = seq
+        except OSError as exc:
+            log.info("sending to the gateway failed: %s", exc)
+            with cond:
+                conn.alive = False
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -1,0 +1,260 @@
+"""The turn runner: the harness adapter for this run, the turn commands the gateway sends (start_turn,
+steer, withdraw, interrupt, answer, taint), and the events the adapter reports, put in the turn's context.
+
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, Optional, Set
+
+from . import hardening
+from .commands import CommandError, safe_name, str_field
+from .config import Config
+from .handback import HandbackWatcher
+from .harness import Harness, NotLive, TurnConfig
+
+log = logging.getLogger("hangar.driver")
+
+DECISIONS = ("allow", "deny", "allow_always")
+
+
+class TurnRunner:
+    """Owns the adapter and which turn runs. ``emit_raw`` puts an event in the outbox as it is."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        watcher: HandbackWatcher,
+        emit_raw: Callable[[str, Dict[str, Any]], None],
+        stopping: threading.Event,
+    ) -> None:
+        self.cfg = cfg
+        self.watcher = watcher
+        self._emit_raw = emit_raw
+        self.stopping = stopping
+        self.tainted = False
+        self.io_dir: Optional[str] = None  # the running turn's $HANGAR_IO
+        self.turns_started: Set[str] = set()
+        self.current_turn: Optional[str] = None  # the turn last started
+        self.harness: Optional[Harness] = None
+        self.error: Optional[str] = None  # why there is no harness
+        try:
+            # Imported here: an adapter that cannot even be imported leaves the driver up to say why.
+            from .adapters import make_harness
+
+            self.harness = make_harness(cfg.harness, self.emit)
+        except Exception as exc:
+            self.error = "harness %s unavailable: %s: %s" % (cfg.harness, exc.__class__.__name__, exc)
+            log.error("%s", self.error)
+
+    @property
+    def live(self) -> bool:
+        return bool(self.harness is not None and self.harness.live)
+
+    def close(self) -> None:
+        """Stop the CLI, if any."""
+        h = self.harness
+        if h is not None:
+            with h.lock:
+                h.close()
+
+    def emit(self, name: str, payload: Dict[str, Any]) -> None:
+        """The adapters' emit: thread-safe, never raises. A turn's hand-back lines are read before its
+        ``turn_ended`` goes out, so they come first."""
+        try:
+            if not isinstance(name, str) or not isinstance(payload, dict):
+                raise TypeError("emit(%r, %r)" % (type(name), type(payload)))
+            if name == "permission_request":
+                # What the control plane's rules resolve paths against, as this sandbox sees them.
+                payload = dict(payload)
+                payload.setdefault("home", self.cfg.agent_home)
+                if self.io_dir:
+                    payload.setdefault("io", self.io_dir)
+            if name in ("steer", "interrupted") and not payload.get("turn") and self.current_turn:
+                # The adapter reports a steer's fate before the next turn can start: it is this turn's.
+                payload = dict(payload)
+                payload["turn"] = self.current_turn
+            if name == "turn_ended":
+                turn = payload.get("turn")
+                if isinstance(turn, str):
+                    try:
+                        self.watcher.finish_turn(turn)
+                    except Exception:
+                        log.exception("reading the hand-back of turn %s", turn)
+        except Exception:
+            log.exception("bad event from the adapter")
+            return
+        self._emit_raw(name, payload)
+
+    def need_harness(self) -> Harness:
+        if self.harness is None:
+            raise CommandError(self.error or "no harness")
+        return self.harness
+
+    # --------------------------------------------------------------- commands
+
+    def start_turn(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        h = self.need_harness()
+        turn = body.get("turn")
+        if not safe_name(turn):
+            raise CommandError("turn must be a name of letters, digits, '.', '_' and '-' (up to 128)")
+        assert isinstance(turn, str)
+        message = str_field(body, "message", limit=2 * 1024 * 1024)
+        assert message is not None
+        approvals = str_field(body, "approvals", required=False, limit=40) or "auto"
+        if approvals != "auto" and hardening.HARDENING_ERROR is not None:
+            raise CommandError(
+                "approvals %s needs the driver hardened, and this sandbox's python3 could not "
+                "make it non-dumpable (%s): use an image with python3 3.8 or later, with ctypes"
+                % (approvals, hardening.HARDENING_ERROR)
+            )
+        if approvals != "auto" and not h.live:
+            raise CommandError(
+                "harness %s has no permission prompts: approvals %s needs a live harness"
+                % (self.cfg.harness, approvals)
+            )
+        if turn in self.turns_started:
+            raise CommandError("turn %s was already started" % turn)
+        if self.stopping.is_set():
+            # The pod is going away (SIGTERM, shutdown): the turn must run in the next sandbox, not die here.
+            raise CommandError("the sandbox is shutting down: turn %s was not started" % turn)
+        with h.lock:
+            if h.running():
+                raise CommandError("a turn is already running")
+        conversation = str_field(body, "conversation", required=False, limit=200)
+        fork = body.get("fork", False)
+        if not isinstance(fork, bool):
+            raise CommandError("fork must be true or false")
+        if fork and not conversation:
+            raise CommandError("fork needs the conversation to fork")
+        if body.get("tainted"):
+            self.tainted = True
+        env = dict(self.cfg.agent_env)
+        extra_env = body.get("env") or {}
+        if not isinstance(extra_env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and "=" not in k for k, v in extra_env.items()
+        ):
+            raise CommandError("env must map names to strings")
+        for k, v in extra_env.items():
+            if not k.startswith("HANGAR_RUN_KEY") and k != "HANGAR_IO":
+                env[k] = v
+        extra = body.get("extra") or {}
+        if not isinstance(extra, dict):
+            raise CommandError("extra must be an object")
+        argv = body.get("argv_prefix", self.cfg.argv_prefix)
+        if argv is not None and (not isinstance(argv, list) or not all(isinstance(a, str) for a in argv)):
+            raise CommandError("argv_prefix must be a list of strings")
+        io_dir = os.path.join(self.cfg.state_dir, "io", turn)
+        hardening.secure_dir(io_dir, self.cfg.agent_uid, self.cfg.agent_gid, 0o700)
+        env["HANGAR_IO"] = io_dir
+        self.io_dir = io_dir
+        cfg = TurnConfig(
+            turn_id=turn,
+            message=message,
+            cwd=self.cfg.workspace,
+            env=env,
+            argv_prefix=argv,
+            model=str_field(body, "model", required=False, limit=200),
+            conversation=conversation,
+            fork=fork,
+            approvals=approvals,
+            tainted=self.tainted,
+            run_as=self.cfg.run_as,
+            extra=extra,
+            mcp_servers=self.cfg.mcp_servers,
+        )
+        self.turns_started.add(turn)
+        self.current_turn = turn
+        self.watcher.start_turn(turn, io_dir)
+        try:
+            with h.lock:
+                h.start_turn(cfg)
+        except Exception:
+            self.watcher.finish_turn(turn)
+            raise
+        return {"turn": turn, "io": io_dir}
+
+    def steer(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        h = self.need_harness()
+        steer_id = str_field(body, "steer_id", limit=200)
+        message = str_field(body, "message", limit=2 * 1024 * 1024)
+        turn = str_field(body, "turn", required=False, limit=200)
+        assert steer_id is not None and message is not None
+        if not h.live:
+            raise CommandError(
+                "harness %s cannot be steered: the message starts the next turn" % self.cfg.harness
+            )
+        with h.lock:
+            ended = not h.running() or (turn is not None and turn != self.current_turn)
+            if not ended:
+                try:
+                    h.steer(steer_id, message)
+                except NotLive:
+                    ended = True
+        if ended:
+            # The turn it was meant for ended before it arrived: it starts the next turn.
+            self.emit(
+                "steer",
+                {
+                    "steer_id": steer_id,
+                    "status": "queued",
+                    "turn": turn,
+                    "reason": "the turn had ended before the steer reached the driver",
+                },
+            )
+            return {"steer_id": steer_id, "status": "queued", "at": time.time()}
+        return {"steer_id": steer_id, "at": time.time()}
+
+    def withdraw(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        h = self.need_harness()
+        steer_id = str_field(body, "steer_id", limit=200)
+        with h.lock:
+            withdrawn = bool(h.withdraw(steer_id or ""))
+        return {"steer_id": steer_id, "withdrawn": withdrawn}
+
+    def interrupt(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        h = self.need_harness()
+        turn = str_field(body, "turn", required=False, limit=200)
+        interrupt_id = str_field(body, "interrupt_id", required=False, limit=200)
+        message = str_field(body, "message", required=False, limit=2 * 1024 * 1024)
+        with h.lock:
+            if not h.running() or (turn is not None and turn != self.current_turn):
+                return {"running": False, "continues": False, "interrupt_id": interrupt_id}
+            continues = bool(message) and h.live
+            if continues:
+                h.interrupt(message=message, interrupt_id=interrupt_id)
+            else:
+                h.interrupt()
+        return {"running": True, "continues": continues, "interrupt_id": interrupt_id}
+
+    def answer(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        h = self.need_harness()
+        request_id = str_field(body, "request_id", limit=200)
+        decision = body.get("decision")
+        if decision not in DECISIONS:
+            raise CommandError("decision must be one of %s" % ", ".join(DECISIONS))
+        message = str_field(body, "message", required=False, limit=64 * 1024)
+        assert request_id is not None
+        try:
+            with h.lock:
+                h.answer(request_id, decision, message)
+        except NotLive:
+            raise CommandError("harness %s takes no permission answers now" % self.cfg.harness) from None
+        return {"request_id": request_id, "decision": decision}
+
+    def taint(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        self.tainted = True
+        h = self.harness
+        if h is not None:
+            with h.lock:
+                hook = getattr(h, "taint", None)
+                if callable(hook):
+                    hook()
+                else:
+                    h.tainted = True  # type: ignore[attr-defined]
+        return {"tainted": True}
