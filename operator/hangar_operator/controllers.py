@@ -14,6 +14,7 @@ from hangar.kube import Kube
 from hangar.store import Database
 
 from .approvals.controller import Approvals
+from .approvals.requests import PermissionRequests
 from .approvals.taint import Tainting
 from .context import Context
 from .environments import Environments
@@ -91,7 +92,9 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     sessions = Sessions(ctx, sandboxes, outcomes, steering, tainting)
     sandboxes.reconcile_session = sessions.reconcile
     deadlines.on_expiry = sessions.kill_unconfirmed
-    router = Router(ctx, sessions, sandboxes, outcomes, steering, approvals)
+    router = Router(
+        ctx, sessions, sandboxes, outcomes, steering, approvals, PermissionRequests(ctx, approvals)
+    )
     holder.append(router)
     return Controllers(
         ctx=ctx,

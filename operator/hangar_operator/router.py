@@ -14,6 +14,7 @@ from hangar.models import Session
 from . import metrics
 from .approvals.controller import EVENTS as APPROVAL_EVENTS
 from .approvals.controller import Approvals
+from .approvals.requests import PermissionRequests
 from .context import Context, resource
 from .runs import Run, parse_run
 from .sandboxes import Sandboxes
@@ -54,6 +55,7 @@ class Router:
         outcomes: TurnOutcomes,
         steering: Steering,
         approvals: Approvals,
+        requests: PermissionRequests,
     ) -> None:
         self.ctx = ctx
         self.sessions = sessions
@@ -61,6 +63,7 @@ class Router:
         self.outcomes = outcomes
         self.steering = steering
         self.approvals = approvals
+        self.requests = requests
 
     def _run(self, run_id: str) -> Run | None:
         run = parse_run(self.ctx.home, run_id)
@@ -142,7 +145,7 @@ class Router:
         elif name == "handback" and turn:
             await self.outcomes.handback(ns, turn, p)
         elif name == "permission_request" and turn:
-            await self.approvals.on_permission(ns, session, turn, p)
+            await self.requests.on_permission(ns, session, turn, p)
         elif name == "command_result" and turn and p.get("op") == "start_turn" and not p.get("ok"):
             await self.outcomes.start_refused(ns, session, turn, p)
         elif name == "turn_started" and turn:

@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from hangar.approvals import Policy, ToolCall, Verdict, args_hash, decide
-from hangar.approvals import shell_command as call_command
-from hangar.kube import ApiException, Kube, Obj, owner_ref
-from hangar.models import API_VERSION, Approval, Session, Turn
+from hangar.kube import ApiException, Kube, Obj
+from hangar.models import Approval, Session
 from hangar.models import labels as L
 from hangar.models.approval import APPROVAL_DONE
 from hangar.models.base import iso
@@ -39,12 +36,10 @@ from ..context import Context, resource
 from ..lifecycle import APPROVAL, move
 from ..status import patch_status, with_conditions
 from .policy import (
-    AGENT_HOME,
     WEB_TOOLS,
     approval_name,
     mcp_server_of,
     resource_reader,
-    shown_command,
     untrusted_source,
 )
 from .taint import Tainting
@@ -85,7 +80,7 @@ class Approvals:
         elif name == "tool_result" and turn:
             tool = self.tools.pop((run, str(p.get("id") or "")), "")
             if tool and not p.get("is_error") and (tool in WEB_TOOLS or mcp_server_of(tool)):
-                why = untrusted_source(tool, await self._environment(ns, session))
+                why = untrusted_source(tool, await self.environment(ns, session))
                 if why:
                     await self.tainting.taint(ns, session, turn, why)
         elif name == "command_result" and p.get("op") == "answer":
@@ -100,187 +95,7 @@ class Approvals:
         for key in [k for k in self.tools if k[0] == run]:
             del self.tools[key]
 
-    async def on_permission(self, ns: str, session: str, turn_name: str, p: dict[str, Any]) -> None:
-        """The turn's approvals policy answers, or a person does."""
-        started = time.perf_counter()
-        kube = self.ctx.kube_in(ns)
-        t_obj, s_obj = await kube.get("turns", turn_name), await kube.get("sessions", session)
-        if t_obj is None or s_obj is None:
-            return
-        turn, s = Turn.model_validate(t_obj), Session.model_validate(s_obj)
-        run = self.ctx.run_of(ns, s.status.sandbox.run)
-        request_id = str(p.get("request_id") or "")
-        if run is None or not request_id:
-            return
-        name = approval_name(run.id, request_id)
-        policy: Policy = turn.status.policy or "auto"
-        if policy == "auto":
-            await self._answer(ns, run.id, name, request_id, "allow", None)
-            return
-        tool = str(p.get("tool") or "")
-        raw_input, raw_command = p.get("input"), p.get("command")
-        tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
-        tainted = turn.status.taint.tainted or s.status.taint.tainted
-        env = await self._environment(ns, session)
-        call = ToolCall(
-            tool=tool,
-            input=tool_input,
-            command=raw_command if isinstance(raw_command, str) else None,
-            cwd=str(p.get("cwd") or "/workspace"),
-            home=str(p.get("home") or AGENT_HOME),
-            hangar_io=str(p.get("io") or ""),
-            tainted=tainted,
-        )
-        write_tools = {k: v.write_tools for k, v in (env.mcp if env else {}).items() if v.write_tools}
-        verdict = decide(policy, call, mcp_write_tools=write_tools)
-        command = shown_command(tool, tool_input, call_command(call))
-        record: dict[str, Any] = {
-            "session": session,
-            "turn": turn_name,
-            "requestId": request_id,
-            "tool": tool,
-            "command": command,
-            "argsHash": args_hash(tool, tool_input),
-            "policy": policy,
-            "tainted": tainted,
-            "why": verdict.reason,
-            "rule": verdict.rule,
-            "governed": verdict.governed,
-        }
-        if verdict.decision in ("allow", "deny"):
-            # hangar answers at once: the agent waits on this, the records come after.
-            decision = verdict.decision
-            await self._answer(
-                ns, run.id, name, request_id, decision, verdict.reason if decision == "deny" else None
-            )
-            metrics.APPROVAL_DECISION_SECONDS.observe(time.perf_counter() - started)
-            keep = verdict.rule == "handback" or decision == "deny"
-            if keep:
-                await self._record_resolved(kube, s_obj, run.pod, name, record, verdict)
-            metrics.APPROVALS.labels(policy=policy, outcome=decision, resolver="policy").inc()
-            await self.ctx.activity(
-                ns,
-                session,
-                "approval_decided",
-                {
-                    "approval": name if keep else None,
-                    "tool": tool,
-                    "command": command,
-                    "decision": decision,
-                    "rule": verdict.rule,
-                    "reason": verdict.reason,
-                    "resolved_by": "policy",
-                    "tainted": tainted,
-                },
-                turn_name,
-            )
-            return
-        await self._request(ns, s_obj, env, run.pod, name, record, verdict)
-
-    # --- records ----------------------------------------------------------------------------------------
-    def _body(self, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "Approval",
-            "metadata": {
-                "name": name,
-                "labels": {L.SESSION: spec["session"], L.TURN: spec["turn"], L.RUN: run_pod, **L.part_of()},
-                "ownerReferences": [owner_ref(s_obj)],
-            },
-            "spec": spec,
-        }
-
-    async def _create(self, kube: Kube, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
-        try:
-            return await kube.create("approvals", self._body(s_obj, run_pod, name, spec))
-        except ApiException as e:
-            if e.status != 409:
-                raise
-            existing = await kube.get("approvals", name)
-            if existing is None:
-                raise
-            return existing
-
-    async def _record_resolved(
-        self, kube: Kube, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any], v: Verdict
-    ) -> None:
-        obj = await self._create(kube, s_obj, run_pod, name, spec)
-        if Approval.model_validate(obj).status.phase is not None:
-            return
-        now = iso()
-        event = "policy_allowed" if v.decision == "allow" else "policy_denied"
-        await patch_status(
-            kube,
-            "approvals",
-            obj,
-            {
-                "phase": move(APPROVAL, None, event),
-                "decision": v.decision,
-                "by": "hangar",
-                "message": v.reason,
-                "resolvedBy": "policy",
-                "requestedAt": now,
-                "decidedAt": now,
-                "reason": v.reason,
-            },
-        )
-        await self._set_pending(kube, spec["session"], count=True)
-
-    async def _request(
-        self,
-        ns: str,
-        s_obj: Obj,
-        env: EnvironmentSpec | None,
-        run_pod: str,
-        name: str,
-        spec: dict[str, Any],
-        v: Verdict,
-    ) -> None:
-        kube = self.ctx.kube_in(ns)
-        session = spec["session"]
-        obj = await self._create(kube, s_obj, run_pod, name, spec)
-        if Approval.model_validate(obj).status.phase is not None:
-            return  # the event was applied before (an operator restart): nothing to do twice
-        timeout = (env.approval_timeout_seconds if env else None) or self.ctx.settings.approval_timeout
-        now = datetime.now(UTC)
-        deadline = now + timedelta(seconds=timeout)
-        await patch_status(
-            kube,
-            "approvals",
-            obj,
-            {
-                "phase": move(APPROVAL, None, "requested"),
-                "requestedAt": iso(now),
-                "deadline": iso(deadline),
-                "reason": v.reason,
-            },
-        )
-        await self._set_pending(
-            kube,
-            session,
-            add={"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]},
-            count=True,
-        )
-        await self.ctx.activity(
-            ns,
-            session,
-            "approval_request",
-            {
-                "approval": name,
-                "tool": spec["tool"],
-                "command": spec["command"],
-                "why": v.reason,
-                "rule": v.rule,
-                "policy": spec["policy"],
-                "tainted": spec["tainted"],
-                "governed": v.governed,
-                "deadline": iso(deadline),
-            },
-            spec["turn"],
-        )
-        self._arm(ns, name, session, deadline)
-
-    async def _set_pending(
+    async def set_pending(
         self,
         kube: Kube,
         session: str,
@@ -324,7 +139,7 @@ class Approvals:
                 return False
             raise
 
-    async def _answer(
+    async def answer(
         self, ns: str, run: str, name: str, request_id: str, decision: str, message: str | None
     ) -> None:
         body: dict[str, Any] = {"request_id": request_id, "decision": decision}
@@ -388,7 +203,7 @@ class Approvals:
                     return
                 continue
             if deadline is not None:
-                self._arm(ns, name, session, deadline)
+                self.arm(ns, name, session, deadline)
             return
 
     async def _gone_reason(self, kube: Kube, session: str, ap: Approval) -> str | None:
@@ -423,7 +238,7 @@ class Approvals:
         agent_message = None
         if decision == "deny":
             agent_message = message or f"Denied by {by} (approvals: {ap.spec.policy})"
-        await self._answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, agent_message)
+        await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, agent_message)
         await self._resolved(ns, obj, decision, resolver, now)
         return True
 
@@ -444,7 +259,7 @@ class Approvals:
         kube = self.ctx.kube_in(ns)
         if not await self._cas_status(kube, obj, status):
             return False
-        await self._answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, "deny", text)
+        await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, "deny", text)
         await self._resolved(ns, obj, "deny", "timeout", now)
         await self.ctx.events.emit(kube, obj, "Warning", "ApprovalTimedOut", f"{ap.spec.tool}: {text}")
         s_obj = await kube.get("sessions", ap.spec.session or "")
@@ -465,13 +280,13 @@ class Approvals:
             return
         decision = ap.status.decision or "deny"
         message = ap.status.message if decision == "deny" else None
-        await self._answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, message)
+        await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, message)
 
     async def _resolved(self, ns: str, obj: Obj, decision: str, resolver: str, at: datetime) -> None:
         ap = Approval.model_validate(obj)
         session = ap.spec.session or ""
         self._disarm(ns, ap.name)
-        await self._set_pending(self.ctx.kube_in(ns), session, drop=ap.name)
+        await self.set_pending(self.ctx.kube_in(ns), session, drop=ap.name)
         metrics.APPROVALS.labels(policy=ap.spec.policy, outcome=decision, resolver=resolver).inc()
         if ap.status.requested_at is not None:
             metrics.APPROVAL_PENDING_SECONDS.labels(resolver=resolver).observe(
@@ -501,7 +316,7 @@ class Approvals:
             return False
         ap = Approval.model_validate(obj)
         self._disarm(ns, ap.name)
-        await self._set_pending(self.ctx.kube_in(ns), ap.spec.session or "", drop=ap.name)
+        await self.set_pending(self.ctx.kube_in(ns), ap.spec.session or "", drop=ap.name)
         metrics.APPROVALS.labels(policy=ap.spec.policy, outcome="withdrawn", resolver="none").inc()
         await self.ctx.activity(
             ns,
@@ -534,7 +349,7 @@ class Approvals:
         await self._withdraw_where(ns, f"{L.RUN}={run_pod}", why)
 
     # --- timers -------------------------------------------------------------------------------------------
-    def _arm(self, ns: str, name: str, session: str, deadline: datetime) -> None:
+    def arm(self, ns: str, name: str, session: str, deadline: datetime) -> None:
         task = self.timers.get((ns, name))
         if task is not None and not task.done():
             return
@@ -562,7 +377,7 @@ class Approvals:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 30.0)
 
-    async def _environment(self, ns: str, session: str) -> EnvironmentSpec | None:
+    async def environment(self, ns: str, session: str) -> EnvironmentSpec | None:
         kube = self.ctx.kube_in(ns)
         s_obj = await kube.get("sessions", session)
         if s_obj is None:
