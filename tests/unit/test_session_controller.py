@@ -136,3 +136,40 @@ async def test_a_turn_sent_to_a_sandbox_on_its_way_out_is_requeued(tmp_path: Pat
     assert t["phase"] == "Queued" and "run" not in t
     # …and it runs in the next sandbox.
     assert rig.status("sessions", "s1")["sandbox"]["pod"] == "s1-r2"
+
+
+async def test_a_released_runs_key_can_no_longer_say_hello(tmp_path: Path) -> None:
+    import asyncio
+
+    from hangar_driver import protocol as P
+
+    rig = await make_rig(tmp_path, gateway_host="127.0.0.1", gateway_port=0)
+    await rig.c.start()
+    try:
+        rig.env()
+        await rig.session("s1", prompt="hi")
+        await rig.reconcile("s1")
+        key = rig.ctx.run_keys["s1-r1"]
+        rejected: list[str] = []
+        rig.ctx.gateway._on_rejected = lambda who, why: _note(rejected, why)
+
+        async def hello() -> bytes:
+            reader, writer = await asyncio.open_connection("127.0.0.1", rig.ctx.gateway_port)
+            frame = P.sign(key, P.make_frame("s1-r1", P.D2G, P.HELLO, {"run": "s1-r1", "harness": "claude"}))
+            writer.write(P.encode(frame))
+            await writer.drain()
+            try:
+                return await asyncio.wait_for(reader.readline(), 10)
+            finally:
+                writer.close()
+
+        assert P.decode(await hello())["type"] == P.WELCOME  # the live run is welcomed
+        await rig.kube.patch("sessions", "s1", {"spec": {"stopped": True}})
+        await rig.reconcile("s1")
+        assert await hello() == b"" and "unknown run" in rejected[-1]
+    finally:
+        await rig.c.stop()
+
+
+async def _note(into: list[str], why: str) -> None:
+    into.append(why)
