@@ -218,7 +218,7 @@ class Jobs:
             )  # a move the lifecycle does not have fails here, before anything is written
         # The activity events go first: a crash before the status patch repeats them, never loses them.
         await self._record(ns, name, st, state, patch, taint, pending)
-        current = job.get("status") or {}
+        current = st.dump()
         if any(current.get(k) != v for k, v in patch.items()) or st.observed_generation != typed.generation:
             job = await patch_status(kube, "jobs", job, patch)
         if state != st.state:

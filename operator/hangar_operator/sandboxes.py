@@ -97,10 +97,8 @@ class Sandboxes:
         n = 0
         for watched in self.ctx.settings.watch_namespaces:
             for x in await self.ctx.kube_in(watched).list("sessions"):
-                if (x.get("status") or {}).get("sandbox", {}).get("pod") and (
-                    watched,
-                    x["metadata"]["name"],
-                ) != (ns, name):
+                other = Session.model_validate(x)
+                if other.status.sandbox.pod and (watched, other.name) != (ns, name):
                     n += 1
         return n
 
