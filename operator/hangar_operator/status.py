@@ -6,29 +6,20 @@ status in one place (:func:`readiness`) and ``lastTransitionTime`` moves only wh
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime
 from typing import Any
 
 from hangar.kube import Kube, Obj
-from hangar.models import Approval, Environment, Job, Session, Turn
+from hangar.models.base import Condition
 from hangar.models.conditions import ready_patch
 
-KINDS: dict[str, type[Session] | type[Turn] | type[Approval] | type[Job] | type[Environment]] = {
-    "sessions": Session,
-    "turns": Turn,
-    "approvals": Approval,
-    "jobs": Job,
-    "environments": Environment,
-}
 _CAMEL = {"needs_input": "NeedsInput", "awaiting_approval": "AwaitingApproval"}
 
 
 def merged(obj: Obj, patch: dict[str, Any]) -> Obj:
-    """``obj`` with a JSON merge patch of its status applied (what the apiserver will hold)."""
-    out = copy.deepcopy(obj)
-    out["status"] = _merge(out.get("status") or {}, patch)
-    return out
+    """``obj`` with a JSON merge patch of its status applied (what the apiserver will hold). Only the dicts
+    on the patch's paths are copied: neither ``obj`` nor ``patch`` is changed."""
+    return {**obj, "status": _merge(obj.get("status") or {}, patch)}
 
 
 def _merge(base: Any, patch: Any) -> Any:
@@ -77,16 +68,18 @@ def readiness(plural: str, obj: Obj) -> tuple[bool, str, str]:
 
 
 def with_conditions(plural: str, obj: Obj, patch: dict[str, Any]) -> dict[str, Any]:
-    """``patch`` plus the Ready condition and observedGeneration, where they change."""
+    """``patch`` plus the Ready condition and observedGeneration, where they change. Called on every status
+    write, so it parses only the conditions (a Turn with 200 steers is not validated again here)."""
     after = merged(obj, patch)
-    st = KINDS[plural].model_validate(after).status
+    st = after["status"]
+    conditions = [Condition.model_validate(c) for c in st.get("conditions") or []]
     out = dict(patch)
     ready, reason, message = readiness(plural, after)
-    cond = ready_patch(st.conditions, ready, reason, message, datetime.now(UTC))
+    cond = ready_patch(conditions, ready, reason, message, datetime.now(UTC))
     if cond:
         out.update(cond)
     gen = (obj.get("metadata") or {}).get("generation")
-    if isinstance(gen, int) and st.observed_generation != gen:
+    if isinstance(gen, int) and st.get("observedGeneration") != gen:
         out["observedGeneration"] = gen
     return out
 
