@@ -7,10 +7,13 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from .base import ApprovalPolicy, Model, Resource, ResourceInfo, col
+from .base import ApprovalPolicy, Condition, Model, Resource, ResourceInfo, col
 
 Decision = Literal["allow", "deny", "allow_always"]
 ResolvedBy = Literal["person", "policy", "tower", "timeout"]
+ApprovalPhase = Literal["Pending", "Allowed", "Denied", "Expired", "Withdrawn"]
+# An approval out of Pending is decided for good (a CEL rule keeps spec.decision from changing).
+APPROVAL_DONE: frozenset[str] = frozenset({"Allowed", "Denied", "Expired", "Withdrawn"})
 
 
 class ApprovalSpec(Model):
@@ -37,7 +40,7 @@ class ApprovalSpec(Model):
 
 
 class ApprovalStatus(Model):
-    phase: Literal["Pending", "Allowed", "Denied", "Expired", "Withdrawn"] = "Pending"
+    phase: ApprovalPhase | None = None
     decision: Decision | None = None
     by: str | None = None
     message: str | None = None
@@ -48,6 +51,8 @@ class ApprovalStatus(Model):
     delivered_at: datetime | None = None
     deadline: datetime | None = None
     reason: str = ""
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
 
 
 # A decision is made once: spec.decision may be set only while the Approval is Pending, and never changed.
@@ -80,4 +85,4 @@ class Approval(Resource):
     )
     kind: str = "Approval"
     spec: ApprovalSpec
-    status: ApprovalStatus | None = None
+    status: ApprovalStatus = Field(default_factory=ApprovalStatus)

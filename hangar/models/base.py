@@ -5,10 +5,10 @@ Resources are camelCase on the wire, like every Kubernetes API; the Python side 
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, ClassVar, Literal
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "hangar.dev"
@@ -18,11 +18,35 @@ API_VERSION = f"{GROUP}/{VERSION}"
 Harness = Literal["claude", "codex", "pi", "antigravity"]
 LIVE_HARNESSES: frozenset[str] = frozenset({"claude", "codex"})
 ApprovalPolicy = Literal["auto", "ask", "deny-risky", "governed"]
+APPROVAL_POLICIES: tuple[str, ...] = get_args(ApprovalPolicy)
 SteerClass = Literal["correction", "redirect", "new_info", "unclassified"]
 
 # A DNS label short enough that "<name>-<n>" pod and secret names stay within 63 characters.
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 NAME_MAX = 40
+
+
+def iso(when: datetime | float | None = None) -> str:
+    """The one time stamp form in resources and events: UTC, milliseconds, ``Z``."""
+    if when is None:
+        dt = datetime.now(UTC)
+    elif isinstance(when, datetime):
+        dt = when.astimezone(UTC)
+    else:
+        dt = datetime.fromtimestamp(when, UTC)
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A time stamp from a resource (``iso``'s form or any ISO 8601), or None when there is none."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 class Model(BaseModel):
@@ -71,9 +95,30 @@ class Resource(Model):
     kind: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_null_status(cls, data: Any) -> Any:
+        # A new object has no status yet (or a null one): read it as the status model's defaults.
+        if isinstance(data, dict) and "status" in data and data["status"] is None:
+            return {k: v for k, v in data.items() if k != "status"}
+        return data
+
     @property
     def name(self) -> str:
         return str(self.metadata.get("name", ""))
+
+    @property
+    def generation(self) -> int | None:
+        gen = self.metadata.get("generation")
+        return int(gen) if isinstance(gen, int) else None
+
+    @property
+    def uid(self) -> str:
+        return str(self.metadata.get("uid", ""))
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self.metadata.get("labels") or {})
 
     @property
     def namespace(self) -> str:

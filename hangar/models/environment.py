@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
-from .base import ApprovalPolicy, Model, Resource, ResourceInfo, col, name_rule
+from .base import ApprovalPolicy, Condition, Model, Resource, ResourceInfo, col, name_rule
 
 
 class EnvVar(Model):
@@ -71,7 +71,8 @@ class EnvironmentSpec(Model):
 
 
 class EnvironmentStatus(Model):
-    sessions: int = 0
+    sessions: int = Field(default=0, description="Sessions that use this environment")
+    conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
 
 
@@ -84,6 +85,7 @@ class Environment(Resource):
         columns=[
             col("Image", "string", ".spec.image"),
             col("Approvals", "string", ".spec.approvals"),
+            col("Sessions", "integer", ".status.sessions"),
             col("Repository", "string", ".spec.repository.url", priority=1),
             col("Age", "date", ".metadata.creationTimestamp"),
         ],
@@ -91,4 +93,4 @@ class Environment(Resource):
     )
     kind: str = "Environment"
     spec: EnvironmentSpec
-    status: EnvironmentStatus | None = None
+    status: EnvironmentStatus = Field(default_factory=EnvironmentStatus)

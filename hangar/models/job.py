@@ -105,6 +105,7 @@ class JobStatus(Model):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
 
 
 class Job(Resource):
@@ -128,4 +129,4 @@ class Job(Resource):
     )
     kind: str = "Job"
     spec: JobSpec
-    status: JobStatus | None = None
+    status: JobStatus = Field(default_factory=JobStatus)

@@ -130,6 +130,7 @@ class Session(Resource):
             col("Pending", "string", ".status.pendingApprovals[*].id", "approvals waiting for a decision"),
             col("Tainted", "boolean", ".status.taint.tainted"),
             col("Pod", "string", ".status.sandbox.pod", priority=1),
+            col("Message", "string", ".status.message", "why it waits or failed", priority=1),
             col("Cost", "number", ".status.counters.costUsd", "USD so far", priority=1),
             col("Age", "date", ".metadata.creationTimestamp"),
         ],
@@ -137,4 +138,4 @@ class Session(Resource):
     )
     kind: str = "Session"
     spec: SessionSpec
-    status: SessionStatus | None = None
+    status: SessionStatus = Field(default_factory=SessionStatus)

@@ -11,6 +11,9 @@ from .base import ApprovalPolicy, Condition, Model, Resource, ResourceInfo, Stee
 from .session import Taint
 
 TurnPhase = Literal["Queued", "Running", "NeedsInput", "Completed", "Failed", "Interrupted"]
+# A turn in one of these has ended: its status (steers and interrupts included) is final. NeedsInput is a turn
+# that ended with a question for a person; the answer is the next turn.
+TURN_ENDED: frozenset[str] = frozenset({"Completed", "Failed", "Interrupted", "NeedsInput"})
 Outcome = Literal["completed", "failed", "interrupted"]
 SteerStatus = Literal["sending", "delivered", "queued", "cancelled", "refused"]
 WithdrawState = Literal["requested", "withdrawn", "too_late"]
@@ -123,6 +126,11 @@ class TurnStatus(Model):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in TURN_ENDED
 
 
 class Turn(Resource):
@@ -137,6 +145,7 @@ class Turn(Resource):
             col("Index", "integer", ".spec.index"),
             col("Phase", "string", ".status.phase"),
             col("Exit", "integer", ".status.exitStatus"),
+            col("Reason", "string", ".status.reason", priority=1),
             col("Summary", "string", ".status.summary", priority=1),
             col("Age", "date", ".metadata.creationTimestamp"),
         ],
@@ -149,4 +158,4 @@ class Turn(Resource):
     )
     kind: str = "Turn"
     spec: TurnSpec
-    status: TurnStatus | None = None
+    status: TurnStatus = Field(default_factory=TurnStatus)

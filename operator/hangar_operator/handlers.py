@@ -1,4 +1,9 @@
-"""kopf handlers: thin entry points that hand each change to the Runtime's idempotent reconcilers."""
+"""kopf handlers: thin entry points that hand each change to its kind's controller.
+
+Shared state comes in kopf's ``memo`` (``memo.controllers``, set by ``main.run``); every handler acts in
+the namespace of the object it was given. Raw event handlers (which kopf does not retry) go through the
+retry queue (``retry.py``).
+"""
 
 from __future__ import annotations
 
@@ -8,84 +13,115 @@ from typing import Any
 import kopf
 
 from hangar.models import GROUP, VERSION
+from hangar.models import labels as L
+from hangar.models.job import JOB_FINAL
 
-from .state import runtime
+from .controllers import Controllers
 
 log = logging.getLogger("hangar.operator")
+
+
+def _c(memo: Any) -> Controllers:
+    controllers: Controllers = memo.controllers
+    return controllers
 
 
 @kopf.on.resume(GROUP, VERSION, "sessions")
 @kopf.on.create(GROUP, VERSION, "sessions")
 @kopf.on.update(GROUP, VERSION, "sessions")
-async def session_changed(name: str, **_: Any) -> None:
-    rt = runtime()
-    await rt.check_sandbox(name)
-    await rt.reconcile_session(name)
+async def session_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
+    c = _c(memo)
+    await c.sandboxes.check(namespace, name)
+    await c.sessions.reconcile(namespace, name)
 
 
 @kopf.timer(GROUP, VERSION, "sessions", interval=5.0, idle=5.0)
-async def session_tick(name: str, **_: Any) -> None:
+async def session_tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
     """Retries what waits on something outside the session: a free slot, an environment, a lost pod."""
-    rt = runtime()
-    await rt.check_sandbox(name)
-    await rt.reconcile_session(name)
+    c = _c(memo)
+    await c.sandboxes.check(namespace, name)
+    await c.sessions.reconcile(namespace, name)
 
 
 @kopf.on.resume(GROUP, VERSION, "turns")
 @kopf.on.create(GROUP, VERSION, "turns")
-async def turn_created(body: kopf.Body, **_: Any) -> None:
+async def turn_created(body: kopf.Body, name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
     """A new Turn may start now."""
-    rt = runtime()
-    obj = dict(body)
-    await rt.reconcile_turn(obj)
-    session = obj["spec"].get("session")
+    c = _c(memo)
+    session = (body.get("spec") or {}).get("session")
     if session:
-        await rt.reconcile_session(session)
+        await _reconcile_turn(c, namespace, session, name)
+        await c.sessions.reconcile(namespace, session)
+
+
+async def _reconcile_turn(c: Controllers, ns: str, session: str, turn: str) -> None:
+    async with c.ctx.lock(ns, session):
+        await c.steering.reconcile(ns, session, turn)
 
 
 @kopf.on.event(GROUP, VERSION, "turns")
-async def turn_event(event: kopf.RawEvent, **_: Any) -> None:
+async def turn_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
     """Requests written into a Turn's spec (steers, withdrawals, interrupts, classes: REST, the CLI,
-    kubectl) are delivered (steering.py). A raw event handler: a burst of steers costs no kopf bookkeeping
-    writes on the Turn, and events that ask for nothing new are dropped without an API call."""
+    kubectl) are delivered (turns/steering.py). A raw event handler: a burst of steers costs no kopf
+    bookkeeping writes on the Turn, and events that ask for nothing new are dropped without an API call."""
     if event["type"] == "DELETED":
         return
-    rt = runtime()
-    obj = dict(event["object"])
-    if rt.steering.pending(obj):
-        await rt.reconcile_turn(obj)
+    c = _c(memo)
+    obj: dict[str, Any] = dict(event["object"])
+    session = (obj.get("spec") or {}).get("session")
+    name = obj["metadata"]["name"]
+    if session and c.steering.pending(namespace, obj):
+        await c.retry.run(f"turns/{namespace}/{name}", lambda: _reconcile_turn(c, namespace, session, name))
 
 
-@kopf.on.event(
-    "", "v1", "pods", labels={"app.kubernetes.io/part-of": "hangar", "app.kubernetes.io/component": "sandbox"}
-)
-async def sandbox_pod_event(event: kopf.RawEvent, **_: Any) -> None:
+@kopf.on.event("", "v1", "pods", labels={L.PART_OF: "hangar", L.COMPONENT: "sandbox"})
+async def sandbox_pod_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
     pod: dict[str, Any] = dict(event["object"])
-    status: dict[str, Any] = pod.get("status") or {}
-    phase = status.get("phase")
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    session, run, name = labels.get(L.SESSION), labels.get(L.RUN), meta.get("name", "")
+    phase = (pod.get("status") or {}).get("phase")
+    if not session or not run:
+        return
+    why: str | None = None
     if event["type"] == "DELETED":
-        await runtime().pod_gone(pod, "was deleted")
+        why = "was deleted"
     elif phase in ("Failed", "Succeeded"):
-        reason = status.get("reason") or phase
-        await runtime().pod_gone(pod, f"ended ({reason})")
+        why = f"ended ({(pod.get('status') or {}).get('reason') or phase})"
+    if why is not None:
+        c = _c(memo)
+        reason = why
+        await c.retry.run(
+            f"pods/{namespace}/{name}",
+            lambda: c.sandboxes.pod_gone(namespace, session, run, name, reason, pod),
+        )
 
 
 @kopf.on.event(GROUP, VERSION, "approvals")
-async def approval_event(event: kopf.RawEvent, **_: Any) -> None:
+async def approval_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
     """A decision in spec.decision (REST, the CLI, kubectl patch) is delivered; a pending one is timed.
 
     A raw event handler: no kopf bookkeeping is written to Approvals, and the listing at start-up is the
     resume (re-arms deadlines, re-sends decisions recorded but not confirmed by the driver)."""
     if event["type"] == "DELETED":
         return
-    await runtime().approvals.reconcile(dict(event["object"]))
+    c = _c(memo)
+    name = event["object"]["metadata"]["name"]
+    await c.retry.run(f"approvals/{namespace}/{name}", lambda: c.approvals.reconcile(namespace, name))
 
 
 @kopf.on.resume(GROUP, VERSION, "jobs")
 @kopf.on.create(GROUP, VERSION, "jobs")
 @kopf.on.update(GROUP, VERSION, "jobs", field="spec")
-async def job_changed(name: str, **_: Any) -> None:
-    await runtime().jobs.reconcile(name)
+async def job_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
+    await _c(memo).jobs.reconcile(namespace, name)
 
 
 @kopf.timer(
@@ -94,17 +130,35 @@ async def job_changed(name: str, **_: Any) -> None:
     "jobs",
     interval=10.0,
     idle=10.0,
-    when=lambda status, **_: status.get("state") not in ("done", "failed", "cancelled"),
+    when=lambda status, **_: status.get("state") not in JOB_FINAL,
 )
-async def job_tick(name: str, **_: Any) -> None:
+async def job_tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
     """A backstop for changes no attempt session event showed (a turn's question, say)."""
-    await runtime().jobs.reconcile(name)
+    await _c(memo).jobs.reconcile(namespace, name)
 
 
-@kopf.on.event(GROUP, VERSION, "sessions", labels={"hangar.dev/job": kopf.PRESENT})
-async def attempt_event(event: kopf.RawEvent, **_: Any) -> None:
+@kopf.on.event(GROUP, VERSION, "sessions", labels={L.JOB: kopf.PRESENT})
+async def attempt_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
     """Any change of a job's attempt session (phase, pending approvals, taint, turn ends) re-summarises the
     job. A raw event handler: nothing is written to the session for it."""
-    job = ((event["object"].get("metadata") or {}).get("labels") or {}).get("hangar.dev/job")
+    job = ((event["object"].get("metadata") or {}).get("labels") or {}).get(L.JOB)
     if job:
-        await runtime().jobs.reconcile(job)
+        c = _c(memo)
+        await c.retry.run(f"jobs/{namespace}/{job}", lambda: c.jobs.reconcile(namespace, job))
+
+
+@kopf.on.resume(GROUP, VERSION, "environments")
+@kopf.on.create(GROUP, VERSION, "environments")
+@kopf.on.update(GROUP, VERSION, "environments", field="spec")
+async def environment_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
+    await _c(memo).environments.reconcile(namespace, name)
+
+
+@kopf.timer(GROUP, VERSION, "environments", interval=30.0, idle=10.0)
+async def environment_tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    assert namespace is not None  # every kind served is namespaced
+    """Keeps the count of sessions that use the environment current."""
+    await _c(memo).environments.reconcile(namespace, name)

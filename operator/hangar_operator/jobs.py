@@ -16,25 +16,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hangar.kube import ApiException, Obj, owner_ref
+from hangar.kube import ApiException, Kube, Obj, owner_ref
+from hangar.models import API_VERSION, Job, Session, Turn
+from hangar.models import labels as L
+from hangar.models.base import iso
 from hangar.models.environment import EnvironmentSpec
 from hangar.models.job import JOB_FINAL, Attempt, JobSpec, JobStatus, attempt_session
 from hangar.models.session import PendingApproval, SessionStatus, Taint
 from hangar.turns import turn_index
 
 from . import metrics
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
+from .approvals.policy import MAX_TAINT_REASONS
+from .context import Context, resource
+from .k8s_events import EventType
+from .lifecycle import JOB, move
+from .status import patch_status
 
 log = logging.getLogger("hangar.operator.jobs")
-
-JOB_LABEL = "hangar.dev/job"
-ATTEMPT_LABEL = "hangar.dev/attempt"
-MAX_TAINT_REASONS = 20
 QUESTION_INTERRUPTED = (
     "Interrupted by {by}. Follow up with what the agent should do instead, or cancel the job."
 )
@@ -42,29 +44,24 @@ QUESTION_INTERRUPTED = (
 PRECEDENCE = ("awaiting_approval", "needs_input", "running", "queued", "done", "failed", "cancelled")
 
 
-def iso(dt: datetime | None = None) -> str:
-    dt = dt or datetime.now(UTC)
-    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def attempt_state(session: Obj | None, last_turn: Obj | None) -> tuple[str, str | None]:
     """An attempt's state and, when it waits on a person, the question it asks."""
     if session is None:
         return "queued", None
-    st = SessionStatus.model_validate(session.get("status") or {})
+    st = Session.model_validate(session).status
     if st.phase == "Failed":
         return "failed", None
     if st.pending_approvals:
         return "awaiting_approval", None
     if last_turn is None:
         return ("stopped" if st.phase == "Stopped" else "queued"), None
-    tst: dict[str, Any] = last_turn.get("status") or {}
-    phase = tst.get("phase", "Queued")
+    turn = Turn.model_validate(last_turn)
+    phase = turn.status.phase
     if phase == "NeedsInput":
-        return "needs_input", str(tst.get("question") or "The agent asked for input.")
+        return "needs_input", turn.status.question or "The agent asked for input."
     if phase == "Interrupted":
-        interrupts = [i for i in last_turn["spec"].get("interrupts") or [] if not i.get("message")]
-        by = (interrupts[-1].get("by") if interrupts else "") or "someone"
+        interrupts = [i for i in turn.spec.interrupts if not i.message]
+        by = (interrupts[-1].by if interrupts else "") or "someone"
         return "needs_input", QUESTION_INTERRUPTED.format(by=by)
     if phase == "Completed":
         return "done", None
@@ -86,32 +83,34 @@ def job_state(states: list[str], cancelled: bool) -> str:
 
 
 class Jobs:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.locks: dict[str, asyncio.Lock] = {}
+    """The Job controller. Its lifecycle (``lifecycle.JOB``) is derived: every reconcile recomputes the
+    state from the attempts, and a final state (done, failed, cancelled) is never left."""
 
-    async def reconcile(self, name: str) -> None:
-        lock = self.locks.setdefault(name, asyncio.Lock())
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    async def reconcile(self, ns: str, name: str) -> None:
+        lock = self.locks.setdefault((ns, name), asyncio.Lock())
         async with lock:
-            await self._reconcile(name)
+            await self._reconcile(ns, name)
 
-    async def _reconcile(self, name: str) -> None:
-        kube = self.rt.kube
+    async def _reconcile(self, ns: str, name: str) -> None:
+        kube = self.ctx.kube_in(ns)
         job = await kube.get("jobs", name)
         if job is None or job["metadata"].get("deletionTimestamp"):
-            self.locks.pop(name, None)
+            self.locks.pop((ns, name), None)
             return
-        spec = JobSpec.model_validate(job["spec"])
-        st = JobStatus.model_validate(job.get("status") or {})
-        uid = job["metadata"].get("uid")
+        typed = Job.model_validate(job)
+        spec, st, uid = typed.spec, typed.status, typed.uid
         # Only sessions this Job owns are its attempts: anyone may put the label on a session of their own.
         sessions = {
             s["metadata"]["name"]: s
-            for s in await kube.list("sessions", label_selector=f"{JOB_LABEL}={name}")
+            for s in await kube.list("sessions", label_selector=f"{L.JOB}={name}")
             if owned_by(s, uid)
         }
         if st.state in JOB_FINAL:
-            await self._stop_attempts(sessions.values())  # idempotent: a final job holds no sandbox
+            await self._stop_attempts(kube, sessions.values())  # idempotent: a final job holds no sandbox
             return
         policy = st.policy
         if policy is None:
@@ -119,13 +118,17 @@ class Jobs:
             if env_obj is None:
                 msg = f"environment {spec.environment!r} does not exist"
                 if st.message != msg and not spec.cancelled:
-                    await kube.patch_status(
-                        "jobs", name, {"state": "queued", "reason": "EnvironmentNotFound", "message": msg}
+                    await patch_status(
+                        kube,
+                        "jobs",
+                        job,
+                        {"state": "queued", "reason": "EnvironmentNotFound", "message": msg},
                     )
+                    await self.ctx.events.emit(kube, job, "Warning", "EnvironmentNotFound", msg)
                     return
             else:
                 env = EnvironmentSpec.model_validate(env_obj["spec"])
-                policy = spec.approvals or env.approvals or self.rt.settings.approvals or "auto"
+                policy = spec.approvals or env.approvals or self.ctx.settings.approvals or "auto"
         # An attempt whose session someone deleted is lost, not re-run: running the prompt again would repeat
         # its work (and its side effects) behind the person's back.
         started = {a.index for a in st.attempts if a.session}
@@ -133,9 +136,10 @@ class Jobs:
             for i in range(1, spec.attempts + 1):
                 sname = attempt_session(name, i)
                 if sname not in sessions and i not in started:
-                    created = await self._create_attempt(job, spec, i, policy)
+                    created = await self._create_attempt(ns, job, spec, i, policy)
                     if created is None:
                         await self._fail(
+                            ns,
                             job,
                             st,
                             "AttemptNameTaken",
@@ -147,9 +151,9 @@ class Jobs:
         names = sorted(sessions, key=lambda n: int(n.rsplit("-a", 1)[1]) if "-a" in n else 0)
         turns_by_session: dict[str, list[Obj]] = {n: [] for n in names}
         if names:
-            selector = f"hangar.dev/session in ({','.join(names)})"
+            selector = f"{L.SESSION} in ({','.join(names)})"
             for t in await kube.list("turns", label_selector=selector):
-                turns_by_session.setdefault(t["spec"].get("session") or "", []).append(t)
+                turns_by_session.setdefault(Turn.model_validate(t).spec.session or "", []).append(t)
         attempts: list[Attempt] = []
         pending: list[PendingApproval] = []
         turns: list[str] = []
@@ -165,7 +169,7 @@ class Jobs:
             lost = s is None and i in started
             if lost:
                 state, question = "failed", None
-            sst = SessionStatus.model_validate((s or {}).get("status") or {})
+            sst = Session.model_validate(s).status if s is not None else SessionStatus()
             attempts.append(
                 Attempt(
                     index=i,
@@ -175,7 +179,7 @@ class Jobs:
                     last_turn=last["metadata"]["name"] if last else None,
                     outcome="session deleted"
                     if lost
-                    else ((last.get("status") or {}).get("outcome") if last else None),
+                    else (Turn.model_validate(last).status.outcome if last else None),
                 )
             )
             pending += [p.model_copy(update={"session": sname}) for p in sst.pending_approvals]
@@ -208,19 +212,32 @@ class Jobs:
             patch["startedAt"] = iso()
         if state in JOB_FINAL:
             patch["finishedAt"] = iso()
-        # The activity events go first: a crash before the status patch repeats them, never loses them.
-        await self._record(name, st, state, patch, taint, pending)
-        current = job.get("status") or {}
-        if any(current.get(k) != v for k, v in patch.items()):
-            await kube.patch_status("jobs", name, patch)
         if state != st.state:
-            log.info("job %s: %s -> %s", name, st.state, state)
+            move(
+                JOB, st.state, state
+            )  # a move the lifecycle does not have fails here, before anything is written
+        # The activity events go first: a crash before the status patch repeats them, never loses them.
+        await self._record(ns, name, st, state, patch, taint, pending)
+        current = st.dump()
+        if any(current.get(k) != v for k, v in patch.items()) or st.observed_generation != typed.generation:
+            job = await patch_status(kube, "jobs", job, patch)
+        if state != st.state:
+            log.info("job %s: %s -> %s", name, st.state, state, extra=resource(ns, name))
             if state in JOB_FINAL:
                 metrics.JOBS.labels(state=state).inc()
-                await self._stop_attempts(sessions.values())
+                kind: EventType = "Normal" if state == "done" else "Warning"
+                await self.ctx.events.emit(
+                    kube,
+                    job,
+                    kind,
+                    f"Job{state.capitalize()}",
+                    f"the job is {state}: {patch.get('message', '')}",
+                )
+                await self._stop_attempts(kube, sessions.values())
 
     async def _record(
         self,
+        ns: str,
         name: str,
         st: JobStatus,
         state: str,
@@ -228,7 +245,7 @@ class Jobs:
         taint: Taint,
         pending: list[PendingApproval],
     ) -> None:
-        scope = f"job/{name}"
+        scope = self.ctx.scope("job", ns, name)
         if state != st.state:
             payload = {
                 "state": state,
@@ -236,13 +253,13 @@ class Jobs:
                 "question": patch["question"],
                 "message": patch.get("message"),
             }
-            await self.rt.db.append_event(scope, "job_state", payload)
+            await self.ctx.db.append_event(scope, "job_state", payload)
         if taint.tainted and not st.taint.tainted:
-            await self.rt.db.append_event(scope, "tainted", {"reasons": taint.reasons})
+            await self.ctx.db.append_event(scope, "tainted", {"reasons": taint.reasons})
         known = {p.id for p in st.pending_approvals}
         for p in pending:
             if p.id not in known:  # a job's watchers see what it waits on without following each attempt
-                await self.rt.db.append_event(
+                await self.ctx.db.append_event(
                     scope,
                     "approval_request",
                     {"approval": p.id, "session": p.session, "tool": p.tool, "command": p.command},
@@ -256,23 +273,17 @@ class Jobs:
             counts[a.state] = counts.get(a.state, 0) + 1
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
-    async def _create_attempt(self, job: Obj, spec: JobSpec, index: int, policy: str) -> Obj | None:
+    async def _create_attempt(self, ns: str, job: Obj, spec: JobSpec, index: int, policy: str) -> Obj | None:
         name = job["metadata"]["name"]
         sname = attempt_session(name, index)
+        kube = self.ctx.kube_in(ns)
         body: Obj = {
-            "apiVersion": "hangar.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "Session",
             "metadata": {
                 "name": sname,
-                "labels": {
-                    JOB_LABEL: name,
-                    ATTEMPT_LABEL: str(index),
-                    "app.kubernetes.io/part-of": "hangar",
-                },
-                "annotations": {
-                    "hangar.dev/created-by": f"job/{name}",
-                    "hangar.dev/submitter": spec.submitter,
-                },
+                "labels": {L.JOB: name, L.ATTEMPT: str(index), **L.part_of()},
+                "annotations": {L.CREATED_BY: f"job/{name}", L.SUBMITTER: spec.submitter},
                 "ownerReferences": [owner_ref(job)],
             },
             "spec": {
@@ -285,38 +296,53 @@ class Jobs:
             },
         }
         try:
-            created = await self.rt.kube.create("sessions", body)
+            created = await kube.create("sessions", body)
         except ApiException as e:
             if e.status == 409:
-                existing = await self.rt.kube.get("sessions", sname)
+                existing = await kube.get("sessions", sname)
                 return (
                     existing
                     if existing is not None and owned_by(existing, job["metadata"].get("uid"))
                     else None
                 )
             raise
-        await self.rt.db.append_event(
-            f"job/{name}", "attempt_started", {"attempt": index, "session": sname, "policy": policy}
+        await self.ctx.db.append_event(
+            self.ctx.scope("job", ns, name),
+            "attempt_started",
+            {"attempt": index, "session": sname, "policy": policy},
         )
         return created
 
-    async def _fail(self, job: Obj, st: JobStatus, reason: str, message: str) -> None:
+    async def _fail(self, ns: str, job: Obj, st: JobStatus, reason: str, message: str) -> None:
         name = job["metadata"]["name"]
-        await self.rt.db.append_event(
-            f"job/{name}", "job_state", {"state": "failed", "from": st.state, "message": message}
+        kube = self.ctx.kube_in(ns)
+        await self.ctx.db.append_event(
+            self.ctx.scope("job", ns, name),
+            "job_state",
+            {"state": "failed", "from": st.state, "message": message},
         )
-        await self.rt.kube.patch_status(
-            "jobs", name, {"state": "failed", "reason": reason, "message": message, "finishedAt": iso()}
+        job = await patch_status(
+            kube,
+            "jobs",
+            job,
+            {
+                "state": move(JOB, st.state, "failed"),
+                "reason": reason,
+                "message": message,
+                "finishedAt": iso(),
+            },
         )
         metrics.JOBS.labels(state="failed").inc()
-        log.warning("job %s failed: %s", name, message)
+        await self.ctx.events.emit(kube, job, "Warning", reason, message)
+        log.warning("job %s failed: %s", name, message, extra=resource(ns, name))
 
-    async def _stop_attempts(self, sessions: Any) -> None:
-        for s in sessions:
-            if s["spec"].get("stopped") or (s.get("status") or {}).get("phase") in ("Stopped", "Failed"):
+    async def _stop_attempts(self, kube: Kube, sessions: Iterable[Obj]) -> None:
+        for obj in sessions:
+            s = Session.model_validate(obj)
+            if s.spec.stopped or s.status.phase in ("Stopped", "Failed"):
                 continue
             try:
-                await self.rt.kube.patch("sessions", s["metadata"]["name"], {"spec": {"stopped": True}})
+                await kube.patch("sessions", s.name, {"spec": {"stopped": True}})
             except ApiException as e:
                 if e.status != 404:
                     raise

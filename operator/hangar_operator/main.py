@@ -17,8 +17,7 @@ from hangar.kube import Kube
 from hangar.store import open_database
 
 from . import handlers  # noqa: F401  (registers the handlers)
-from .runtime import Runtime
-from .state import set_runtime
+from .controllers import build
 
 log = logging.getLogger("hangar.operator")
 
@@ -36,7 +35,7 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     settings.execution.max_workers = 8
 
 
-async def _health_app(rt: Runtime, ready: asyncio.Event, port: int) -> web.AppRunner:
+async def _health_app(ready: asyncio.Event, port: int) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -61,11 +60,11 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
         os.environ["KUBECONFIG"] = kubeconfig
     kube = await Kube.connect(kubeconfig, settings.namespace)
     db = await open_database(settings.database_url)
-    rt = Runtime(kube, db, settings)
-    await rt.start()
-    set_runtime(rt)
+    controllers = build(kube, db, settings)
+    await controllers.start()
+    log.info("driver gateway listening on %s:%s", settings.gateway_host, controllers.ctx.gateway_port)
     ready = asyncio.Event()
-    health = await _health_app(rt, ready, settings.operator_port)
+    health = await _health_app(ready, settings.operator_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -76,15 +75,19 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
         _configure(settings)
         ready.set()
 
-    log.info("hangar operator watching namespace %s", settings.namespace)
+    namespaces = list(settings.watch_namespaces)
+    log.info("hangar operator serving namespaces %s (home %s)", ",".join(namespaces), settings.namespace)
     try:
         await kopf.operator(
-            standalone=True, namespaces=[settings.namespace], clusterwide=False, stop_flag=stop
+            standalone=True,
+            namespaces=namespaces,
+            clusterwide=False,
+            stop_flag=stop,
+            memo=kopf.Memo(controllers=controllers),
         )
     finally:
         with contextlib.suppress(Exception):
-            await rt.stop()
-        set_runtime(None)
+            await controllers.stop()
         await health.cleanup()
         await db.close()
         await kube.close()

@@ -324,6 +324,10 @@ def test_concurrent_withdraws_racing_delivery_each_end_one_way(cluster: Cluster,
                     st,
                     r.text,
                 )
+            elif r.status_code == 202:
+                # The API's documented answer when the driver's verdict takes longer than it waits (a loaded
+                # machine): "read the steer's status". That status is final and one way, checked below.
+                assert r.json()["withdrawn"] is None and r.json()["steer"]["status"] == "sending", r.text
             else:
                 raise AssertionError(f"withdraw {i}: {r.status_code} {r.text}")
             text = f"RACE-{i:03d}"

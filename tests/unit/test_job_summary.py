@@ -11,12 +11,13 @@ from hangar_operator.jobs import QUESTION_INTERRUPTED, attempt_state, job_state
 
 
 def sess(phase: str = "Running", **status: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "j-a1"}, "spec": {}, "status": {"phase": phase, **status}}
+    return {"metadata": {"name": "j-a1"}, "spec": {"environment": "e"}, "status": {"phase": phase, **status}}
 
 
 def turn(phase: str | None, interrupts: list[dict[str, Any]] | None = None, **status: Any) -> dict[str, Any]:
     st = {"phase": phase, **status} if phase else {}
-    return {"metadata": {"name": "j-a1-t1"}, "spec": {"interrupts": interrupts or []}, "status": st}
+    spec = {"session": "j-a1", "index": 1, "message": "go", "interrupts": interrupts or []}
+    return {"metadata": {"name": "j-a1-t1"}, "spec": spec, "status": st}
 
 
 PENDING = [{"id": "ap-1", "turn": "j-a1-t1", "tool": "Bash"}]
@@ -46,13 +47,13 @@ def test_attempt_state(session: dict[str, Any] | None, last_turn: dict[str, Any]
 
 
 def test_an_interrupted_attempt_asks_who_interrupted_what_to_do_instead() -> None:
-    by_alice = [{"by": "bob", "message": "use tabs"}, {"by": "alice"}]
+    by_alice = [{"id": "i1", "by": "bob", "message": "use tabs"}, {"id": "i2", "by": "alice"}]
     assert attempt_state(sess("Idle"), turn("Interrupted", by_alice)) == (
         "needs_input",
         QUESTION_INTERRUPTED.format(by="alice"),
     )
     # A steering interrupt (with a message) is not a person's stop; with none, someone did it.
-    assert attempt_state(sess("Idle"), turn("Interrupted", [{"by": "bob", "message": "x"}])) == (
+    assert attempt_state(sess("Idle"), turn("Interrupted", [{"id": "i1", "by": "bob", "message": "x"}])) == (
         "needs_input",
         QUESTION_INTERRUPTED.format(by="someone"),
     )

@@ -14,7 +14,8 @@ from hangar_driver import mcp
 from hangar_driver.codex import _mcp_answer, _mcp_approval, write_config
 from hangar_driver.harness import TurnConfig
 from hangar_operator.approvals import resource_reader, untrusted_source
-from hangar_operator.sandbox import mcp_servers_env, sandbox_pod
+from hangar_operator.runs import make_run
+from hangar_operator.sandbox_objects import mcp_servers_env, sandbox_pod
 
 ENV = EnvironmentSpec.model_validate(
     {
@@ -47,7 +48,7 @@ def test_the_pod_carries_how_to_reach_each_server_and_nothing_else() -> None:
         "apiVersion": "hangar.dev/v1alpha1",
         "kind": "Session",
     }
-    pod = sandbox_pod(session, ENV, "s-r1", "s-r1", Settings(), "gw:1")
+    pod = sandbox_pod(session, ENV, make_run("default", "default", "s", 1), Settings(), "gw:1")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert json.loads(env["HANGAR_MCP_SERVERS"])["tracker"]["command"] == ["tracker-mcp", "--stdio"]
 

@@ -137,7 +137,13 @@ def test_every_kind_reads_a_whole_object() -> None:
             "spec": {"environment": "dev"},
         }
     )
-    assert s.name == "s1" and s.namespace == "ns" and s.status is None and s.spec.harness == "claude"
+    assert s.name == "s1" and s.namespace == "ns" and s.spec.harness == "claude"
+    # An object without a status (a new one) reads as the status's defaults, and so does a null status.
+    assert s.status.phase == "Pending" and s.status.sandbox.run is None
+    assert (
+        Session.model_validate({"metadata": {}, "spec": {"environment": "d"}, "status": None}).status.phase
+        == "Pending"
+    )
     e = Environment.model_validate({"metadata": {"name": "dev"}, "spec": {"image": "img"}})
     assert e.kind == "Environment" and e.api_version == API_VERSION
     t = Turn.model_validate({"metadata": {}, "spec": {"session": "s1", "index": 1, "message": "hi"}})

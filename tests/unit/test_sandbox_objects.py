@@ -8,7 +8,8 @@ from typing import Any
 
 from hangar.config import Settings
 from hangar.models.environment import EnvironmentSpec
-from hangar_operator.sandbox import (
+from hangar_operator.runs import make_run
+from hangar_operator.sandbox_objects import (
     KEY_FILE,
     WORKSPACE,
     labels,
@@ -48,21 +49,27 @@ def owned_by_session(obj: dict[str, Any]) -> bool:
     return ref["uid"] == "uid-s1" and ref["kind"] == "Session" and ref["controller"] is True
 
 
+RUN = make_run("default", "default", "s1", 1)
+
+
 def test_labels() -> None:
     assert labels("s1") == {
         "app.kubernetes.io/part-of": "hangar",
         "app.kubernetes.io/component": "sandbox",
         "hangar.dev/session": "s1",
     }
-    assert labels("s1", "s1-r2", "run-key")["hangar.dev/run"] == "s1-r2"
+    assert labels("s1", make_run("default", "default", "s1", 2), "run-key")["hangar.dev/run"] == "s1-r2"
+    # Outside the home namespace the run id is qualified; the label keeps the namespace-local name.
+    elsewhere = make_run("default", "team-a", "s1", 2)
+    assert elsewhere.id == "team-a.s1-r2" and labels("s1", elsewhere)["hangar.dev/run"] == "s1-r2"
 
 
 def test_the_run_key_secret_holds_a_fresh_key() -> None:
-    secret, key = run_key_secret(SESSION, "s1-r1")
+    secret, key = run_key_secret(SESSION, RUN)
     assert secret["metadata"]["name"] == "s1-r1-key" and owned_by_session(secret)
     assert base64.b64decode(secret["data"]["run-key"]).decode() == key and len(key) >= 32
     assert secret["metadata"]["labels"]["hangar.dev/run"] == "s1-r1"
-    assert run_key_secret(SESSION, "s1-r1")[1] != key
+    assert run_key_secret(SESSION, RUN)[1] != key
 
 
 def test_the_workspace_pvc() -> None:
@@ -95,8 +102,8 @@ def test_the_sandbox_pod() -> None:
             "resources": {"limits": {"cpu": "2"}},
         }
     )
-    pod = sandbox_pod(SESSION, env, "s1-r1", "s1-1", settings(), "gw:7443")
-    assert pod["metadata"]["name"] == "s1-1" and owned_by_session(pod)
+    pod = sandbox_pod(SESSION, env, RUN, settings(), "gw:7443")
+    assert pod["metadata"]["name"] == "s1-r1" and owned_by_session(pod)
     assert pod["metadata"]["labels"]["hangar.dev/run"] == "s1-r1"
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
@@ -126,7 +133,7 @@ def test_runtime_class_and_pod_overrides() -> None:
             },
         }
     )
-    pod = sandbox_pod(SESSION, env, "s1-r1", "s1-1", settings(runtime_class="gvisor"), "gw")
+    pod = sandbox_pod(SESSION, env, RUN, settings(runtime_class="gvisor"), "gw")
     assert pod["spec"]["runtimeClassName"] == "gvisor" and pod["spec"]["nodeSelector"] == {
         "pool": "sandboxes"
     }
@@ -135,9 +142,7 @@ def test_runtime_class_and_pod_overrides() -> None:
     assert c["resources"] == {"requests": {}, "limits": {"memory": "1Gi"}} and c["image"] == "img"
     env2 = env.model_copy(update={"runtime_class_name": "kata"})
     assert (
-        sandbox_pod(SESSION, env2, "r", "p", settings(runtime_class="gvisor"), "gw")["spec"][
-            "runtimeClassName"
-        ]
+        sandbox_pod(SESSION, env2, RUN, settings(runtime_class="gvisor"), "gw")["spec"]["runtimeClassName"]
         == "kata"
     )
 

@@ -11,8 +11,11 @@ from typing import Any
 
 from hangar.config import Settings
 from hangar.kube import Obj, owner_ref
+from hangar.models import labels as L
 from hangar.models.environment import EnvironmentSpec
 from hangar_driver.protocol import new_run_key
+
+from .runs import Run
 
 # Paths inside the sandbox container. The local pod runner maps these to local directories.
 DRIVER_DIR = "/opt/hangar/lib"
@@ -23,13 +26,11 @@ AGENT_HOME = "/home/agent"
 AGENT_UID = 1001
 DRIVER_UID = 1000
 
-PART_OF = {"app.kubernetes.io/part-of": "hangar"}
 
-
-def labels(session: str, run: str | None = None, component: str = "sandbox") -> dict[str, str]:
-    out = {**PART_OF, "app.kubernetes.io/component": component, "hangar.dev/session": session}
+def labels(session: str, run: Run | None = None, component: str = "sandbox") -> dict[str, str]:
+    out = {**L.part_of(), L.COMPONENT: component, L.SESSION: session}
     if run:
-        out["hangar.dev/run"] = run
+        out[L.RUN] = run.pod  # the namespace-local name: a label value holds at most 63 characters
     return out
 
 
@@ -37,14 +38,14 @@ def pvc_name(session: str) -> str:
     return f"{session}-workspace"
 
 
-def run_key_secret(session: Obj, run: str) -> tuple[Obj, str]:
+def run_key_secret(session: Obj, run: Run) -> tuple[Obj, str]:
     key = new_run_key()
     name = session["metadata"]["name"]
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": f"{run}-key",
+            "name": run.key_secret,
             "labels": labels(name, run, "run-key"),
             "ownerReferences": [owner_ref(session)],
         },
@@ -121,9 +122,7 @@ def mcp_servers_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
     return [{"name": "HANGAR_MCP_SERVERS", "value": json.dumps(servers, sort_keys=True)}]
 
 
-def sandbox_pod(
-    session: Obj, env: EnvironmentSpec, run: str, pod_name: str, settings: Settings, gateway: str
-) -> Obj:
+def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings, gateway: str) -> Obj:
     name = session["metadata"]["name"]
     spec = session["spec"]
     agent_env: list[dict[str, Any]] = [
@@ -138,7 +137,7 @@ def sandbox_pod(
             {"name": "PYTHONPATH", "value": DRIVER_DIR},
             {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
             {"name": "HANGAR_GATEWAY", "value": gateway},
-            {"name": "HANGAR_RUN_ID", "value": run},
+            {"name": "HANGAR_RUN_ID", "value": run.id},
             {"name": "HANGAR_SESSION", "value": name},
             {"name": "HANGAR_HARNESS", "value": spec.get("harness", "claude")},
             {"name": "HANGAR_RUN_KEY_FILE", "value": KEY_FILE},
@@ -174,9 +173,9 @@ def sandbox_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name,
+            "name": run.pod,
             "labels": labels(name, run),
-            "annotations": {"hangar.dev/run": run},
+            "annotations": {L.RUN: run.id},
             "ownerReferences": [owner_ref(session)],
         },
         "spec": {
@@ -197,7 +196,7 @@ def sandbox_pod(
             "volumes": [
                 {"name": "workspace", "persistentVolumeClaim": {"claimName": pvc_name(name)}},
                 {"name": "driver", "emptyDir": {}},
-                {"name": "run-key", "secret": {"secretName": f"{run}-key", "defaultMode": 0o400}},
+                {"name": "run-key", "secret": {"secretName": run.key_secret, "defaultMode": 0o400}},
             ],
         },
     }

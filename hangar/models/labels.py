@@ -1,0 +1,23 @@
+"""The label and annotation keys hangar puts on the objects it makes (one spelling for every process)."""
+
+from __future__ import annotations
+
+PART_OF = "app.kubernetes.io/part-of"
+COMPONENT = "app.kubernetes.io/component"
+SESSION = "hangar.dev/session"
+TURN = "hangar.dev/turn"
+RUN = "hangar.dev/run"
+JOB = "hangar.dev/job"
+ATTEMPT = "hangar.dev/attempt"
+CREATED_BY = "hangar.dev/created-by"
+SUBMITTER = "hangar.dev/submitter"
+
+HANGAR = "hangar"
+
+
+def part_of() -> dict[str, str]:
+    return {PART_OF: HANGAR}
+
+
+def session_selector(session: str) -> str:
+    return f"{SESSION}={session}"

@@ -1,0 +1,395 @@
+"""Tool approvals: the operator's side of the policy engine (``hangar.approvals``).
+
+The driver reports each permission prompt of the agent's CLI as a ``permission_request`` event. What happens
+depends on the turn's policy:
+
+- ``auto``: allowed at once, nothing recorded (the CLI runs with its checks off anyway).
+- ``deny-risky``: :func:`hangar.approvals.decide` answers at once. A denial, like every hand-back exemption,
+  is recorded as an ``Approval`` resolved by ``policy``; a call no rule flags is allowed and shows only as an
+  ``approval_decided`` event and in the metrics.
+- ``ask`` (and ``governed`` for what its rules flag): an ``Approval`` is created, ``Pending``, with a
+  deadline; it shows in the session's ``status.pendingApprovals``. A decision written to ``spec.decision``
+  (REST, CLI, ``kubectl patch``) reaches :meth:`Approvals.reconcile` and is delivered to the driver
+  (command ``answer-<approval>``, executed once). Unanswered at the deadline, it is denied (``timeout``).
+
+Lifecycle (``lifecycle.APPROVAL``): Pending → Allowed | Denied | Expired | Withdrawn, each move a
+compare-and-set on the resourceVersion (the REST API's decision is one too), so an approval is decided
+exactly once: by a person, the policy, the timeout, or withdrawn when the CLI takes its prompt back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from hangar.kube import ApiException, Kube, Obj
+from hangar.models import Approval, Session
+from hangar.models import labels as L
+from hangar.models.approval import APPROVAL_DONE
+from hangar.models.base import iso
+from hangar.models.environment import EnvironmentSpec
+
+from .. import metrics
+from ..context import Context, resource
+from ..lifecycle import APPROVAL, move
+from ..status import patch_status, with_conditions
+from .policy import (
+    WEB_TOOLS,
+    approval_name,
+    mcp_server_of,
+    resource_reader,
+    untrusted_source,
+)
+from .taint import Tainting
+
+log = logging.getLogger("hangar.operator.approvals")
+
+# The driver events this module applies besides permission_request.
+EVENTS = frozenset({"permission_cancelled", "tool_use", "tool_result", "command_result", "turn_ended"})
+
+
+class Approvals:
+    def __init__(self, ctx: Context, tainting: Tainting) -> None:
+        self.ctx = ctx
+        self.tainting = tainting
+        self.timers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # (run id, tool id) -> tool name, to know which tool a tool_result belongs to.
+        self.tools: dict[tuple[str, str], str] = {}
+        # Approvals whose answer this process sent: only the others are re-sent (after a restart).
+        self.sent: set[tuple[str, str]] = set()
+
+    def stop(self) -> None:
+        for t in self.timers.values():
+            t.cancel()
+        self.timers.clear()
+
+    # --- driver events (under the session's lock) ------------------------------------------------------
+    async def on_event(
+        self, ns: str, session: str, run: str, name: str, p: dict[str, Any], turn: str | None
+    ) -> None:
+        if name == "permission_cancelled" and turn:
+            rid = str(p.get("request_id") or "")
+            if rid:
+                await self._withdraw_one(ns, approval_name(run, rid), "the agent withdrew the request")
+        elif name == "tool_use":
+            tid, tool = str(p.get("id") or ""), str(p.get("tool") or "")
+            if tid and tool:
+                self.tools[(run, tid)] = resource_reader(tool, p.get("input")) or tool
+        elif name == "tool_result" and turn:
+            tool = self.tools.pop((run, str(p.get("id") or "")), "")
+            if tool and not p.get("is_error") and (tool in WEB_TOOLS or mcp_server_of(tool)):
+                why = untrusted_source(tool, await self.environment(ns, session))
+                if why:
+                    await self.tainting.taint(ns, session, turn, why)
+        elif name == "command_result" and p.get("op") == "answer":
+            cid = str(p.get("command_id") or "")
+            if cid.startswith("answer-ap-") and p.get("ok"):
+                await self._delivered(ns, cid[len("answer-") :])
+        elif name == "turn_ended" and turn:
+            await self.withdraw_turn(ns, turn, "the turn ended")
+            self.forget_run(run)
+
+    def forget_run(self, run: str) -> None:
+        for key in [k for k in self.tools if k[0] == run]:
+            del self.tools[key]
+
+    async def set_pending(
+        self,
+        kube: Kube,
+        session: str,
+        add: dict[str, Any] | None = None,
+        drop: str | None = None,
+        count: bool = False,
+    ) -> None:
+        """Add to or drop from the session's pendingApprovals (and count a new approval), in one patch."""
+        s_obj = await kube.get("sessions", session)
+        if s_obj is None:
+            return
+        st = Session.model_validate(s_obj).status
+        pending = [p.dump() for p in st.pending_approvals]
+        before = list(pending)
+        if drop:
+            pending = [x for x in pending if x.get("id") != drop]
+        if add and not any(x.get("id") == add["id"] for x in pending):
+            pending.append(add)
+        patch: dict[str, Any] = {}
+        if pending != before:
+            patch["pendingApprovals"] = pending
+        if count:
+            counters = st.counters.model_copy()
+            counters.approvals += 1
+            patch["counters"] = counters.dump()
+        if patch:
+            await patch_status(kube, "sessions", s_obj, patch)
+
+    async def _cas_status(self, kube: Kube, obj: Obj, status: dict[str, Any]) -> bool:
+        """Patch the Approval's status only if nothing changed it since ``obj`` was read."""
+        try:
+            await kube.patch_status(
+                "approvals",
+                obj["metadata"]["name"],
+                with_conditions("approvals", obj, status),
+                obj["metadata"]["resourceVersion"],
+            )
+            return True
+        except ApiException as e:
+            if e.status in (404, 409):
+                return False
+            raise
+
+    async def answer(
+        self, ns: str, run: str, name: str, request_id: str, decision: str, message: str | None
+    ) -> None:
+        body: dict[str, Any] = {"request_id": request_id, "decision": decision}
+        if message:
+            body["message"] = message
+        self.sent.add((ns, name))
+        await self.ctx.gateway.send(run, "answer", body, command_id=f"answer-{name}")
+
+    async def _delivered(self, ns: str, name: str) -> None:
+        self.sent.discard((ns, name))
+        kube = self.ctx.kube_in(ns)
+        obj = await kube.get("approvals", name)
+        if obj is None:
+            return
+        st = Approval.model_validate(obj).status
+        if st.delivered_at is None and st.phase in ("Allowed", "Denied", "Expired"):
+            await patch_status(kube, "approvals", obj, {"deliveredAt": iso()})
+
+    # --- decisions ----------------------------------------------------------------------------------------
+    async def reconcile(self, ns: str, name: str) -> None:
+        """Deliver a decision, expire, or re-arm the timer (a raw event, a timer, the listing at start-up)."""
+        obj = await self.ctx.kube_in(ns).get("approvals", name)
+        if obj is None:
+            self._disarm(ns, name)
+            return
+        session = Approval.model_validate(obj).spec.session
+        if not session:
+            return
+        async with self.ctx.lock(ns, session):
+            await self._reconcile(ns, session, name)
+
+    async def _reconcile(self, ns: str, session: str, name: str) -> None:
+        kube = self.ctx.kube_in(ns)
+        for _ in range(5):
+            obj = await kube.get("approvals", name)
+            if obj is None:
+                self._disarm(ns, name)
+                return
+            ap = Approval.model_validate(obj)
+            phase = ap.status.phase
+            if phase is None:
+                return  # not (yet) one the operator requested: nothing to deliver
+            if phase in APPROVAL_DONE:
+                self._disarm(ns, name)
+                if phase != "Withdrawn" and ap.status.delivered_at is None:
+                    await self._resend(ns, obj)
+                return
+            gone = await self._gone_reason(kube, session, ap)
+            if gone:
+                if await self._withdraw(ns, obj, gone):
+                    return
+                continue
+            if ap.spec.decision is not None:
+                by = ap.spec.decided_by or _manager(obj) or "unknown"
+                if await self._decide(ns, obj, ap.spec.decision, by, ap.spec.message, "person"):
+                    return
+                continue
+            deadline = ap.status.deadline
+            if deadline is not None and deadline <= datetime.now(UTC):
+                if await self._expire(ns, obj):
+                    return
+                continue
+            if deadline is not None:
+                self.arm(ns, name, session, deadline)
+            return
+
+    async def _gone_reason(self, kube: Kube, session: str, ap: Approval) -> str | None:
+        """Why a pending approval can no longer be answered (its sandbox is gone), or None."""
+        s_obj = await kube.get("sessions", session)
+        if s_obj is None:
+            return "the session is gone"
+        if Session.model_validate(s_obj).status.sandbox.run != ap.labels.get(L.RUN):
+            return "the sandbox that asked is gone"
+        return None  # a turn that ended withdrew its approvals when its turn_ended was applied
+
+    def _run_id(self, ns: str, ap: Approval) -> str:
+        run = self.ctx.run_of(ns, ap.labels.get(L.RUN))
+        return run.id if run else ""
+
+    async def _decide(
+        self, ns: str, obj: Obj, decision: str, by: str, message: str | None, resolver: str
+    ) -> bool:
+        ap = Approval.model_validate(obj)
+        now = datetime.now(UTC)
+        status: dict[str, Any] = {
+            "phase": move(APPROVAL, "Pending", "denied" if decision == "deny" else "allowed"),
+            "decision": decision,
+            "by": by,
+            "resolvedBy": resolver,
+            "decidedAt": iso(now),
+        }
+        if message:
+            status["message"] = message
+        if not await self._cas_status(self.ctx.kube_in(ns), obj, status):
+            return False
+        agent_message = None
+        if decision == "deny":
+            agent_message = message or f"Denied by {by} (approvals: {ap.spec.policy})"
+        await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, agent_message)
+        await self._resolved(ns, obj, decision, resolver, now)
+        return True
+
+    async def _expire(self, ns: str, obj: Obj) -> bool:
+        ap = Approval.model_validate(obj)
+        requested, deadline = ap.status.requested_at, ap.status.deadline
+        waited = int((deadline - requested).total_seconds()) if deadline and requested else 0
+        text = f"Denied by hangar: no decision within {waited} s (approvals: {ap.spec.policy})"
+        now = datetime.now(UTC)
+        status = {
+            "phase": move(APPROVAL, "Pending", "expired"),
+            "decision": "deny",
+            "by": "hangar",
+            "message": text,
+            "resolvedBy": "timeout",
+            "decidedAt": iso(now),
+        }
+        kube = self.ctx.kube_in(ns)
+        if not await self._cas_status(kube, obj, status):
+            return False
+        await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, "deny", text)
+        await self._resolved(ns, obj, "deny", "timeout", now)
+        await self.ctx.events.emit(kube, obj, "Warning", "ApprovalTimedOut", f"{ap.spec.tool}: {text}")
+        s_obj = await kube.get("sessions", ap.spec.session or "")
+        await self.ctx.events.emit(
+            kube, s_obj, "Warning", "ApprovalTimedOut", f"approval {ap.name} ({ap.spec.tool}): {text}"
+        )
+        return True
+
+    async def _resend(self, ns: str, obj: Obj) -> None:
+        """A decision recorded but not confirmed by the driver (an operator restart): send it again, with the
+        same command id, so the driver executes it once."""
+        ap = Approval.model_validate(obj)
+        if (ns, ap.name) in self.sent:
+            return
+        s_obj = await self.ctx.kube_in(ns).get("sessions", ap.spec.session or "")
+        run_pod = ap.labels.get(L.RUN)
+        if not run_pod or s_obj is None or Session.model_validate(s_obj).status.sandbox.run != run_pod:
+            return
+        decision = ap.status.decision or "deny"
+        message = ap.status.message if decision == "deny" else None
+        await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, message)
+
+    async def _resolved(self, ns: str, obj: Obj, decision: str, resolver: str, at: datetime) -> None:
+        ap = Approval.model_validate(obj)
+        session = ap.spec.session or ""
+        self._disarm(ns, ap.name)
+        await self.set_pending(self.ctx.kube_in(ns), session, drop=ap.name)
+        metrics.APPROVALS.labels(policy=ap.spec.policy, outcome=decision, resolver=resolver).inc()
+        if ap.status.requested_at is not None:
+            metrics.APPROVAL_PENDING_SECONDS.labels(resolver=resolver).observe(
+                max(0.0, (at - ap.status.requested_at).total_seconds())
+            )
+        person = resolver == "person"
+        await self.ctx.activity(
+            ns,
+            session,
+            "approval_decided",
+            {
+                "approval": ap.name,
+                "tool": ap.spec.tool,
+                "command": ap.spec.command,
+                "decision": decision,
+                "resolved_by": resolver,
+                "by": (ap.spec.decided_by or _manager(obj) or "unknown") if person else "hangar",
+                "message": ap.spec.message if person else ap.status.message,
+            },
+            ap.spec.turn,
+        )
+
+    # --- withdrawal ---------------------------------------------------------------------------------------
+    async def _withdraw(self, ns: str, obj: Obj, why: str) -> bool:
+        status = {"phase": move(APPROVAL, "Pending", "withdrawn"), "reason": why, "decidedAt": iso()}
+        if not await self._cas_status(self.ctx.kube_in(ns), obj, status):
+            return False
+        ap = Approval.model_validate(obj)
+        self._disarm(ns, ap.name)
+        await self.set_pending(self.ctx.kube_in(ns), ap.spec.session or "", drop=ap.name)
+        metrics.APPROVALS.labels(policy=ap.spec.policy, outcome="withdrawn", resolver="none").inc()
+        await self.ctx.activity(
+            ns,
+            ap.spec.session or "",
+            "approval_withdrawn",
+            {"approval": ap.name, "reason": why},
+            ap.spec.turn,
+        )
+        return True
+
+    async def _withdraw_one(self, ns: str, name: str, why: str) -> None:
+        for _ in range(5):
+            obj = await self.ctx.kube_in(ns).get("approvals", name)
+            if obj is None or Approval.model_validate(obj).status.phase != "Pending":
+                return
+            if await self._withdraw(ns, obj, why):
+                return
+
+    async def _withdraw_where(self, ns: str, selector: str, why: str) -> None:
+        for obj in await self.ctx.kube_in(ns).list("approvals", label_selector=selector):
+            if Approval.model_validate(obj).status.phase == "Pending":
+                await self._withdraw_one(ns, obj["metadata"]["name"], why)
+
+    async def withdraw_turn(self, ns: str, turn: str, why: str) -> None:
+        """Every approval of ``turn`` still pending is withdrawn (the turn ended, the sandbox went)."""
+        await self._withdraw_where(ns, f"{L.TURN}={turn}", why)
+
+    async def withdraw_run(self, ns: str, run_pod: str, why: str) -> None:
+        """Every approval the sandbox ``run_pod`` asked for and still pending is withdrawn (the sandbox went)."""
+        await self._withdraw_where(ns, f"{L.RUN}={run_pod}", why)
+
+    # --- timers -------------------------------------------------------------------------------------------
+    def arm(self, ns: str, name: str, session: str, deadline: datetime) -> None:
+        task = self.timers.get((ns, name))
+        if task is not None and not task.done():
+            return
+        self.timers[(ns, name)] = asyncio.create_task(self._timer(ns, name, session, deadline))
+
+    def _disarm(self, ns: str, name: str) -> None:
+        task = self.timers.pop((ns, name), None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _timer(self, ns: str, name: str, session: str, deadline: datetime) -> None:
+        delay = (deadline - datetime.now(UTC)).total_seconds()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if self.timers.get((ns, name)) is asyncio.current_task():
+            self.timers.pop((ns, name), None)  # so that the reconcile may arm a new one
+        backoff = 1.0
+        while True:
+            try:
+                async with self.ctx.lock(ns, session):
+                    await self._reconcile(ns, session, name)
+                return
+            except Exception:  # tried again: an approval past its deadline is never left pending
+                log.exception("expiring approval %s failed", name, extra=resource(ns, name))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    async def environment(self, ns: str, session: str) -> EnvironmentSpec | None:
+        kube = self.ctx.kube_in(ns)
+        s_obj = await kube.get("sessions", session)
+        if s_obj is None:
+            return None
+        env = await kube.get("environments", Session.model_validate(s_obj).spec.environment)
+        return EnvironmentSpec.model_validate(env["spec"]) if env else None
+
+
+def _manager(obj: Obj) -> str | None:
+    """Who set spec.decision when the writer didn't say (kubectl patch): the field manager."""
+    for entry in obj["metadata"].get("managedFields") or []:
+        fields = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if "f:decision" in fields and entry.get("manager"):
+            return f"{entry['manager']} (field manager)"
+    return None

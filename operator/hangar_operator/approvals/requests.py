@@ -1,0 +1,216 @@
+"""Permission requests: the turn's policy answers a tool call at once, or an Approval waits for a person.
+
+- ``auto``: allowed at once, nothing recorded (the CLI runs with its checks off anyway).
+- ``deny-risky``: :func:`hangar.approvals.decide` answers at once. A denial, like every hand-back exemption,
+  is recorded as an ``Approval`` resolved by ``policy``; a call no rule flags is allowed and shows only as
+  an ``approval_decided`` event and in the metrics (an Approval per harmless call would flood the apiserver).
+- ``ask`` (and ``governed`` for what its rules flag): an ``Approval`` is created, ``Pending``, with a
+  deadline; the Approval controller (``controller.py``) delivers its decision or expires it.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hangar.approvals import Policy, ToolCall, Verdict, args_hash, decide
+from hangar.approvals import shell_command as call_command
+from hangar.kube import ApiException, Kube, Obj, owner_ref
+from hangar.models import API_VERSION, Approval, Session, Turn
+from hangar.models import labels as L
+from hangar.models.base import iso
+from hangar.models.environment import EnvironmentSpec
+
+from .. import metrics
+from ..context import Context
+from ..lifecycle import APPROVAL, move
+from ..status import patch_status
+from .controller import Approvals
+from .policy import AGENT_HOME, approval_name, shown_command
+
+
+class PermissionRequests:
+    def __init__(self, ctx: Context, approvals: Approvals) -> None:
+        self.ctx = ctx
+        self.approvals = approvals
+
+    async def on_permission(self, ns: str, session: str, turn_name: str, p: dict[str, Any]) -> None:
+        """The turn's approvals policy answers, or a person does."""
+        started = time.perf_counter()
+        kube = self.ctx.kube_in(ns)
+        t_obj, s_obj = await kube.get("turns", turn_name), await kube.get("sessions", session)
+        if t_obj is None or s_obj is None:
+            return
+        turn, s = Turn.model_validate(t_obj), Session.model_validate(s_obj)
+        run = self.ctx.run_of(ns, s.status.sandbox.run)
+        request_id = str(p.get("request_id") or "")
+        if run is None or not request_id:
+            return
+        name = approval_name(run.id, request_id)
+        policy: Policy = turn.status.policy or "auto"
+        if policy == "auto":
+            await self.approvals.answer(ns, run.id, name, request_id, "allow", None)
+            return
+        tool = str(p.get("tool") or "")
+        raw_input, raw_command = p.get("input"), p.get("command")
+        tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
+        tainted = turn.status.taint.tainted or s.status.taint.tainted
+        env = await self.approvals.environment(ns, session)
+        call = ToolCall(
+            tool=tool,
+            input=tool_input,
+            command=raw_command if isinstance(raw_command, str) else None,
+            cwd=str(p.get("cwd") or "/workspace"),
+            home=str(p.get("home") or AGENT_HOME),
+            hangar_io=str(p.get("io") or ""),
+            tainted=tainted,
+        )
+        write_tools = {k: v.write_tools for k, v in (env.mcp if env else {}).items() if v.write_tools}
+        verdict = decide(policy, call, mcp_write_tools=write_tools)
+        command = shown_command(tool, tool_input, call_command(call))
+        record: dict[str, Any] = {
+            "session": session,
+            "turn": turn_name,
+            "requestId": request_id,
+            "tool": tool,
+            "command": command,
+            "argsHash": args_hash(tool, tool_input),
+            "policy": policy,
+            "tainted": tainted,
+            "why": verdict.reason,
+            "rule": verdict.rule,
+            "governed": verdict.governed,
+        }
+        if verdict.decision in ("allow", "deny"):
+            # hangar answers at once: the agent waits on this, the records come after.
+            decision = verdict.decision
+            await self.approvals.answer(
+                ns, run.id, name, request_id, decision, verdict.reason if decision == "deny" else None
+            )
+            metrics.APPROVAL_DECISION_SECONDS.observe(time.perf_counter() - started)
+            keep = verdict.rule == "handback" or decision == "deny"
+            if keep:
+                await self._record_resolved(kube, s_obj, run.pod, name, record, verdict)
+            metrics.APPROVALS.labels(policy=policy, outcome=decision, resolver="policy").inc()
+            await self.ctx.activity(
+                ns,
+                session,
+                "approval_decided",
+                {
+                    "approval": name if keep else None,
+                    "tool": tool,
+                    "command": command,
+                    "decision": decision,
+                    "rule": verdict.rule,
+                    "reason": verdict.reason,
+                    "resolved_by": "policy",
+                    "tainted": tainted,
+                },
+                turn_name,
+            )
+            return
+        await self._request(ns, s_obj, env, run.pod, name, record, verdict)
+
+    # --- records ----------------------------------------------------------------------------------------
+    def body(self, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "Approval",
+            "metadata": {
+                "name": name,
+                "labels": {L.SESSION: spec["session"], L.TURN: spec["turn"], L.RUN: run_pod, **L.part_of()},
+                "ownerReferences": [owner_ref(s_obj)],
+            },
+            "spec": spec,
+        }
+
+    async def create(self, kube: Kube, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
+        try:
+            return await kube.create("approvals", self.body(s_obj, run_pod, name, spec))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            existing = await kube.get("approvals", name)
+            if existing is None:
+                raise
+            return existing
+
+    async def _record_resolved(
+        self, kube: Kube, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any], v: Verdict
+    ) -> None:
+        obj = await self.create(kube, s_obj, run_pod, name, spec)
+        if Approval.model_validate(obj).status.phase is not None:
+            return
+        now = iso()
+        event = "policy_allowed" if v.decision == "allow" else "policy_denied"
+        await patch_status(
+            kube,
+            "approvals",
+            obj,
+            {
+                "phase": move(APPROVAL, None, event),
+                "decision": v.decision,
+                "by": "hangar",
+                "message": v.reason,
+                "resolvedBy": "policy",
+                "requestedAt": now,
+                "decidedAt": now,
+                "reason": v.reason,
+            },
+        )
+        await self.approvals.set_pending(kube, spec["session"], count=True)
+
+    async def _request(
+        self,
+        ns: str,
+        s_obj: Obj,
+        env: EnvironmentSpec | None,
+        run_pod: str,
+        name: str,
+        spec: dict[str, Any],
+        v: Verdict,
+    ) -> None:
+        kube = self.ctx.kube_in(ns)
+        session = spec["session"]
+        obj = await self.create(kube, s_obj, run_pod, name, spec)
+        if Approval.model_validate(obj).status.phase is not None:
+            return  # the event was applied before (an operator restart): nothing to do twice
+        timeout = (env.approval_timeout_seconds if env else None) or self.ctx.settings.approval_timeout
+        now = datetime.now(UTC)
+        deadline = now + timedelta(seconds=timeout)
+        await patch_status(
+            kube,
+            "approvals",
+            obj,
+            {
+                "phase": move(APPROVAL, None, "requested"),
+                "requestedAt": iso(now),
+                "deadline": iso(deadline),
+                "reason": v.reason,
+            },
+        )
+        await self.approvals.set_pending(
+            kube,
+            session,
+            add={"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]},
+            count=True,
+        )
+        await self.ctx.activity(
+            ns,
+            session,
+            "approval_request",
+            {
+                "approval": name,
+                "tool": spec["tool"],
+                "command": spec["command"],
+                "why": v.reason,
+                "rule": v.rule,
+                "policy": spec["policy"],
+                "tainted": spec["tainted"],
+                "governed": v.governed,
+                "deadline": iso(deadline),
+            },
+            spec["turn"],
+        )
+        self.approvals.arm(ns, name, session, deadline)

@@ -1,0 +1,69 @@
+"""What every controller shares, passed in (kopf's ``memo``), never reached through a module global."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from hangar.config import Settings
+from hangar.kube import Kube
+from hangar.store import Database
+
+from . import runs
+from .gateway import Gateway
+from .k8s_events import Recorder
+
+log = logging.getLogger("hangar.operator")
+
+
+@dataclass
+class Context:
+    kube: Kube  # the home namespace's; ``kube_in`` acts in another
+    db: Database
+    settings: Settings
+    gateway: Gateway
+    events: Recorder
+    # One lock per (namespace, session): every change to a session, its sandbox, turns and approvals.
+    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    # Run keys of the sandboxes this process started or verified (by run id); dropped on release.
+    run_keys: dict[str, bytes] = field(default_factory=dict)
+    slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    gateway_port: int = 0
+
+    @property
+    def home(self) -> str:
+        return self.settings.namespace
+
+    def kube_in(self, namespace: str) -> Kube:
+        return self.kube.scoped(namespace)
+
+    def lock(self, namespace: str, session: str) -> asyncio.Lock:
+        return self.locks.setdefault((namespace, session), asyncio.Lock())
+
+    def drop_lock(self, namespace: str, session: str) -> None:
+        self.locks.pop((namespace, session), None)
+
+    def gateway_address(self) -> str:
+        return self.settings.gateway_address or f"127.0.0.1:{self.gateway_port}"
+
+    def scope(self, kind: str, namespace: str, name: str) -> str:
+        return runs.scope(self.home, kind, namespace, name)
+
+    def run(self, namespace: str, session: str, n: int) -> runs.Run:
+        return runs.make_run(self.home, namespace, session, n)
+
+    def run_of(self, namespace: str, pod: str | None) -> runs.Run | None:
+        return runs.run_of_pod(self.home, namespace, pod) if pod else None
+
+    async def activity(
+        self, namespace: str, session: str, kind: str, payload: dict[str, Any], turn: str | None = None
+    ) -> None:
+        """An activity event of a session (what the api's event stream shows)."""
+        await self.db.append_event(self.scope("session", namespace, session), kind, payload, turn)
+
+
+def resource(namespace: str, name: str) -> dict[str, str]:
+    """The ``extra`` of a log record about one resource (the JSON log formatter shows it)."""
+    return {"resource": f"{namespace}/{name}"}

@@ -1,0 +1,63 @@
+"""Nothing dropped: a raw kopf event handler that fails is retried with backoff, keyed by object.
+
+kopf retries its own change handlers, but a failure in a raw ``@kopf.on.event`` handler is logged and
+forgotten. Each such handler hands its work here as ``(key, work)``: the work runs now; if it raises it runs
+again after 1, 2, 4 … 60 s until it succeeds. The work re-reads the object (every reconcile is idempotent),
+so a newer event for the same key replaces a waiting retry instead of queueing a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("hangar.operator.retry")
+
+Work = Callable[[], Awaitable[None]]
+FIRST_DELAY = 1.0
+MAX_DELAY = 60.0
+
+
+class Retrier:
+    def __init__(self, first_delay: float = FIRST_DELAY, max_delay: float = MAX_DELAY) -> None:
+        self.first_delay = first_delay
+        self.max_delay = max_delay
+        self.waiting: dict[str, asyncio.Task[None]] = {}
+        self.failures = 0
+
+    async def run(self, key: str, work: Work) -> None:
+        """Run ``work`` now; on failure keep retrying it in the background (a newer call for ``key`` wins)."""
+        old = self.waiting.pop(key, None)
+        if old is not None:
+            old.cancel()
+        try:
+            await work()
+        except Exception:
+            self.failures += 1
+            log.exception(
+                "handling %s failed: retrying in %.0f s", key, self.first_delay, extra={"resource": key}
+            )
+            self.waiting[key] = asyncio.create_task(self._retry(key, work))
+
+    async def _retry(self, key: str, work: Work) -> None:
+        delay = self.first_delay
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await work()
+            except Exception:
+                self.failures += 1
+                delay = min(delay * 2, self.max_delay)
+                log.exception(
+                    "handling %s failed again: retrying in %.0f s", key, delay, extra={"resource": key}
+                )
+                continue
+            if self.waiting.get(key) is asyncio.current_task():
+                del self.waiting[key]
+            return
+
+    def stop(self) -> None:
+        for task in self.waiting.values():
+            task.cancel()
+        self.waiting.clear()

@@ -1,0 +1,152 @@
+"""The driver-event router: the gateway's callbacks, each event handed to the controller it concerns.
+
+A signed driver event is applied (idempotently, under its session's lock) and only then recorded under
+``(run, seq)``; the gateway acknowledges it after that, so a resend after a crash is applied once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hangar.models import Session
+
+from . import metrics
+from .approvals.controller import EVENTS as APPROVAL_EVENTS
+from .approvals.controller import Approvals
+from .approvals.requests import PermissionRequests
+from .context import Context, resource
+from .runs import Run, parse_run
+from .sandboxes import Sandboxes
+from .sessions import Sessions
+from .status import patch_status
+from .turns.outcomes import TurnOutcomes
+from .turns.steering import EVENTS as STEERING_EVENTS
+from .turns.steering import Steering
+
+log = logging.getLogger("hangar.operator.router")
+
+# Activity the users see; the rest of the driver's events only move resources.
+SHOWN = frozenset(
+    {
+        "text",
+        "tool_use",
+        "tool_result",
+        "permission_request",
+        "permission_cancelled",
+        "steer",
+        "turn_started",
+        "turn_ended",
+        "handback",
+        "log",
+        "driver_ready",
+    }
+)
+# After these the session may have a next step to take (a queued turn to start).
+RECONCILE_AFTER = frozenset({"turn_ended", "steer", "driver_ready"})
+
+
+class Router:
+    def __init__(
+        self,
+        ctx: Context,
+        sessions: Sessions,
+        sandboxes: Sandboxes,
+        outcomes: TurnOutcomes,
+        steering: Steering,
+        approvals: Approvals,
+        requests: PermissionRequests,
+    ) -> None:
+        self.ctx = ctx
+        self.sessions = sessions
+        self.sandboxes = sandboxes
+        self.outcomes = outcomes
+        self.steering = steering
+        self.approvals = approvals
+        self.requests = requests
+
+    def _run(self, run_id: str) -> Run | None:
+        run = parse_run(self.ctx.home, run_id)
+        return run if run and run.namespace in self.ctx.settings.watch_namespaces else None
+
+    async def key_for_run(self, run_id: str) -> bytes | None:
+        return await self.sandboxes.key_for_run(run_id)
+
+    async def on_rejected(self, who: str, reason: str) -> None:
+        metrics.DRIVER_REJECTED.labels(reason=reason.split(":")[0][:40]).inc()
+        log.warning("driver message refused from %s: %s", who, reason)
+        await self.ctx.db.audit("gateway", "driver.rejected", who, reason=reason)
+        run = self._run(who)
+        if run:
+            await self.ctx.activity(run.namespace, run.session, "driver_rejected", {"reason": reason})
+
+    async def on_connect(self, run_id: str, hello: dict[str, Any]) -> None:
+        run = self._run(run_id)
+        if run is None:
+            return
+        async with self.ctx.lock(run.namespace, run.session):
+            if not await self.sandboxes.connected(run.namespace, run.session, run.pod, hello):
+                return
+        await self.ctx.activity(
+            run.namespace,
+            run.session,
+            "driver_connected",
+            {"run": run.pod, "driver": hello.get("driver_version", ""), "pid": hello.get("pid")},
+        )
+        await self.sessions.reconcile(run.namespace, run.session)
+
+    async def on_disconnect(self, run_id: str) -> None:
+        run = self._run(run_id)
+        if run is None:
+            return
+        async with self.ctx.lock(run.namespace, run.session):
+            await self.sandboxes.disconnected(run.namespace, run.session, run.pod)
+
+    async def on_event(self, run_id: str, seq: int, name: str, payload: dict[str, Any]) -> None:
+        """A signed driver event: apply its effect (idempotent), then record it once. Raising = no ack."""
+        run = self._run(run_id)
+        if run is None:
+            return
+        if await self.ctx.db.driver_acked(run_id) >= seq:
+            return
+        ns, session = run.namespace, run.session
+        turn = payload.get("turn") if isinstance(payload.get("turn"), str) else None
+        async with self.ctx.lock(ns, session):
+            turn = turn or await self._current_turn(ns, session)
+            await self._apply(run, name, payload, turn)
+        if name in SHOWN:
+            await self.ctx.db.record_driver_event(
+                run_id, seq, self.ctx.scope("session", ns, session), name, payload, turn
+            )
+        else:
+            await self.ctx.db.mark_driver_event(run_id, seq)
+        if name in RECONCILE_AFTER or (name == "command_result" and payload.get("op") == "start_turn"):
+            await self.sessions.reconcile(ns, session)
+
+    async def _current_turn(self, ns: str, session: str) -> str | None:
+        s_obj = await self.ctx.kube_in(ns).get("sessions", session)
+        return Session.model_validate(s_obj).status.current_turn if s_obj else None
+
+    async def _apply(self, run: Run, name: str, p: dict[str, Any], turn: str | None) -> None:
+        ns, session = run.namespace, run.session
+        if name in APPROVAL_EVENTS:
+            await self.approvals.on_event(ns, session, run.id, name, p, turn)
+        if name in STEERING_EVENTS:
+            await self.steering.on_event(ns, session, name, p, turn)
+        if name == "conversation" and p.get("id"):
+            kube = self.ctx.kube_in(ns)
+            s_obj = await kube.get("sessions", session)
+            if s_obj is not None:
+                await patch_status(kube, "sessions", s_obj, {"conversation": str(p["id"])})
+        elif name == "usage" and turn:
+            await self.outcomes.usage(ns, turn, p)
+        elif name == "turn_ended" and turn:
+            await self.outcomes.turn_ended(ns, session, turn, p)
+        elif name == "handback" and turn:
+            await self.outcomes.handback(ns, turn, p)
+        elif name == "permission_request" and turn:
+            await self.requests.on_permission(ns, session, turn, p)
+        elif name == "command_result" and turn and p.get("op") == "start_turn" and not p.get("ok"):
+            await self.outcomes.start_refused(ns, session, turn, p)
+        elif name == "turn_started" and turn:
+            log.info("turn %s started", turn, extra=resource(ns, session))

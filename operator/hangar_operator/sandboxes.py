@@ -1,0 +1,280 @@
+"""The sandbox manager: a session's sandbox run from slot to release, and what its pod's end means.
+
+A run is the Secret ``<session>-r<n>-key`` (its run key), the workspace PVC ``<session>-workspace`` (kept
+across runs) and the Pod ``<session>-r<n>``, all in the session's namespace. ``HANGAR_MAX_SANDBOXES`` runs
+at once across every namespace the operator serves; a session past that waits in ``Pending``.
+Releasing a run deletes its pod and key, withdraws its pending approvals and drops the gateway's per-run
+state, so a run key that is gone can no longer say hello.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hangar.kube import Obj
+from hangar.models import Session, Turn
+from hangar.models import labels as L
+from hangar.models.base import iso
+from hangar.models.environment import EnvironmentSpec
+
+from . import metrics
+from .approvals.controller import Approvals
+from .context import Context
+from .lifecycle import SESSION, can, move
+from .runs import parse_run
+from .sandbox_objects import run_key_secret, sandbox_pod, workspace_pvc
+from .status import patch_status
+from .turns.ending import failed
+from .turns.outcomes import TurnOutcomes
+
+log = logging.getLogger("hangar.operator.sandboxes")
+
+# (namespace, session): look at the session again (its sandbox changed).
+Reconcile = Callable[[str, str], Awaitable[None]]
+
+
+class Sandboxes:
+    def __init__(self, ctx: Context, outcomes: TurnOutcomes, approvals: Approvals) -> None:
+        self.ctx = ctx
+        self.outcomes = outcomes
+        self.approvals = approvals
+        self.reconcile_session: Reconcile | None = None
+
+    # --- the gateway's view -----------------------------------------------------------------------------
+    async def key_for_run(self, run_id: str) -> bytes | None:
+        if run_id in self.ctx.run_keys:
+            return self.ctx.run_keys[run_id]
+        run = parse_run(self.ctx.home, run_id)
+        if run is None or run.namespace not in self.ctx.settings.watch_namespaces:
+            return None
+        kube = self.ctx.kube_in(run.namespace)
+        s_obj = await kube.get("sessions", run.session)
+        if s_obj is None or Session.model_validate(s_obj).status.sandbox.run != run.pod:
+            return None  # a driver of a sandbox this session no longer has
+        secret = await kube.get_core("secrets", run.key_secret)
+        data = ((secret or {}).get("data") or {}).get("run-key")
+        if not data:
+            return None
+        self.ctx.run_keys[run_id] = base64.b64decode(data)
+        return self.ctx.run_keys[run_id]
+
+    async def connected(self, ns: str, session: str, run_pod: str, hello: dict[str, Any]) -> bool:
+        """The run's driver said hello: the session is ready for turns. Caller holds the session's lock."""
+        kube = self.ctx.kube_in(ns)
+        s_obj = await kube.get("sessions", session)
+        if s_obj is None:
+            return False
+        st = Session.model_validate(s_obj).status
+        if st.sandbox.run != run_pod:
+            return False
+        patch: dict[str, Any] = {"sandbox": {"connected": True}}
+        first = st.phase == "Starting"
+        if first:
+            patch.update(phase=move(SESSION, st.phase, "connected"), reason="", message="sandbox connected")
+            if st.sandbox.started_at is not None:
+                metrics.SANDBOX_CONNECT.observe(max(0.0, time.time() - st.sandbox.started_at.timestamp()))
+        written = await patch_status(kube, "sessions", s_obj, patch)
+        if first:
+            driver = hello.get("driver_version", "")
+            await self.ctx.events.emit(
+                kube, written, "Normal", "SandboxConnected", f"sandbox {run_pod} connected (driver {driver})"
+            )
+        return True
+
+    async def disconnected(self, ns: str, session: str, run_pod: str) -> None:
+        kube = self.ctx.kube_in(ns)
+        s_obj = await kube.get("sessions", session)
+        if s_obj and Session.model_validate(s_obj).status.sandbox.run == run_pod:
+            await patch_status(kube, "sessions", s_obj, {"sandbox": {"connected": False}})
+
+    # --- slots and starting -----------------------------------------------------------------------------
+    async def in_use(self, ns: str, name: str) -> int:
+        """Sandbox slots held now, across every namespace served, besides ``name``'s own."""
+        n = 0
+        for watched in self.ctx.settings.watch_namespaces:
+            for x in await self.ctx.kube_in(watched).list("sessions"):
+                other = Session.model_validate(x)
+                if other.status.sandbox.pod and (watched, other.name) != (ns, name):
+                    n += 1
+        return n
+
+    async def start(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> None:
+        """Start the session's next run, or wait (Pending, NoSandboxSlot) while every slot is taken."""
+        kube = self.ctx.kube_in(ns)
+        s = Session.model_validate(s_obj)
+        name, st = s.name, s.status
+        async with self.ctx.slot_lock:
+            in_use = await self.in_use(ns, name)
+            limit = self.ctx.settings.max_sandboxes
+            if in_use >= limit:
+                msg = f"waiting for a sandbox slot ({in_use} of {limit} in use)"
+                if st.reason != "NoSandboxSlot":  # once per wait: the Event, and the status's first word
+                    await self.ctx.events.emit(kube, s_obj, "Normal", "WaitingForSlot", msg)
+                if st.message != msg:
+                    phase = move(SESSION, st.phase, "wait")
+                    await patch_status(
+                        kube, "sessions", s_obj, {"phase": phase, "reason": "NoSandboxSlot", "message": msg}
+                    )
+                return
+            n = st.counters.sandboxes + 1
+            run = self.ctx.run(ns, name, n)
+            secret, key = run_key_secret(s_obj, run)
+            if await kube.create_core("secrets", secret):
+                self.ctx.run_keys[run.id] = key.encode()
+            # (an earlier attempt made it: its key is read on the driver's hello)
+            # A fork's volume exists already: it was cloned when the fork was recorded.
+            await kube.create_core("persistentvolumeclaims", workspace_pvc(s_obj, self.ctx.settings))
+            await kube.create_core(
+                "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
+            )
+            counters = st.counters.model_copy()
+            counters.sandboxes = n
+            written = await patch_status(
+                kube,
+                "sessions",
+                s_obj,
+                {
+                    "phase": move(SESSION, st.phase, "sandbox_created"),
+                    "reason": "",
+                    "message": f"starting sandbox {run.pod}",
+                    "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
+                    "counters": counters.dump(),
+                },
+            )
+            metrics.SANDBOXES_STARTED.inc()
+        await self.ctx.activity(ns, name, "sandbox_starting", {"pod": run.pod})
+        await self.ctx.events.emit(
+            kube, written, "Normal", "SandboxStarted", f"started sandbox pod {run.pod}"
+        )
+
+    # --- releasing --------------------------------------------------------------------------------------
+    async def release(self, ns: str, name: str, why: str, event: str = "sandbox_released") -> None:
+        """Deletes the sandbox pod and its run key; the workspace volume (and the conversation) stays.
+        Caller holds the session's lock."""
+        kube = self.ctx.kube_in(ns)
+        s_obj = await kube.get("sessions", name)
+        if s_obj is None:
+            return
+        st = Session.model_validate(s_obj).status
+        pod = st.sandbox.pod
+        run = self.ctx.run_of(ns, st.sandbox.run)
+        if pod:
+            await kube.delete_core("pods", pod, grace_period_seconds=0)
+        if run:
+            self.ctx.run_keys.pop(run.id, None)
+            await kube.delete_core("secrets", run.key_secret)
+        phase = move(SESSION, st.phase, event) if can(SESSION, st.phase, event) else st.phase
+        await patch_status(
+            kube,
+            "sessions",
+            s_obj,
+            {
+                "phase": phase,
+                "message": why,
+                "currentTurn": None,
+                "sandbox": {"pod": None, "run": None, "connected": False, "startedAt": None},
+            },
+        )
+        await self.ctx.activity(ns, name, "sandbox_released", {"pod": pod, "reason": why})
+        if run:
+            await self.approvals.withdraw_run(ns, run.pod, f"the sandbox was released: {why}")
+            self.approvals.forget_run(run.id)
+            # Per-run state goes with the run: its queued commands, its connection, its acked seq.
+            self.ctx.gateway.forget(run.id)
+
+    async def pod_gone(
+        self, ns: str, session: str, run_pod: str, pod_name: str, why: str, pod: Obj | None = None
+    ) -> None:
+        """The sandbox pod was deleted or ended: fail the running turn, free the slot; the next turn restarts."""
+        kube = self.ctx.kube_in(ns)
+        async with self.ctx.lock(ns, session):
+            s_obj = await kube.get("sessions", session)
+            if s_obj is None:
+                return
+            st = Session.model_validate(s_obj).status
+            if st.sandbox.run != run_pod:
+                return
+            lost = f"sandbox pod {pod_name} {why}"
+            for obj in await kube.list("turns", label_selector=L.session_selector(session)):
+                turn = Turn.model_validate(obj)
+                if turn.status.run != run_pod:
+                    continue
+                if turn.status.phase == "Running" and not await self.ctx.db.has_event(
+                    self.ctx.scope("session", ns, session), turn.name, "turn_started"
+                ):
+                    # start_turn went to a sandbox on its way out (a queued steer's turn, say): the agent never
+                    # had it. Run it in the next sandbox rather than fail it.
+                    await self.outcomes.requeue(
+                        ns, session, obj, f"{lost} before the turn started", {"reason": ""}
+                    )
+                    continue
+                if turn.status.phase == "Running":
+                    ending = failed("sandbox_lost", lost)
+                    ending.lost, ending.interrupts, ending.interrupt_reason = lost, "killed", lost
+                    await self.outcomes.finish(ns, session, obj, ending)
+                elif turn.status.phase == "Failed" and lost not in turn.status.reason:
+                    # The driver saw its CLI die as the pod went: say why it died.
+                    reason = f"{lost}: {turn.status.reason}".rstrip(": ")
+                    await patch_status(kube, "turns", obj, {"reason": reason[:2000]})
+            if st.phase == "Starting" and why != "was deleted":
+                await self.never_connected(ns, session, pod, lost)
+            await self.release(ns, session, lost)
+            await self.ctx.events.emit(kube, s_obj, "Warning", "SandboxLost", lost)
+        if self.reconcile_session is not None:
+            await self.reconcile_session(ns, session)
+
+    async def never_connected(self, ns: str, session: str, pod: Obj | None, lost: str) -> None:
+        """A sandbox whose driver never connected can run no turn: fail the first queued turn with why,
+        instead of starting sandbox after sandbox for it. The usual cause is an image without python3 3.8+."""
+        detail = ""
+        for cs in (((pod or {}).get("status") or {}).get("containerStatuses")) or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if cs.get("name") == "sandbox" and term:
+                detail = f" (exit {term.get('exitCode')}"
+                detail += f": {term['message']})" if term.get("message") else ")"
+        kube = self.ctx.kube_in(ns)
+        queued = sorted(
+            (
+                Turn.model_validate(t)
+                for t in await kube.list("turns", label_selector=L.session_selector(session))
+            ),
+            key=lambda t: t.spec.index,
+        )
+        first = next((t for t in queued if t.status.phase == "Queued"), None)
+        if first is None:
+            return
+        reason = (
+            f"the sandbox never connected: {lost}{detail}. hangar's driver runs on the environment image's "
+            "python3, which must be 3.8 or later, with ctypes"
+        )
+        obj = await kube.get("turns", first.name)
+        if obj is not None:
+            await self.outcomes.finish(ns, session, obj, failed("refused", reason))
+
+    async def check(self, ns: str, name: str) -> None:
+        """After a restart, or periodically: a sandbox whose pod is gone, ended or never connected is released."""
+        kube = self.ctx.kube_in(ns)
+        s_obj = await kube.get("sessions", name)
+        if s_obj is None:
+            return
+        st = Session.model_validate(s_obj).status
+        pod_name, run_pod = st.sandbox.pod, st.sandbox.run
+        if not pod_name or not run_pod:
+            return
+        pod = await kube.get_core("pods", pod_name)
+        if pod is None:
+            await self.pod_gone(ns, name, run_pod, pod_name, "was deleted")
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Failed", "Succeeded"):
+            await self.pod_gone(ns, name, run_pod, pod_name, f"ended ({phase})", pod)
+        elif st.phase == "Starting" and st.sandbox.started_at is not None:
+            if time.time() - st.sandbox.started_at.timestamp() > self.ctx.settings.connect_timeout:
+                timeout = self.ctx.settings.connect_timeout
+                await self.pod_gone(
+                    ns, name, run_pod, pod_name, f"did not connect within {timeout:.0f}s", pod
+                )

@@ -1,0 +1,1 @@
+"""The Turn controller: starting, steering, interrupting and ending turns."""

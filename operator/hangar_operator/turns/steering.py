@@ -1,0 +1,487 @@
+"""Steering a running turn: steers, withdrawals, interrupts and their classes (the operator's side).
+
+People write requests into the Turn's spec (REST, the CLI, ``kubectl patch``: the same path); this module
+delivers them to the sandbox's driver and records what happened in the Turn's status, under the session's
+lock ([steering.md](../../../docs/steering.md) says what each status means).
+
+- A new steer on a running turn becomes ``sending`` and goes to the driver (command ``steer-<turn>-<id>``).
+  The driver reports its fate once: ``delivered`` (the CLI has it in this turn) or ``queued`` (the turn ended
+  first: it starts the next Turn, ``nextTurn``). A steer on a turn that has ended is ``queued`` at once; one
+  on a one-shot harness is ``refused``.
+- ``withdrawn: true`` in spec: not yet sent → ``cancelled`` here; sent → the driver's ``withdraw`` command
+  arbitrates (``withdraw-<turn>-<id>``): withdrawn (``cancelled``) or ``too_late`` (its ``steer`` event
+  brings delivered or queued). Never both.
+- An interrupt is sent (``interrupt-<turn>-<id>``) and a deadline armed; a signed ``turn_ended`` or
+  ``interrupted`` confirms it, else the run is killed (``deadlines.py``, ``ending.py``).
+- A class set in spec is mirrored into the status record and counted.
+
+What a turn's end does to its requests is in ``ending.py``: one write with the phase.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from hangar.kube import Kube, Obj
+from hangar.models import LIVE_HARNESSES, Session, Turn
+from hangar.models.labels import session_selector
+from hangar.models.turn import InterruptRequest, InterruptState, Steer, SteerState
+from hangar.turns import create_turn, turn_index
+
+from .. import metrics
+from ..context import Context, resource
+from ..status import patch_status
+from .deadlines import Deadlines
+
+log = logging.getLogger("hangar.operator.steering")
+
+# The driver events this module applies.
+EVENTS = frozenset({"steer", "interrupted", "command_result"})
+SHOWN_CHARS = 300
+Shown = dict[str, Any]
+
+
+def one_shot_reason(harness: str) -> str:
+    return (
+        f"{harness} cannot be steered: it runs one-shot, so a message can't reach a running turn. "
+        "Send it to start the next turn, or interrupt the run"
+    )
+
+
+def steer_command(turn: str, steer_id: str) -> str:
+    return f"steer-{turn}-{steer_id}"
+
+
+def withdraw_command(turn: str, steer_id: str) -> str:
+    return f"withdraw-{turn}-{steer_id}"
+
+
+def interrupt_command(turn: str, interrupt_id: str) -> str:
+    return f"interrupt-{turn}-{interrupt_id}"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
+def _class_changed(req: Steer | InterruptRequest, state: SteerState | InterruptState) -> bool:
+    if req.klass == "unclassified" and not req.classified_by:
+        return False
+    return not (
+        state.klass == req.klass and (req.classified_at is None or state.classified_at == req.classified_at)
+    )
+
+
+class Steering:
+    def __init__(self, ctx: Context, deadlines: Deadlines) -> None:
+        self.ctx = ctx
+        self.deadlines = deadlines
+        # Command ids this process has queued on the gateway (its queue lives in memory only: after an
+        # operator restart, what the resources show as sent is sent again, with the same ids).
+        self.sent: set[tuple[str, str]] = set()
+
+    def forget_sent(self, namespace: str, turn: str) -> None:
+        """The turn will run again in another sandbox: what was sent for it is sent again there."""
+        prefixes = tuple(f"{p}-{turn}-" for p in ("steer", "withdraw", "interrupt"))
+        self.sent = {x for x in self.sent if not (x[0] == namespace and x[1].startswith(prefixes))}
+        self.deadlines.cancel(namespace, turn)
+
+    def next_turn_maker(self, kube: Kube, owner: str) -> Callable[[Steer | InterruptRequest], Awaitable[str]]:
+        async def make(req: Steer | InterruptRequest) -> str:
+            return await create_turn(
+                kube, owner, req.message or "", by=req.by, from_steer=req.id, klass=req.klass
+            )
+
+        return make
+
+    async def _send(self, ns: str, run: str, op: str, body: dict[str, Any], command_id: str) -> None:
+        await self.ctx.gateway.send(run, op, body, command_id=command_id)
+        self.sent.add((ns, command_id))
+
+    def _classify(
+        self, kind: str, req: Steer | InterruptRequest, state: SteerState | InterruptState
+    ) -> Shown | None:
+        """Mirror a class set in spec into the status record; the progress event to show, if it changed."""
+        if not _class_changed(req, state):
+            return None
+        by = req.classified_by or "spec"
+        state.klass, state.classified_by = req.klass, by
+        state.classified_at = req.classified_at or datetime.now(UTC)
+        metrics.STEER_CLASSIFICATIONS.labels(req.klass).inc()
+        return {
+            "message": f"steer.classified: {kind} {req.id} is {req.klass} (by {by})",
+            "event": "steer.classified",
+            kind: req.id,
+            "class": req.klass,
+            "by": by,
+        }
+
+    # --- requests in spec -------------------------------------------------------------------------------
+    def pending(self, ns: str, obj: Obj) -> bool:
+        """Does this Turn (as a watch event shows it) ask for something not done yet? No API call: most
+        events are the operator's own status writes and need nothing."""
+        turn = Turn.model_validate(obj)
+        st = turn.status
+        if st.phase == "Queued":
+            return False  # delivered when it starts
+        steers = {x.id: x for x in st.steers}
+        for req in turn.spec.steers:
+            state = steers.get(req.id)
+            if state is None or _class_changed(req, state):
+                return True
+            if state.status == "sending" and (
+                (req.withdrawn and not state.withdraw)
+                or (ns, steer_command(turn.name, req.id)) not in self.sent
+            ):
+                return True
+        interrupts = {x.id: x for x in st.interrupts}
+        for ireq in turn.spec.interrupts:
+            istate = interrupts.get(ireq.id)
+            if istate is None or _class_changed(ireq, istate):
+                return True
+            if (
+                istate.status == "sent"
+                and not st.ended
+                and (
+                    (ns, interrupt_command(turn.name, ireq.id)) not in self.sent
+                    or not self.deadlines.armed(ns, turn.name)
+                )
+            ):
+                return True
+        return False
+
+    async def reconcile(self, ns: str, owner: str, turn_name: str) -> None:
+        """Deliver what the Turn's spec asks for and its status doesn't show yet. Idempotent; the caller
+        holds the session's lock."""
+        kube = self.ctx.kube_in(ns)
+        obj = await kube.get("turns", turn_name)
+        s_obj = await kube.get("sessions", owner)
+        if obj is None or s_obj is None:
+            return
+        session = Session.model_validate(s_obj)
+        run_pod = session.status.sandbox.run
+        run = self.ctx.run_of(ns, run_pod)
+        obj = await self._reconcile_steers(
+            ns, owner, obj, run_pod, run.id if run else None, session.spec.harness
+        )
+        await self._reconcile_interrupts(ns, owner, obj, run_pod, run.id if run else None)
+
+    async def _reconcile_steers(
+        self, ns: str, owner: str, obj: Obj, run_pod: str | None, run: str | None, harness: str
+    ) -> Obj:
+        kube = self.ctx.kube_in(ns)
+        turn = Turn.model_validate(obj)
+        name, st = turn.name, turn.status
+        same_run = bool(run_pod) and st.run == run_pod
+        live = st.phase == "Running" and same_run
+        states = [s.model_copy(deep=True) for s in st.steers]
+        by_id = {x.id: x for x in states}
+        now = datetime.now(UTC)
+        changed = False
+        sends: list[tuple[str, dict[str, Any], str]] = []
+        shown: list[Shown] = []
+        for req in turn.spec.steers:
+            sid = req.id
+            state = by_id.get(sid)
+            if state is None:
+                state = SteerState(id=sid, at=now, klass=req.klass)
+                if req.withdrawn:
+                    state.status, state.withdraw = "cancelled", "withdrawn"
+                    state.reason = "withdrawn before it was sent to the agent"
+                    shown.append({"message": f"steer {sid} withdrawn", "event": "steer.status", "steer": sid})
+                elif harness not in LIVE_HARNESSES:
+                    state.status, state.reason = "refused", one_shot_reason(harness)
+                    shown.append({"message": f"steer {sid} refused", "event": "steer.status", "steer": sid})
+                elif st.ended:
+                    state.status, state.reason = "queued", "the turn had ended before the steer was sent"
+                    state.next_turn = await self.next_turn_maker(kube, owner)(req)
+                    shown.append(
+                        {
+                            "message": f"steer {sid} queued: it starts {state.next_turn}",
+                            "event": "steer.status",
+                            "steer": sid,
+                        }
+                    )
+                elif live and run:
+                    state.status = "sending"
+                    sends.append(
+                        (
+                            "steer",
+                            {"steer_id": sid, "message": req.message, "turn": name},
+                            steer_command(name, sid),
+                        )
+                    )
+                    shown.append(
+                        {
+                            "message": f"steered: {_short(req.message)}",
+                            "event": "steer",
+                            "steer": sid,
+                            "by": req.by,
+                            "class": req.klass,
+                        }
+                    )
+                else:
+                    continue  # a queued turn, or its sandbox is not there yet: delivered once it runs
+                state.klass = "unclassified"  # set by _classify below when spec classified it
+                metrics.INTERVENTIONS.labels("steer", req.klass).inc()
+                if state.status != "sending":
+                    metrics.STEERS.labels(status=state.status).inc()
+                states.append(state)
+                by_id[sid] = state
+                changed = True
+            elif state.status == "sending" and same_run and run:
+                if req.withdrawn and not state.withdraw:
+                    state.withdraw = "requested"
+                    changed = True
+                if (ns, steer_command(name, sid)) not in self.sent:  # after an operator restart
+                    sends.append(
+                        (
+                            "steer",
+                            {"steer_id": sid, "message": req.message, "turn": name},
+                            steer_command(name, sid),
+                        )
+                    )
+                if state.withdraw == "requested" and (ns, withdraw_command(name, sid)) not in self.sent:
+                    sends.append(("withdraw", {"steer_id": sid, "turn": name}, withdraw_command(name, sid)))
+            classified = self._classify("steer", req, state)
+            if classified:
+                shown.append(classified)
+                changed = True
+        if changed:
+            obj = await patch_status(kube, "turns", obj, {"steers": [s.dump() for s in states]})
+        for op, body, cid in sends:
+            if run:
+                await self._send(ns, run, op, body, cid)
+        for payload in shown:
+            await self.ctx.activity(ns, owner, "progress", payload, name)
+        return obj
+
+    async def _reconcile_interrupts(
+        self, ns: str, owner: str, obj: Obj, run_pod: str | None, run: str | None
+    ) -> None:
+        kube = self.ctx.kube_in(ns)
+        turn = Turn.model_validate(obj)
+        name, st = turn.name, turn.status
+        same_run = bool(run_pod) and st.run == run_pod
+        states = [i.model_copy(deep=True) for i in st.interrupts]
+        by_id = {x.id: x for x in states}
+        now = datetime.now(UTC)
+        changed = arm = False
+        shown: list[Shown] = []
+        for req in turn.spec.interrupts:
+            iid = req.id
+            state = by_id.get(iid)
+            body: dict[str, Any] = {"turn": name, "interrupt_id": iid}
+            if req.message:
+                body["message"] = req.message
+            if state is None:
+                if st.ended:
+                    state = InterruptState(
+                        id=iid, status="too_late", at=now, reason="the turn had already ended"
+                    )
+                    if req.message:
+                        state.message_status = "queued"
+                        state.next_turn = await self.next_turn_maker(kube, owner)(req)
+                    shown.append(
+                        {
+                            "message": f"interrupt {iid}: the turn had already ended",
+                            "event": "interrupt.status",
+                        }
+                    )
+                elif st.phase == "Running" and same_run and run:
+                    state = InterruptState(id=iid, status="sent", at=now)
+                    await self._send(ns, run, "interrupt", body, interrupt_command(name, iid))
+                    metrics.INTERRUPTS.inc()
+                    arm = True
+                    shown.append(
+                        {
+                            "message": "interrupt requested"
+                            + (f": {_short(req.message)}" if req.message else ""),
+                            "event": "interrupt",
+                            "interrupt": iid,
+                            "by": req.by,
+                            "class": req.klass,
+                        }
+                    )
+                else:
+                    continue  # not running yet: delivered once it runs
+                metrics.INTERVENTIONS.labels("interrupt", req.klass).inc()
+                states.append(state)
+                by_id[iid] = state
+                changed = True
+            elif state.status == "sent" and same_run and run and not st.ended:
+                if (ns, interrupt_command(name, iid)) not in self.sent:  # after an operator restart
+                    await self._send(ns, run, "interrupt", body, interrupt_command(name, iid))
+                if not self.deadlines.armed(ns, name):
+                    arm = True
+            classified = self._classify("interrupt", req, state)
+            if classified:
+                shown.append(classified)
+                changed = True
+        if changed:
+            await patch_status(kube, "turns", obj, {"interrupts": [i.dump() for i in states]})
+        if arm:
+            self.deadlines.arm(ns, owner, name)
+        for payload in shown:
+            await self.ctx.activity(ns, owner, "progress", payload, name)
+
+    # --- driver events ----------------------------------------------------------------------------------
+    async def on_event(self, ns: str, owner: str, name: str, p: dict[str, Any], hint: str | None) -> None:
+        if name == "steer":
+            await self._steer_outcome(ns, owner, hint, p)
+        elif name == "interrupted":
+            await self._interrupted(ns, owner, hint, p)
+        elif name == "command_result":
+            op = p.get("op")
+            if op == "steer" and not p.get("ok"):
+                await self._steer_refused(
+                    ns, owner, hint, str(p.get("steer_id", "")), str(p.get("error") or "")
+                )
+            elif op == "withdraw" and p.get("ok"):
+                await self._withdraw_result(
+                    ns, owner, hint, str(p.get("steer_id", "")), bool(p.get("withdrawn"))
+                )
+
+    async def _find(self, ns: str, owner: str, kind: str, item_id: str, hint: str | None) -> Obj | None:
+        """The turn whose spec holds steer/interrupt ``item_id``: the hinted turn first, else the latest."""
+        if not item_id:
+            return None
+        kube = self.ctx.kube_in(ns)
+
+        def holds(obj: Obj) -> bool:
+            return any(x.get("id") == item_id for x in (obj.get("spec") or {}).get(kind) or [])
+
+        if hint:
+            obj = await kube.get("turns", hint)
+            if obj is not None and holds(obj):
+                return obj
+        for obj in sorted(
+            await kube.list("turns", label_selector=session_selector(owner)), key=turn_index, reverse=True
+        ):
+            if holds(obj):
+                return obj
+        return None
+
+    async def _steer_outcome(self, ns: str, owner: str, hint: str | None, p: dict[str, Any]) -> None:
+        sid, raw = str(p.get("steer_id", "")), p.get("status")
+        if raw not in ("delivered", "queued"):
+            return
+        outcome: Literal["delivered", "queued"] = "delivered" if raw == "delivered" else "queued"
+        obj = await self._find(ns, owner, "steers", sid, hint)
+        if obj is None:
+            log.warning("outcome %s of an unknown steer %s", outcome, sid, extra=resource(ns, owner))
+            return
+        turn = Turn.model_validate(obj)
+        states = [s.model_copy(deep=True) for s in turn.status.steers]
+        state = next((x for x in states if x.id == sid), None)
+        if state is None:
+            state = SteerState(id=sid)
+            states.append(state)
+        elif state.status != "sending":
+            if state.status != outcome:
+                log.error(
+                    "steer %s is %s; the driver now says %s",
+                    sid,
+                    state.status,
+                    outcome,
+                    extra=resource(ns, turn.name),
+                )
+            return
+        state.status, state.at, state.reason = outcome, datetime.now(UTC), str(p.get("reason") or "")[:500]
+        if isinstance(p.get("written_at"), int | float):
+            state.written_at = datetime.fromtimestamp(float(p["written_at"]), UTC)
+        if state.withdraw == "requested":
+            state.withdraw = "too_late"
+        message = f"steer {sid} {outcome}"
+        if outcome == "queued":
+            req = next((x for x in turn.spec.steers if x.id == sid), None)
+            if req is not None:
+                state.next_turn = await self.next_turn_maker(self.ctx.kube_in(ns), owner)(req)
+                message += f": the turn ended first, it starts {state.next_turn}"
+        await patch_status(self.ctx.kube_in(ns), "turns", obj, {"steers": [s.dump() for s in states]})
+        metrics.STEERS.labels(status=outcome).inc()
+        await self.ctx.activity(
+            ns, owner, "progress", {"message": message, "event": "steer.status", "steer": sid}, turn.name
+        )
+
+    async def _steer_refused(self, ns: str, owner: str, hint: str | None, sid: str, reason: str) -> None:
+        obj = await self._find(ns, owner, "steers", sid, hint)
+        if obj is None:
+            return
+        states = [s.model_copy(deep=True) for s in Turn.model_validate(obj).status.steers]
+        changed = False
+        for x in states:
+            if x.id == sid and x.status == "sending":
+                x.status, x.reason, x.at = (
+                    "refused",
+                    reason[:500] or "refused by the sandbox",
+                    datetime.now(UTC),
+                )
+                changed = True
+        if changed:
+            await patch_status(self.ctx.kube_in(ns), "turns", obj, {"steers": [s.dump() for s in states]})
+            metrics.STEERS.labels(status="refused").inc()
+
+    async def _withdraw_result(
+        self, ns: str, owner: str, hint: str | None, sid: str, withdrawn: bool
+    ) -> None:
+        obj = await self._find(ns, owner, "steers", sid, hint)
+        if obj is None:
+            return
+        turn = Turn.model_validate(obj)
+        states = [s.model_copy(deep=True) for s in turn.status.steers]
+        state = next((x for x in states if x.id == sid), None)
+        if state is None:
+            return
+        if withdrawn:
+            if state.status != "sending":
+                log.error(
+                    "steer %s withdrawn by the driver but %s here",
+                    sid,
+                    state.status,
+                    extra=resource(ns, turn.name),
+                )
+                return
+            state.status, state.withdraw, state.at, state.reason = (
+                "cancelled",
+                "withdrawn",
+                datetime.now(UTC),
+                "withdrawn",
+            )
+            metrics.STEERS.labels(status="cancelled").inc()
+            text = f"steer {sid} withdrawn"
+        else:
+            if state.withdraw == "too_late":
+                return
+            state.withdraw = "too_late"
+            text = f"steer {sid}: too late to withdraw, the agent has it"
+        await patch_status(self.ctx.kube_in(ns), "turns", obj, {"steers": [s.dump() for s in states]})
+        await self.ctx.activity(
+            ns, owner, "progress", {"message": text, "event": "steer.status", "steer": sid}, turn.name
+        )
+
+    async def _interrupted(self, ns: str, owner: str, hint: str | None, p: dict[str, Any]) -> None:
+        """The CLI stopped for an interrupt with a message and the same turn goes on with it (signed)."""
+        iid = str(p.get("interrupt_id") or "")
+        obj = await self._find(ns, owner, "interrupts", iid, hint)
+        if obj is None:
+            return
+        turn = Turn.model_validate(obj)
+        states = [i.model_copy(deep=True) for i in turn.status.interrupts]
+        state = next((x for x in states if x.id == iid), None)
+        if state is None or state.status != "sent":
+            return
+        state.status, state.at, state.message_status = "confirmed", datetime.now(UTC), "delivered"
+        await patch_status(self.ctx.kube_in(ns), "turns", obj, {"interrupts": [i.dump() for i in states]})
+        if not any(x.status == "sent" for x in states):
+            self.deadlines.cancel(ns, turn.name)
+        await self.ctx.activity(
+            ns,
+            owner,
+            "progress",
+            {"message": f"interrupted: the turn goes on with {iid}'s message", "event": "interrupt.status"},
+            turn.name,
+        )

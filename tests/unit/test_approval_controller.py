@@ -1,0 +1,78 @@
+"""The Approval controller on a FakeKube: Pending, then decided by a person, expired or withdrawn, once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from hangar_operator.approvals import approval_name
+from tests.unit.operator_rig import Rig, make_rig
+
+
+async def asked(rig: Rig, session: str, request_id: str = "r1", timeout: int | None = None) -> str:
+    if timeout:
+        rig.env(approvalTimeoutSeconds=timeout)
+    else:
+        rig.env()
+    turn = await rig.running(session, approvals="ask")
+    await rig.event(
+        session, "permission_request", turn=turn, request_id=request_id, tool="Bash", command="rm -rf x"
+    )
+    name = approval_name(rig.run_id(session), request_id)
+    st = rig.status("approvals", name)
+    assert st["phase"] == "Pending" and rig.condition("approvals", name)["reason"] == "Pending"
+    pending = rig.status("sessions", session)["pendingApprovals"]
+    assert [p["id"] for p in pending] == [name]
+    return name
+
+
+async def test_a_person_allows_and_the_answer_goes_to_the_driver_once(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    await rig.kube.patch("approvals", name, {"spec": {"decision": "allow", "decidedBy": "ann"}})
+    await rig.c.approvals.reconcile("default", name)
+    await rig.c.approvals.reconcile("default", name)  # a repeated event decides nothing twice
+    st = rig.status("approvals", name)
+    assert st["phase"] == "Allowed" and st["by"] == "ann" and st["resolvedBy"] == "person"
+    assert rig.condition("approvals", name)["status"] == "True"
+    assert rig.commands("s1-r1").count(f"answer-{name}") == 1
+    assert rig.status("sessions", "s1").get("pendingApprovals") in (None, [])
+    await rig.event("s1", "command_result", op="answer", ok=True, command_id=f"answer-{name}")
+    assert rig.status("approvals", name)["deliveredAt"]
+
+
+async def test_an_unanswered_approval_expires_and_says_so(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1", timeout=1)
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if rig.status("approvals", name)["phase"] != "Pending":
+            break
+    st = rig.status("approvals", name)
+    assert st["phase"] == "Expired" and st["resolvedBy"] == "timeout" and st["decision"] == "deny"
+    assert {o for (o, r, _) in rig.events() if r == "ApprovalTimedOut"} == {name, "s1"}
+
+
+async def test_the_turns_end_withdraws_its_pending_approvals(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    await rig.event("s1", "turn_ended", turn="s1-1", outcome="interrupted")
+    st = rig.status("approvals", name)
+    assert st["phase"] == "Withdrawn" and st["reason"] == "the turn ended"
+    # A decision arriving after that changes nothing.
+    await rig.kube.patch("approvals", name, {"spec": {"decision": "allow"}})
+    await rig.c.approvals.reconcile("default", name)
+    assert rig.status("approvals", name)["phase"] == "Withdrawn"
+
+
+async def test_deny_risky_answers_at_once_and_records_a_denial(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    rig.env()
+    turn = await rig.running("s1", approvals="deny-risky")
+    await rig.event(
+        "s1", "permission_request", turn=turn, request_id="r9", tool="Bash", command="git push --force"
+    )
+    name = approval_name("s1-r1", "r9")
+    st = rig.status("approvals", name)
+    assert st["phase"] == "Denied" and st["resolvedBy"] == "policy"
+    assert f"answer-{name}" in rig.commands("s1-r1")
