@@ -36,9 +36,19 @@ class SettingsError(ValueError):
     """A setting hangar refuses to start with; the message names the variable and what it allows."""
 
 
-def setting(default: Any, env: str, doc: str, *, chart: str = "", secret: bool = False, **rules: Any) -> Any:
-    """A field read from ``env``. ``chart``: the values.yaml key that sets it; ``secret``: never echoed."""
-    extra: dict[str, Any] = {"env": env, "chart": chart, "secret": secret}
+def setting(
+    default: Any,
+    env: str,
+    doc: str,
+    *,
+    chart: str = "",
+    secret: bool = False,
+    allowed: str = "",
+    **rules: Any,
+) -> Any:
+    """A field read from ``env``. ``chart``: the values.yaml keys that set it; ``secret``: never echoed;
+    ``allowed``: what it takes, in words, where its type doesn't say (docs/configuration.md)."""
+    extra: dict[str, Any] = {"env": env, "chart": chart, "secret": secret, "allowed": allowed}
     return Field(default, validation_alias=env, description=doc, json_schema_extra=extra, **rules)
 
 
@@ -64,6 +74,7 @@ class Settings(BaseSettings):
         "default",
         "HANGAR_NAMESPACE",
         "The namespace hangar runs in; the api serves this one (the chart sets the pod's own).",
+        allowed="a namespace name",
     )
     watch_namespaces: Annotated[tuple[str, ...], NoDecode] = setting(
         (),
@@ -71,6 +82,7 @@ class Settings(BaseSettings):
         "Comma-separated namespaces whose resources the operator serves, or `*` for all; "
         "empty: HANGAR_NAMESPACE only.",
         chart="watchNamespaces, watchAllNamespaces",
+        allowed="namespace names, comma-separated, or `*`",
     )
     database_url: str = setting(
         "sqlite:///hangar.db",
@@ -78,6 +90,7 @@ class Settings(BaseSettings):
         "`sqlite:///PATH` or `postgresql://…`: events, audit log, accepted Tower event ids.",
         chart="database.url, database.existingSecret",
         secret=True,
+        allowed="`sqlite:///PATH`, `postgresql://…`",
     )
     # --- ports and addresses ----------------------------------------------------------------------------
     gateway_address: str = setting(
@@ -85,6 +98,7 @@ class Settings(BaseSettings):
         "HANGAR_GATEWAY_ADDRESS",
         "host:port sandbox drivers dial for the operator's gateway.",
         chart="gateway.address",
+        allowed="host:port",
     )
     gateway_port: int = setting(
         7443, "HANGAR_GATEWAY_PORT", "Port of the driver gateway.", chart="gateway.port", ge=1, le=65535
@@ -142,7 +156,10 @@ class Settings(BaseSettings):
         "Where the agent CLIs are inside a sandbox pod.",
     )
     workspace_size: str = setting(
-        "10Gi", "HANGAR_WORKSPACE_SIZE", "Size of each session's workspace volume (a quantity)."
+        "10Gi",
+        "HANGAR_WORKSPACE_SIZE",
+        "Size of each session's workspace volume (a quantity).",
+        allowed="a quantity (`10Gi`)",
     )
     storage_class: str | None = setting(
         None, "HANGAR_WORKSPACE_STORAGE_CLASS", "StorageClass of workspace volumes; unset: the cluster's."
@@ -181,6 +198,7 @@ class Settings(BaseSettings):
         "Seals MCP requestState between rounds (32+ characters); unset: a key per process.",
         chart="auth.existingSecret",
         secret=True,
+        allowed="secret text, 32+ characters",
     )
     mcp_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = setting(
         (),
@@ -199,6 +217,7 @@ class Settings(BaseSettings):
         "HANGAR_GOVERNANCE_MODES",
         "Per-kind modes over HANGAR_GOVERNANCE: `kind=mode,…`, kinds `approval` and `run`.",
         chart="governance.modes",
+        allowed="`kind=mode,…`: kinds `approval`, `run`; modes as HANGAR_GOVERNANCE",
     )
     governance_webhook_secret: SecretStr | None = setting(
         None,
@@ -208,7 +227,11 @@ class Settings(BaseSettings):
         secret=True,
     )
     governance_url: str | None = setting(
-        None, "HANGAR_GOVERNANCE_URL", "Where hangar re-reads a decision.", chart="governance.url"
+        None,
+        "HANGAR_GOVERNANCE_URL",
+        "Where hangar re-reads a decision.",
+        chart="governance.url",
+        allowed="an http(s) URL",
     )
     governance_credential: SecretStr | None = setting(
         None,
@@ -226,7 +249,11 @@ class Settings(BaseSettings):
     )
     # --- logs -------------------------------------------------------------------------------------------
     log_level: LogLevel = setting(
-        "info", "HANGAR_LOG_LEVEL", "Least severe log record written.", chart="logLevel"
+        "info",
+        "HANGAR_LOG_LEVEL",
+        "Least severe log record written.",
+        chart="logLevel",
+        allowed="`debug`, `info`, `warning`, `error` (any case)",
     )
     log_format: LogFormat = setting(
         "json", "HANGAR_LOG_FORMAT", "json (one object a line) or text, for the operator and the api."
