@@ -76,5 +76,6 @@ def configure(level: LogLevel = "info", fmt: LogFormat = "json", stream: TextIO 
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    logging.captureWarnings(True)  # Python's warnings too, as records rather than bare stderr lines
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
