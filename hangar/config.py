@@ -11,6 +11,7 @@ development (``HANGAR_DEV_ROOT``, ``HANGAR_CLI_DIR``) and test (``HANGAR_TEST_*`
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -363,6 +364,21 @@ class Settings(BaseSettings):
     def watch_all(self) -> bool:
         """Does the operator serve every namespace (HANGAR_WATCH_NAMESPACES=*)?"""
         return self.watch_namespaces == ("*",)
+
+
+# HANGAR_ variables that are not deployment settings (module docstring): not reported as unknown.
+NOT_SETTINGS = frozenset(
+    {"HANGAR_URL", "HANGAR_TOKEN", "HANGAR_CONTEXT", "HANGAR_DEV_ROOT", "HANGAR_CLI_DIR", "HANGAR_HELM"}
+    | {"HANGAR_KEEP_LOGS"}
+)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """``HANGAR_*`` variables in ``environ`` that no setting reads: most likely misspelled ones."""
+    known = set(env_names().values()) | NOT_SETTINGS
+    return sorted(
+        n for n in environ if n.startswith("HANGAR_") and n not in known and not n.startswith("HANGAR_TEST_")
+    )
 
 
 def env_names() -> dict[str, str]:

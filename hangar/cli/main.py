@@ -19,14 +19,22 @@ if TYPE_CHECKING:
 def _settings(a: argparse.Namespace) -> Settings:
     """The deployment's settings, and the operator's or the api's logging set up from them. A setting that is
     not allowed ends the process here: exit 2 with one line naming the variable, no traceback."""
+    import os
+
     from hangar import logs
-    from hangar.config import SettingsError, load
+    from hangar.config import SettingsError, load, unknown_variables
 
     try:
         settings = load()
     except SettingsError as e:
         _refuse(a, e)
     logs.configure("debug" if a.verbose else settings.log_level, settings.log_format)
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        # Not refused: a pod's environment has other sources; but a misspelled setting should be seen.
+        logging.getLogger("hangar.config").warning(
+            "no setting reads %s (misspelled? docs/configuration.md lists them)", ", ".join(unknown)
+        )
     return settings
 
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from hangar.config import Settings, SettingsError, env_names, load
+from hangar.config import Settings, SettingsError, env_names, load, unknown_variables
 
 
 @pytest.fixture(autouse=True)
@@ -210,3 +210,15 @@ def test_every_error_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SettingsError) as err:
         with_env(monkeypatch, HANGAR_APPROVALS="yes", HANGAR_MAX_SANDBOXES="many")
     assert "HANGAR_APPROVALS=" in str(err.value) and "HANGAR_MAX_SANDBOXES=" in str(err.value)
+
+
+def test_unknown_hangar_variables_are_found() -> None:
+    environ = {
+        "HANGAR_APROVALS": "ask",  # misspelled
+        "HANGAR_APPROVALS": "ask",
+        "HANGAR_URL": "http://x",
+        "HANGAR_TEST_POSTGRES_URL": "postgresql://x",
+        "HANGAR_GOVERNANCE_MODE": "enforce",  # the variable is HANGAR_GOVERNANCE_MODES
+        "PATH": "/bin",
+    }
+    assert unknown_variables(environ) == ["HANGAR_APROVALS", "HANGAR_GOVERNANCE_MODE"]

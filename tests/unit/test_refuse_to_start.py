@@ -81,3 +81,12 @@ def test_the_api_refuses_a_token_without_a_role(tmp_path: Path) -> None:
         "has no role: give one of admin, jobs, mcp"
     )
     assert SECRET not in p.stderr
+
+
+def test_a_misspelled_variable_is_logged_as_json_before_anything_else(tmp_path: Path) -> None:
+    # Accepted settings: the operator goes on to its cluster (none here) after saying what it ignores.
+    p = run("operator", {"HANGAR_APROVALS": "ask", "HANGAR_LOG_LEVEL": "WARNING"}, tmp_path)
+    assert p.returncode != 0
+    first = json.loads(p.stderr.splitlines()[0])
+    assert first["level"] == "warning" and first["logger"] == "hangar.config"
+    assert first["message"].startswith("no setting reads HANGAR_APROVALS (misspelled?")
