@@ -64,6 +64,13 @@ class Kube:
         items: list[Obj] = out.get("items", [])
         return items
 
+    async def list_all(self, plural: str, label_selector: str | None = None) -> Objs:
+        """Every namespace's (an operator serving all of them counts slots across the cluster)."""
+        kw: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        out = await self.custom.list_cluster_custom_object(GROUP, VERSION, plural, **kw)
+        items: Objs = out.get("items", [])
+        return items
+
     async def create(self, plural: str, body: Obj) -> Obj:
         out: Obj = await self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, plural, body

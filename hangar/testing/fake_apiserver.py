@@ -145,12 +145,13 @@ class FakeApiServer:
             raise api_error(404, f'{key[0]} "{key[2]}" not found', "NotFound")
         return obj
 
-    def matching(self, resource: str, ns: str, label_selector: str | None) -> Objs:
+    def matching(self, resource: str, ns: str | None, label_selector: str | None) -> Objs:
+        """Objects of ``resource`` in ``ns`` (None: every namespace) whose labels match."""
         match = label_matcher(label_selector)
         return [
             copy.deepcopy(obj)
             for (r, n, _), obj in sorted(self.objects.items())
-            if r == resource and n == ns and match(obj["metadata"].get("labels") or {})
+            if r == resource and ns in (None, n) and match(obj["metadata"].get("labels") or {})
         ]
 
     def create(self, ns: str, resource: str, body: Obj, *, keep_status: bool = False) -> Obj:

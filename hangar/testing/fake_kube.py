@@ -111,6 +111,11 @@ class FakeKube(Kube):
     async def list(self, plural: str, label_selector: str | None = None) -> Objs:
         return self._list("list", self._custom(plural), label_selector)
 
+    async def list_all(self, plural: str, label_selector: str | None = None) -> Objs:
+        resource = self._custom(plural)
+        self.server.fault("list_all", resource, None)
+        return self.server.matching(resource, None, label_selector)
+
     async def create(self, plural: str, body: Obj) -> Obj:
         return self._create("create", self._custom(plural), body)
 

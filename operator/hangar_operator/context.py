@@ -36,6 +36,10 @@ class Context:
     def home(self) -> str:
         return self.settings.namespace
 
+    def serves(self, namespace: str) -> bool:
+        """Is ``namespace`` one this operator serves (HANGAR_WATCH_NAMESPACES, ``*``: every one)?"""
+        return self.settings.watch_all or namespace in self.settings.watch_namespaces
+
     def kube_in(self, namespace: str) -> Kube:
         return self.kube.scoped(namespace)
 

@@ -35,7 +35,7 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     settings.execution.max_workers = 8
 
 
-async def _health_app(ready: asyncio.Event, port: int) -> web.AppRunner:
+async def _health_app(ready: asyncio.Event, host: str, port: int) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -51,7 +51,7 @@ async def _health_app(ready: asyncio.Event, port: int) -> web.AppRunner:
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, os.environ.get("HANGAR_OPERATOR_HOST", "0.0.0.0"), port).start()
+    await web.TCPSite(runner, host, port).start()
     return runner
 
 
@@ -64,7 +64,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     await controllers.start()
     log.info("driver gateway listening on %s:%s", settings.gateway_host, controllers.ctx.gateway_port)
     ready = asyncio.Event()
-    health = await _health_app(ready, settings.operator_port)
+    health = await _health_app(ready, settings.operator_host, settings.operator_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -75,13 +75,17 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
         _configure(settings)
         ready.set()
 
-    namespaces = list(settings.watch_namespaces)
-    log.info("hangar operator serving namespaces %s (home %s)", ",".join(namespaces), settings.namespace)
+    namespaces = [] if settings.watch_all else list(settings.watch_namespaces)
+    log.info(
+        "hangar operator serving namespaces %s (home %s)",
+        "every namespace" if settings.watch_all else ",".join(namespaces),
+        settings.namespace,
+    )
     try:
         await kopf.operator(
             standalone=True,
             namespaces=namespaces,
-            clusterwide=False,
+            clusterwide=settings.watch_all,
             stop_flag=stop,
             memo=kopf.Memo(controllers=controllers),
         )

@@ -67,7 +67,7 @@ class Router:
 
     def _run(self, run_id: str) -> Run | None:
         run = parse_run(self.ctx.home, run_id)
-        return run if run and run.namespace in self.ctx.settings.watch_namespaces else None
+        return run if run and self.ctx.serves(run.namespace) else None
 
     async def key_for_run(self, run_id: str) -> bytes | None:
         return await self.sandboxes.key_for_run(run_id)

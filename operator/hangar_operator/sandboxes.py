@@ -49,7 +49,7 @@ class Sandboxes:
         if run_id in self.ctx.run_keys:
             return self.ctx.run_keys[run_id]
         run = parse_run(self.ctx.home, run_id)
-        if run is None or run.namespace not in self.ctx.settings.watch_namespaces:
+        if run is None or not self.ctx.serves(run.namespace):
             return None
         kube = self.ctx.kube_in(run.namespace)
         s_obj = await kube.get("sessions", run.session)
@@ -94,12 +94,15 @@ class Sandboxes:
     # --- slots and starting -----------------------------------------------------------------------------
     async def in_use(self, ns: str, name: str) -> int:
         """Sandbox slots held now, across every namespace served, besides ``name``'s own."""
+        if self.ctx.settings.watch_all:
+            found = await self.ctx.kube.list_all("sessions")
+        else:
+            found = [x for w in self.ctx.settings.watch_namespaces for x in await self.ctx.kube_in(w).list("sessions")]
         n = 0
-        for watched in self.ctx.settings.watch_namespaces:
-            for x in await self.ctx.kube_in(watched).list("sessions"):
-                other = Session.model_validate(x)
-                if other.status.sandbox.pod and (watched, other.name) != (ns, name):
-                    n += 1
+        for x in found:
+            other = Session.model_validate(x)
+            if other.status.sandbox.pod and (other.namespace, other.name) != (ns, name):
+                n += 1
         return n
 
     async def start(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> None:
