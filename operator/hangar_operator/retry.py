@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hangar import logs
 
 log = logging.getLogger("hangar.operator.retry")
 
@@ -35,9 +38,7 @@ class Retrier:
             await work()
         except Exception:
             self.failures += 1
-            log.exception(
-                "handling %s failed: retrying in %.0f s", key, self.first_delay, extra={"resource": key}
-            )
+            log.exception("handling %s failed: retrying in %.0f s", key, self.first_delay, extra=_ref(key))
             self.waiting[key] = asyncio.create_task(self._retry(key, work))
 
     async def _retry(self, key: str, work: Work) -> None:
@@ -49,9 +50,7 @@ class Retrier:
             except Exception:
                 self.failures += 1
                 delay = min(delay * 2, self.max_delay)
-                log.exception(
-                    "handling %s failed again: retrying in %.0f s", key, delay, extra={"resource": key}
-                )
+                log.exception("handling %s failed again: retrying in %.0f s", key, delay, extra=_ref(key))
                 continue
             if self.waiting.get(key) is asyncio.current_task():
                 del self.waiting[key]
@@ -61,3 +60,10 @@ class Retrier:
         for task in self.waiting.values():
             task.cancel()
         self.waiting.clear()
+
+
+def _ref(key: str) -> dict[str, Any]:
+    """The log record's resource for a retry key ``<plural>/<namespace>/<name>``."""
+    plural, _, rest = key.partition("/")
+    namespace, _, name = rest.partition("/")
+    return logs.ref(namespace or None, name or None, plural.rstrip("s").capitalize() or None)

@@ -200,6 +200,10 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
             ],
         },
     }
+    if settings.sandbox_service_account:
+        # Its token stays unmounted (above): the account only names what the sandbox runs as (e.g. GKE
+        # Workload Identity binds cloud access to it); it never gives the agent a Kubernetes credential.
+        pod["spec"]["serviceAccountName"] = settings.sandbox_service_account
     runtime_class = env.runtime_class_name or settings.runtime_class
     if runtime_class:
         pod["spec"]["runtimeClassName"] = runtime_class

@@ -97,7 +97,11 @@ class Sandboxes:
         if self.ctx.settings.watch_all:
             found = await self.ctx.kube.list_all("sessions")
         else:
-            found = [x for w in self.ctx.settings.watch_namespaces for x in await self.ctx.kube_in(w).list("sessions")]
+            found = [
+                x
+                for w in self.ctx.settings.watch_namespaces
+                for x in await self.ctx.kube_in(w).list("sessions")
+            ]
         n = 0
         for x in found:
             other = Session.model_validate(x)

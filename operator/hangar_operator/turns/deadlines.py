@@ -6,6 +6,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from hangar import logs
+
 log = logging.getLogger("hangar.operator.turns")
 
 # (namespace, session, turn): kill the run of this turn, its interrupt unconfirmed.
@@ -47,6 +49,6 @@ class Deadlines:
                 await self.on_expiry(namespace, owner, turn)
                 return
             except Exception:  # tried again: an unconfirmed interrupt is never left running
-                log.exception("killing the run of %s failed", turn, extra={"resource": f"{namespace}/{turn}"})
+                log.exception("killing the run of %s failed", turn, extra=logs.ref(namespace, turn, "Turn"))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
