@@ -1,77 +1,397 @@
-"""Deployment-wide settings, read once from the environment (the helm chart sets them)."""
+"""Deployment-wide settings: one model for the operator and the api, read once from the environment (the
+helm chart sets it; docs/configuration.md lists every variable).
+
+Fail closed: a value outside what a setting allows refuses to start, with a message naming the variable
+and the allowed values (:func:`load` raises :class:`SettingsError`). An empty variable counts as unset (the
+chart renders optional values as ``""``). Client-side (``HANGAR_URL``, ``HANGAR_TOKEN``, ``HANGAR_CONTEXT``),
+development (``HANGAR_DEV_ROOT``, ``HANGAR_CLI_DIR``) and test (``HANGAR_TEST_*``, ``HANGAR_HELM``,
+``HANGAR_KEEP_LOGS``) variables are not deployment settings and are read where they are used.
+"""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .models.base import ApprovalPolicy
 
+GovernanceMode = Literal["off", "shadow", "enforce"]
+# What Tower governs, one mode each: ``approval`` (approval.* events: Tower decides the calls the policy
+# flags) and ``run`` (run.stop events: Tower may stop a run).
+GovernanceKind = Literal["approval", "run"]
+GOVERNANCE_KINDS: tuple[str, ...] = get_args(GovernanceKind)
+GOVERNANCE_MODES: tuple[str, ...] = get_args(GovernanceMode)
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["json", "text"]
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw else default
-
-
-def _policy(raw: str | None) -> ApprovalPolicy | None:
-    if raw in ("auto", "ask", "deny-risky", "governed"):
-        return raw  # type: ignore[return-value]
-    return None
-
-
-@dataclass(frozen=True)
-class Settings:
-    namespace: str = field(default_factory=lambda: os.environ.get("HANGAR_NAMESPACE", "default"))
-    # The namespaces whose resources the operator serves (the api serves ``namespace`` only).
-    watch_namespaces: tuple[str, ...] = field(
-        default_factory=lambda: tuple(
-            n.strip()
-            for n in (
-                os.environ.get("HANGAR_WATCH_NAMESPACES") or os.environ.get("HANGAR_NAMESPACE", "default")
-            ).split(",")
-            if n.strip()
-        )
-    )
-    database_url: str = field(
-        default_factory=lambda: os.environ.get("HANGAR_DATABASE_URL", "sqlite:///hangar.db")
-    )
-    # Where drivers dial the operator's gateway (host:port as seen from a sandbox pod).
-    gateway_address: str = field(default_factory=lambda: os.environ.get("HANGAR_GATEWAY_ADDRESS", ""))
-    gateway_port: int = field(default_factory=lambda: _int("HANGAR_GATEWAY_PORT", 7443))
-    gateway_host: str = field(default_factory=lambda: os.environ.get("HANGAR_GATEWAY_HOST", "0.0.0.0"))
-    operator_port: int = field(default_factory=lambda: _int("HANGAR_OPERATOR_PORT", 8080))
-    api_port: int = field(default_factory=lambda: _int("HANGAR_API_PORT", 8000))
-    approvals: ApprovalPolicy | None = field(
-        default_factory=lambda: _policy(os.environ.get("HANGAR_APPROVALS"))
-    )
-    approval_timeout: int = field(default_factory=lambda: _int("HANGAR_APPROVAL_TIMEOUT_SECONDS", 600))
-    max_sandboxes: int = field(default_factory=lambda: _int("HANGAR_MAX_SANDBOXES", 10))
-    runtime_class: str | None = field(
-        default_factory=lambda: os.environ.get("HANGAR_SANDBOX_RUNTIME_CLASS") or None
-    )
-    driver_image: str = field(
-        default_factory=lambda: os.environ.get(
-            "HANGAR_DRIVER_IMAGE", "ghcr.io/hangar-dev/hangar-sandbox:0.1.0"
-        )
-    )
-    cli_path: str = field(
-        default_factory=lambda: os.environ.get(
-            "HANGAR_SANDBOX_CLI_PATH", "/opt/hangar/clis/node_modules/.bin"
-        )
-    )
-    workspace_size: str = field(default_factory=lambda: os.environ.get("HANGAR_WORKSPACE_SIZE", "10Gi"))
-    storage_class: str | None = field(
-        default_factory=lambda: os.environ.get("HANGAR_WORKSPACE_STORAGE_CLASS") or None
-    )
-    # Seconds the driver has to confirm an interrupt before hangar kills the run.
-    interrupt_grace: float = field(
-        default_factory=lambda: float(os.environ.get("HANGAR_INTERRUPT_GRACE_SECONDS", "10"))
-    )
-    # Seconds a new sandbox has to connect before the session fails its start.
-    connect_timeout: float = field(
-        default_factory=lambda: float(os.environ.get("HANGAR_CONNECT_TIMEOUT_SECONDS", "300"))
-    )
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 
 
-def load() -> Settings:
-    return Settings()
+class SettingsError(ValueError):
+    """A setting hangar refuses to start with; the message names the variable and what it allows."""
+
+
+def setting(
+    default: Any,
+    env: str,
+    doc: str,
+    *,
+    chart: str = "",
+    secret: bool = False,
+    allowed: str = "",
+    **rules: Any,
+) -> Any:
+    """A field read from ``env``. ``chart``: the values.yaml keys that set it; ``secret``: never echoed;
+    ``allowed``: what it takes, in words, where its type doesn't say (docs/configuration.md)."""
+    extra: dict[str, Any] = {"env": env, "chart": chart, "secret": secret, "allowed": allowed}
+    return Field(default, validation_alias=env, description=doc, json_schema_extra=extra, **rules)
+
+
+def _split(raw: Any) -> Any:
+    """A comma-separated variable as a tuple (a tuple or list given in code passes through)."""
+    if isinstance(raw, str):
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+    return raw
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        frozen=True,
+        case_sensitive=True,
+        env_ignore_empty=True,
+        extra="ignore",
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+    # --- where hangar runs ------------------------------------------------------------------------------
+    namespace: str = setting(
+        "default",
+        "HANGAR_NAMESPACE",
+        "The namespace hangar runs in; the api serves this one (the chart sets the pod's own).",
+        allowed="a namespace name",
+    )
+    watch_namespaces: Annotated[tuple[str, ...], NoDecode] = setting(
+        (),
+        "HANGAR_WATCH_NAMESPACES",
+        "Comma-separated namespaces whose resources the operator serves, or `*` for all; "
+        "empty: HANGAR_NAMESPACE only.",
+        chart="watchNamespaces, watchAllNamespaces",
+        allowed="namespace names, comma-separated, or `*`",
+    )
+    database_url: str = setting(
+        "sqlite:///hangar.db",
+        "HANGAR_DATABASE_URL",
+        "`sqlite:///PATH` or `postgresql://…`: events, audit log, accepted Tower event ids.",
+        chart="database.url, database.existingSecret",
+        secret=True,
+        allowed="`sqlite:///PATH`, `postgresql://…`",
+    )
+    # --- ports and addresses ----------------------------------------------------------------------------
+    gateway_address: str = setting(
+        "",
+        "HANGAR_GATEWAY_ADDRESS",
+        "host:port sandbox drivers dial for the operator's gateway.",
+        chart="gateway.address",
+        allowed="host:port",
+    )
+    gateway_port: int = setting(
+        7443, "HANGAR_GATEWAY_PORT", "Port of the driver gateway.", chart="gateway.port", ge=1, le=65535
+    )
+    gateway_host: str = setting("0.0.0.0", "HANGAR_GATEWAY_HOST", "Address the gateway listens on.")
+    operator_host: str = setting(
+        "0.0.0.0", "HANGAR_OPERATOR_HOST", "Address of the operator's /healthz, /readyz and /metrics."
+    )
+    operator_port: int = setting(
+        8080,
+        "HANGAR_OPERATOR_PORT",
+        "Port of the operator's /healthz, /readyz and /metrics.",
+        chart="operator.metricsPort",
+        ge=1,
+        le=65535,
+    )
+    api_port: int = setting(8000, "HANGAR_API_PORT", "Port of the api.", chart="api.port", ge=1, le=65535)
+    # --- approvals and sandboxes ------------------------------------------------------------------------
+    approvals: ApprovalPolicy | None = setting(
+        None,
+        "HANGAR_APPROVALS",
+        "Deployment-wide approval policy; an Environment's or a session's own wins. Unset: auto.",
+        chart="approvals.policy",
+    )
+    approval_timeout: int = setting(
+        600,
+        "HANGAR_APPROVAL_TIMEOUT_SECONDS",
+        "Seconds an unanswered `ask` waits before it is denied.",
+        chart="approvals.timeoutSeconds",
+        gt=0,
+    )
+    max_sandboxes: int = setting(
+        10, "HANGAR_MAX_SANDBOXES", "How many sandboxes may run at once.", chart="sandbox.slots", ge=1
+    )
+    runtime_class: str | None = setting(
+        None,
+        "HANGAR_SANDBOX_RUNTIME_CLASS",
+        "RuntimeClass of sandbox pods (e.g. gvisor); an Environment's own wins.",
+        chart="sandbox.runtimeClassName",
+    )
+    sandbox_service_account: str | None = setting(
+        None,
+        "HANGAR_SANDBOX_SERVICE_ACCOUNT",
+        "ServiceAccount of sandbox pods (no permissions, no token mounted); unset: the namespace's default.",
+        chart="sandbox.serviceAccount.name",
+    )
+    driver_image: str = setting(
+        "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
+        "HANGAR_DRIVER_IMAGE",
+        "Image holding hangar-driver, copied into each sandbox pod.",
+    )
+    cli_path: str = setting(
+        "/opt/hangar/clis/node_modules/.bin",
+        "HANGAR_SANDBOX_CLI_PATH",
+        "Where the agent CLIs are inside a sandbox pod.",
+    )
+    workspace_size: str = setting(
+        "10Gi",
+        "HANGAR_WORKSPACE_SIZE",
+        "Size of each session's workspace volume (a quantity).",
+        allowed="a quantity (`10Gi`)",
+    )
+    storage_class: str | None = setting(
+        None, "HANGAR_WORKSPACE_STORAGE_CLASS", "StorageClass of workspace volumes; unset: the cluster's."
+    )
+    interrupt_grace: float = setting(
+        10.0,
+        "HANGAR_INTERRUPT_GRACE_SECONDS",
+        "Seconds the driver has to confirm an interrupt before hangar kills the run.",
+        gt=0,
+    )
+    connect_timeout: float = setting(
+        300.0,
+        "HANGAR_CONNECT_TIMEOUT_SECONDS",
+        "Seconds a new sandbox has to connect before the session fails its start.",
+        gt=0,
+    )
+    idle_suspend_after: int = setting(
+        900,
+        "HANGAR_IDLE_SUSPEND_SECONDS",
+        "Seconds an idle session keeps its sandbox before it is suspended; 0: never.",
+        ge=0,
+    )
+    # --- the api's callers ------------------------------------------------------------------------------
+    api_tokens_file: Path | None = setting(
+        None,
+        "HANGAR_API_TOKENS_FILE",
+        "YAML/JSON list of {token, subject, role} (role: admin, jobs or mcp); it must exist.",
+    )
+    admin_token: SecretStr | None = setting(
+        None, "HANGAR_ADMIN_TOKEN", "An admin API token.", chart="auth.existingSecret", secret=True
+    )
+    admin_subject: str = setting("admin", "HANGAR_ADMIN_SUBJECT", "Who HANGAR_ADMIN_TOKEN's caller is.")
+    mcp_state_key: SecretStr | None = setting(
+        None,
+        "HANGAR_MCP_STATE_KEY",
+        "Seals MCP requestState between rounds (32+ characters); unset: a key per process.",
+        chart="auth.existingSecret",
+        secret=True,
+        allowed="secret text, 32+ characters",
+    )
+    mcp_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = setting(
+        (),
+        "HANGAR_MCP_ALLOWED_HOSTS",
+        "Comma-separated Host values for the MCP server's DNS-rebinding check; unset: off.",
+    )
+    # --- governance by Tower (spec 002) -----------------------------------------------------------------
+    governance: GovernanceMode = setting(
+        "off",
+        "HANGAR_GOVERNANCE",
+        "Tower's mode for every kind; any kind in shadow or enforce turns the events route on.",
+        chart="governance.mode",
+    )
+    governance_modes: Annotated[dict[GovernanceKind, GovernanceMode], NoDecode] = setting(
+        {},
+        "HANGAR_GOVERNANCE_MODES",
+        "Per-kind modes over HANGAR_GOVERNANCE: `kind=mode,…`, kinds `approval` and `run`.",
+        chart="governance.modes",
+        allowed="`kind=mode,…`: kinds `approval`, `run`; modes as HANGAR_GOVERNANCE",
+    )
+    governance_webhook_secret: SecretStr | None = setting(
+        None,
+        "HANGAR_GOVERNANCE_WEBHOOK_SECRET",
+        "The secret Tower signs events with (or the vault credential holding it); needed when on.",
+        chart="governance.existingSecret, governance.webhookSecretName",
+        secret=True,
+    )
+    governance_url: str | None = setting(
+        None,
+        "HANGAR_GOVERNANCE_URL",
+        "Where hangar re-reads a decision.",
+        chart="governance.url",
+        allowed="an http(s) URL",
+    )
+    governance_credential: SecretStr | None = setting(
+        None,
+        "HANGAR_GOVERNANCE_CREDENTIAL",
+        "hangar's key for re-reading decisions.",
+        chart="governance.existingSecret, governance.credentialName",
+        secret=True,
+    )
+    governance_suspend_after: int = setting(
+        60,
+        "HANGAR_GOVERNANCE_SUSPEND_AFTER_SECONDS",
+        "Seconds a tool call waits in its turn for Tower before the session is suspended.",
+        chart="governance.suspendAfterSeconds",
+        ge=0,
+    )
+    # --- logs -------------------------------------------------------------------------------------------
+    log_level: LogLevel = setting(
+        "info",
+        "HANGAR_LOG_LEVEL",
+        "Least severe log record written.",
+        chart="logLevel",
+        allowed="`debug`, `info`, `warning`, `error` (any case)",
+    )
+    log_format: LogFormat = setting(
+        "json", "HANGAR_LOG_FORMAT", "json (one object a line) or text, for the operator and the api."
+    )
+
+    @field_validator("watch_namespaces", "mcp_allowed_hosts", mode="before")
+    @classmethod
+    def _comma_list(cls, raw: Any) -> Any:
+        return _split(raw)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, ns: str) -> str:
+        if not _DNS_LABEL.fullmatch(ns):
+            raise ValueError(f"{ns!r} is not a namespace name (a DNS label: a-z, 0-9, '-')")
+        return ns
+
+    @field_validator("watch_namespaces")
+    @classmethod
+    def _watched(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        if "*" in names and len(names) > 1:
+            raise ValueError("`*` (every namespace) stands alone, not in a list of namespaces")
+        for n in names:
+            if n != "*" and not _DNS_LABEL.fullmatch(n):
+                raise ValueError(f"{n!r} is not a namespace name (a DNS label: a-z, 0-9, '-'), nor `*`")
+        return tuple(dict.fromkeys(names))
+
+    @field_validator("database_url")
+    @classmethod
+    def _database(cls, url: str) -> str:
+        if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("must start with sqlite:/// or postgresql://")
+        return url
+
+    @field_validator("workspace_size")
+    @classmethod
+    def _quantity(cls, size: str) -> str:
+        if not _QUANTITY.fullmatch(size):
+            raise ValueError(f"{size!r} is not a Kubernetes quantity (e.g. 10Gi, 500Mi)")
+        return size
+
+    @field_validator("mcp_state_key")
+    @classmethod
+    def _state_key(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None and len(key.get_secret_value()) < 32:
+            raise ValueError("too short: give at least 32 characters")
+        return key
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, raw: Any) -> Any:
+        return raw.strip().lower() if isinstance(raw, str) else raw
+
+    @field_validator("governance_url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("https://", "http://")):
+            raise ValueError(f"{url!r} is not an http(s) URL")
+        return url
+
+    @field_validator("governance_modes", mode="before")
+    @classmethod
+    def _modes(cls, raw: Any) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        modes: dict[str, str] = {}
+        for part in _split(raw):
+            kind, eq, mode = (s.strip() for s in part.partition("="))
+            if not eq:
+                raise ValueError(f"{part!r} is not kind=mode (e.g. approval=enforce,run=shadow)")
+            if kind not in GOVERNANCE_KINDS:
+                raise ValueError(f"unknown kind {kind!r}: the kinds are {', '.join(GOVERNANCE_KINDS)}")
+            if mode not in GOVERNANCE_MODES:
+                raise ValueError(f"{kind}={mode!r}: the modes are {', '.join(GOVERNANCE_MODES)}")
+            if kind in modes:
+                raise ValueError(f"{kind} is given twice")
+            modes[kind] = mode
+        return modes
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if not self.watch_namespaces:
+            # Frozen: the default depends on another field, so it is filled in here, once.
+            self.__dict__["watch_namespaces"] = (self.namespace,)
+        if self.governance_on and self.governance_webhook_secret is None:
+            raise ValueError(
+                "governance is on (HANGAR_GOVERNANCE / HANGAR_GOVERNANCE_MODES) but "
+                "HANGAR_GOVERNANCE_WEBHOOK_SECRET is unset: Tower's events could not be verified"
+            )
+        if self.approvals == "governed" and self.governance_mode("approval") == "off":
+            raise ValueError(
+                "HANGAR_APPROVALS=governed needs Tower: set HANGAR_GOVERNANCE (or approval= in "
+                "HANGAR_GOVERNANCE_MODES) to shadow or enforce"
+            )
+        return self
+
+    def governance_mode(self, kind: GovernanceKind) -> GovernanceMode:
+        """Tower's mode for ``kind``: its own in HANGAR_GOVERNANCE_MODES, else HANGAR_GOVERNANCE."""
+        return self.governance_modes.get(kind, self.governance)
+
+    @property
+    def governance_on(self) -> bool:
+        """Is any kind in shadow or enforce (the events route answers)?"""
+        return any(self.governance_mode(k) != "off" for k in get_args(GovernanceKind))
+
+    @property
+    def watch_all(self) -> bool:
+        """Does the operator serve every namespace (HANGAR_WATCH_NAMESPACES=*)?"""
+        return self.watch_namespaces == ("*",)
+
+
+def env_names() -> dict[str, str]:
+    """Each setting's variable, by field name."""
+    return {name: str(f.validation_alias) for name, f in Settings.model_fields.items()}
+
+
+def _describe(e: ValidationError) -> str:
+    fields = Settings.model_fields
+    by_env = {str(f.validation_alias): f for f in fields.values()}
+    lines = []
+    for err in e.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if not err["loc"]:
+            lines.append(msg)
+            continue
+        key = str(err["loc"][0])
+        f = by_env.get(key) or fields.get(key)
+        extra = f.json_schema_extra if f is not None and isinstance(f.json_schema_extra, dict) else {}
+        env = str(extra.get("env") or key)
+        shown = "" if extra.get("secret") else f"={err['input']!r}" if isinstance(err["input"], str) else ""
+        lines.append(f"{env}{shown}: {msg}")
+    return "; ".join(lines)
+
+
+def load(**overrides: Any) -> Settings:
+    """The settings from the environment (``overrides`` by field name win); :class:`SettingsError` when a
+    value is not allowed."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        raise SettingsError(_describe(e)) from None

@@ -17,7 +17,7 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import approvals, governance, jobs, mcp, sessions, steering
+from . import approvals, governance, job_approvals, job_steering, jobs, mcp, sessions, steering
 from .auth import Tokens
 
 log = logging.getLogger("hangar.api")
@@ -35,11 +35,15 @@ class TurnFactory:
 
 
 def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
+    """The app. Raises :class:`hangar.config.SettingsError` at once (not when it starts serving) when the
+    tokens are not right."""
+    tokens = Tokens.from_settings(settings)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.kube = await Kube.connect(kubeconfig, settings.namespace)
         app.state.db = await open_database(settings.database_url)
-        app.state.tokens = Tokens.from_env()
+        app.state.tokens = tokens
         app.state.turns = TurnFactory(app.state.kube)
         app.state.governance = _governance(settings, app.state.kube, app.state.db)
         app.state.ready = True
@@ -66,7 +70,10 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     app.include_router(approvals.router)
     app.include_router(steering.router)
     app.include_router(jobs.router)
+    app.include_router(job_steering.router)
+    app.include_router(job_approvals.router)
     app.include_router(governance.router)
+    app.state.settings = settings
     mcp_server = mcp.mount(app)
 
     @app.middleware("http")
@@ -113,7 +120,8 @@ def _governance(settings: Settings, kube: Kube, db: Any) -> governance.Governanc
     return governance.Governance(kube, db, secrets, tower)
 
 
-def run(settings: Settings, kubeconfig: str | None = None, host: str = "0.0.0.0") -> None:
+def serve(app: FastAPI, settings: Settings, host: str = "0.0.0.0") -> None:
     import uvicorn
 
-    uvicorn.run(create_app(settings, kubeconfig), host=host, port=settings.api_port, log_level="info")
+    # log_config=None: uvicorn keeps hangar's logging (JSON, HANGAR_LOG_LEVEL) instead of its own.
+    uvicorn.run(app, host=host, port=settings.api_port, log_level=settings.log_level, log_config=None)

@@ -20,7 +20,7 @@ from hangar.models import GROUP, VERSION
 from hangar.store import Database
 
 from .auth import Caller
-from .sessions import Admin, DbDep, KubeDep, get_session
+from .deps import Admin, DbDep, KubeDep, get_session
 
 router = APIRouter(prefix="/api/sessions", tags=["approvals"])
 

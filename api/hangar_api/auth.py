@@ -1,9 +1,10 @@
 """Who is calling: bearer tokens mapped to a subject and a role.
 
-Tokens come from ``HANGAR_API_TOKENS_FILE`` (YAML/JSON list of {token, subject, role}) and/or
-``HANGAR_ADMIN_TOKEN``. Roles: ``admin`` (everything), ``jobs`` (the job routes, for the jobs whose
-submitter is the token's subject; the session routes are admin only), ``mcp`` (the MCP tools at ``/mcp``,
-on every session and job; refused by the REST routes). Who may use which MCP tool: ``hangar_api/mcp/auth.py``
+Tokens come from ``HANGAR_API_TOKENS_FILE`` (YAML/JSON list of {token, subject, role}; every entry names
+its role, and the api refuses to start on one that doesn't) and/or ``HANGAR_ADMIN_TOKEN``. Roles: ``admin``
+(everything), ``jobs`` (the job routes, for the jobs whose submitter is the token's subject; the session
+routes are admin only), ``mcp`` (the MCP tools at ``/mcp``, on every session and job; refused by the REST
+routes). Who may use which MCP tool: ``hangar_api/mcp/auth.py``
 and docs/mcp.md.
 """
 
@@ -11,15 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from fastapi import Depends, HTTPException, Request
 
+from hangar.config import Settings, SettingsError
+
 Role = Literal["admin", "jobs", "mcp"]
+ROLES: tuple[str, ...] = get_args(Role)
 
 
 @dataclass(frozen=True)
@@ -37,15 +40,22 @@ class Tokens:
         self._by_digest = {hashlib.sha256(t.encode()).digest(): c for t, c in entries}
 
     @classmethod
-    def from_env(cls) -> Tokens:
+    def from_settings(cls, settings: Settings) -> Tokens:
+        """The tokens file's entries and the admin token. Fails closed (:class:`SettingsError`): a file that
+        is named but missing or unreadable, an entry without a token, a subject or a known role, a token
+        given twice. The message names the entry (its place and subject), never the token."""
         entries: list[tuple[str, Caller]] = []
-        path = os.environ.get("HANGAR_API_TOKENS_FILE")
-        if path and Path(path).exists():
-            for e in yaml.safe_load(Path(path).read_text()) or []:
-                entries.append((str(e["token"]), Caller(str(e["subject"]), e.get("role", "admin"))))
-        admin = os.environ.get("HANGAR_ADMIN_TOKEN")
-        if admin:
-            entries.append((admin, Caller(os.environ.get("HANGAR_ADMIN_SUBJECT", "admin"), "admin")))
+        if settings.api_tokens_file is not None:
+            entries += _read_tokens_file(settings.api_tokens_file)
+        if settings.admin_token is not None:
+            entries.append((settings.admin_token.get_secret_value(), Caller(settings.admin_subject, "admin")))
+        seen: dict[str, str] = {}
+        for token, who in entries:
+            if token in seen:
+                raise SettingsError(
+                    f"HANGAR_API_TOKENS_FILE: {who.subject}'s token is also {seen[token]}'s: give each its own"
+                )
+            seen[token] = who.subject
         return cls(entries)
 
     def lookup(self, token: str) -> Caller | None:
@@ -54,6 +64,40 @@ class Tokens:
             if hmac.compare_digest(known, digest):
                 return caller
         return None
+
+
+def _read_tokens_file(path: Path) -> list[tuple[str, Caller]]:
+    where = f"HANGAR_API_TOKENS_FILE ({path})"
+    try:
+        data: Any = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise SettingsError(f"{where}: can't read it: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise SettingsError(f"{where}: not YAML or JSON: {err}") from None
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise SettingsError(f"{where}: must be a list of {{token, subject, role}}")
+    out = []
+    for i, e in enumerate(data, 1):
+        subject = e.get("subject") if isinstance(e, dict) else None
+        entry = f"{where}: entry {i}" + (f" (subject {subject!r})" if isinstance(subject, str) else "")
+        if not isinstance(e, dict):
+            raise SettingsError(f"{entry}: must be a mapping {{token, subject, role}}")
+        if not isinstance(e.get("token"), str) or not e["token"]:
+            raise SettingsError(f"{entry}: has no token")
+        if not isinstance(subject, str) or not subject:
+            raise SettingsError(f"{entry}: has no subject")
+        role = e.get("role")
+        if role is None:
+            raise SettingsError(f"{entry}: has no role: give one of {', '.join(ROLES)}")
+        if role not in ROLES:
+            raise SettingsError(f"{entry}: unknown role {role!r}: the roles are {', '.join(ROLES)}")
+        unknown = set(e) - {"token", "subject", "role"}
+        if unknown:
+            raise SettingsError(f"{entry}: unknown keys {', '.join(sorted(map(str, unknown)))}")
+        out.append((e["token"], Caller(subject, role)))
+    return out
 
 
 def caller(request: Request) -> Caller:

@@ -3,11 +3,9 @@ resources; the operator does the rest."""
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube
@@ -15,7 +13,9 @@ from hangar.models.base import LIVE_HARNESSES, NAME_MAX, NAME_PATTERN, ApprovalP
 from hangar.models.turn import MESSAGE_MAX
 from hangar.store import Database
 
-from .auth import Caller, admin
+from . import steering
+from .auth import Caller
+from .deps import Admin, DbDep, KubeDep, events_page, get_session, reason, session_turns
 from .views import session_view, turn_view
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
@@ -39,34 +39,6 @@ class Fork(BaseModel):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
     message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
     approvals: ApprovalPolicy | None = Field(default=None, description="Overrides the parent's policy")
-
-
-def kube(request: Request) -> Kube:
-    k: Kube = request.app.state.kube
-    return k
-
-
-def db(request: Request) -> Database:
-    d: Database = request.app.state.db
-    return d
-
-
-Admin = Annotated[Caller, Depends(admin)]
-KubeDep = Annotated[Kube, Depends(kube)]
-DbDep = Annotated[Database, Depends(db)]
-
-
-async def get_session(k: Kube, ref: str) -> dict[str, Any]:
-    if not re.fullmatch(NAME_PATTERN, ref) or len(ref) > NAME_MAX:
-        raise HTTPException(404, f"no session {ref!r}")
-    s = await k.get("sessions", ref)
-    if s is None or s["metadata"].get("deletionTimestamp"):
-        raise HTTPException(404, f"no session {ref!r}")
-    return s
-
-
-async def session_turns(k: Kube, ref: str) -> list[dict[str, Any]]:
-    return await k.list("turns", label_selector=f"hangar.dev/session={ref}")
 
 
 @router.post("", status_code=201)
@@ -165,11 +137,9 @@ async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message:
     if phase == "Failed":
         raise HTTPException(409, f"session {ref!r} failed: {(s.get('status') or {}).get('message', '')}")
     if s["spec"].get("harness", "claude") in LIVE_HARNESSES:
-        from .steering import running_turn, steer_turn
-
-        running = await running_turn(k, s)
+        running = await steering.running_turn(k, s)
         if running is not None:
-            out = await steer_turn(k, running, message, who.subject)
+            out = await steering.steer_turn(k, running, message, who.subject)
             await d.audit(
                 who.subject, "session.steer", ref, turn=out["turn"]["name"], steer=out["steer"]["id"]
             )
@@ -208,19 +178,3 @@ async def read_events(
 ) -> dict[str, Any]:
     await get_session(k, ref)
     return await events_page(d, f"session/{ref}", since, limit, response)
-
-
-async def events_page(d: Database, scope: str, since: int, limit: int, response: Response) -> dict[str, Any]:
-    """One page of a session's or job's activity; ``X-Hangar-Last-Seq`` says where to read on from."""
-    events = await d.events(scope, since, limit)
-    last = events[-1].seq if events else since
-    response.headers["X-Hangar-Last-Seq"] = str(last)
-    return {"events": [e.dump() for e in events], "last_seq": last}
-
-
-def reason(e: ApiException) -> str:
-    """The apiserver's own words for a refusal (a CEL rule's message, a schema error)."""
-    try:
-        return str(json.loads(e.body or b"{}").get("message", e.reason))
-    except Exception:
-        return str(e.reason)

@@ -30,7 +30,7 @@ from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES
 from hangar.models.turn import MESSAGE_MAX
 
-from .sessions import Admin, DbDep, KubeDep, get_session, session_turns
+from .deps import Admin, DbDep, KubeDep, get_session, session_turns
 from .views import interrupt_view, item_state, steer_view
 
 router = APIRouter(prefix="/api/sessions", tags=["steering"])

@@ -8,22 +8,49 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from . import job, session
 
+if TYPE_CHECKING:
+    from hangar.config import Settings
+
+
+def _settings(a: argparse.Namespace) -> Settings:
+    """The deployment's settings, and the operator's or the api's logging set up from them. A setting that is
+    not allowed ends the process here: exit 2 with one line naming the variable, no traceback."""
+    from hangar import logs
+    from hangar.config import SettingsError, load
+
+    try:
+        settings = load()
+    except SettingsError as e:
+        _refuse(a, e)
+    logs.configure("debug" if a.verbose else settings.log_level, settings.log_format)
+    return settings
+
+
+def _refuse(a: argparse.Namespace, e: Exception) -> NoReturn:
+    print(f"hangar {a.cmd}: refusing to start: {e}", file=sys.stderr)
+    raise SystemExit(2)
+
 
 def _operator(a: argparse.Namespace) -> None:
-    from hangar.config import load
     from hangar_operator.main import run
 
-    asyncio.run(run(load(), a.kubeconfig))
+    asyncio.run(run(_settings(a), a.kubeconfig))
 
 
 def _api(a: argparse.Namespace) -> None:
-    from hangar.config import load
-    from hangar_api.app import run
+    from hangar.config import SettingsError
+    from hangar_api.app import create_app, serve
 
-    run(load(), a.kubeconfig, host=a.host)
+    settings = _settings(a)
+    try:
+        app = create_app(settings, a.kubeconfig)
+    except SettingsError as e:
+        _refuse(a, e)
+    serve(app, settings, host=a.host)
 
 
 def _crds(a: argparse.Namespace) -> None:

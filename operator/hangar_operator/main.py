@@ -36,7 +36,7 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     settings.execution.max_workers = 8
 
 
-async def _health_app(rt: Runtime, ready: asyncio.Event, port: int) -> web.AppRunner:
+async def _health_app(rt: Runtime, ready: asyncio.Event, host: str, port: int) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -52,7 +52,7 @@ async def _health_app(rt: Runtime, ready: asyncio.Event, port: int) -> web.AppRu
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, os.environ.get("HANGAR_OPERATOR_HOST", "0.0.0.0"), port).start()
+    await web.TCPSite(runner, host, port).start()
     return runner
 
 
@@ -65,7 +65,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     await rt.start()
     set_runtime(rt)
     ready = asyncio.Event()
-    health = await _health_app(rt, ready, settings.operator_port)
+    health = await _health_app(rt, ready, settings.operator_host, settings.operator_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -526,8 +526,12 @@ def test_bare_off_in_a_values_file_means_off(tmp_path: Path) -> None:
     ("values", "message"),
     [
         ({"governance.mode": "enforce"}, "governance.existingSecret"),
-        ({"governance.mode": "loud"}, "governance.mode must be one of"),
-        ({"approvals.policy": "yolo"}, "approvals.policy must be one of"),
+        # values.schema.json refuses these before the templates run.
+        (
+            {"governance.mode": "loud"},
+            "at '/governance/mode': value must be one of 'off', 'shadow', 'enforce'",
+        ),
+        ({"approvals.policy": "yolo"}, "at '/approvals/policy': value must be one of 'auto', 'ask'"),
         ({"approvals.policy": "governed"}, "needs Tower"),
         ({"sandbox.createRuntimeClass": True}, "sandbox.runtimeClassName"),
         ({"database.url": "postgresql://h/db", "database.existingSecret": "db"}, "not both"),
@@ -580,3 +584,127 @@ def test_chart_crds_match_the_generated_ones() -> None:
         "jobs",
     }
     assert all(c["spec"]["group"] == "hangar.dev" for c in crds)
+
+
+# --------------------------------------------------------------------------------------------------
+# values.schema.json, and every variable the chart sets is a setting hangar reads
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"logLvel": "debug"}, "at '': additional properties 'logLvel' not allowed"),
+        ({"watchNamespace": ["team-a"]}, "additional properties 'watchNamespace' not allowed"),
+        ({"sandbox.slot": 3}, "at '/sandbox': additional properties 'slot' not allowed"),
+        (
+            {"governance.suspendAfter": 30},
+            "at '/governance': additional properties 'suspendAfter' not allowed",
+        ),
+        ({"sandbox.slots": "many"}, "at '/sandbox/slots': got string, want integer"),
+        ({"approvals.timeoutSeconds": "10m"}, "at '/approvals/timeoutSeconds': got string, want integer"),
+        ({"watchAllNamespaces": "yes"}, "at '/watchAllNamespaces': got string, want boolean"),
+        ({"watchNamespaces": "team-a"}, "at '/watchNamespaces': got string, want array"),
+        ({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'"),
+        ({"logLevel": "verbose"}, "at '/logLevel': value must be one of 'debug', 'info', 'warning', 'error'"),
+        ({"governance.modes": "tools=enforce"}, "at '/governance/modes'"),
+        ({"operator.extraEnv": [{"value": "x"}]}, "at '/operator/extraEnv/0': missing property 'name'"),
+    ],
+)
+def test_values_schema_refuses_a_misspelled_key_or_a_wrong_type(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(AssertionError) as err:
+        rendered_manifests(set_values=values)
+    assert "don't meet the specifications of the schema" in str(err.value)
+    assert message in str(err.value)
+
+
+def test_helm_install_checks_the_schema_too(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("sandbox:\n  slots: 3\n  runtimeClass: gvisor\n")  # runtimeClassName, misspelled
+    with pytest.raises(AssertionError) as err:
+        helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", "-f", str(values))
+    assert "INSTALLATION FAILED" in str(err.value)
+    assert "at '/sandbox': additional properties 'runtimeClass' not allowed" in str(err.value)
+
+
+# Values that render every HANGAR_* variable the templates can set.
+EVERY_BRANCH: list[dict[str, Any]] = [
+    {},
+    {"watchAllNamespaces": True, "database.existingSecret": "db"},
+    {
+        "governance.mode": "enforce",
+        "governance.modes": "run=shadow",
+        "governance.existingSecret": "tower",
+        "governance.url": "https://tower.example.com",
+        "approvals.policy": "governed",
+        "sandbox.runtimeClassName": "gvisor",
+        "gateway.address": "gw.example.com:7443",
+    },
+    {
+        "governance.mode": "shadow",
+        "governance.webhookSecretName": "tower-webhook",
+        "governance.credentialName": "k",
+    },
+]
+
+
+def test_every_hangar_variable_the_chart_sets_is_a_setting() -> None:
+    from hangar.config import env_names
+
+    settings = set(env_names().values())
+    seen: set[str] = set()
+    for values in EVERY_BRANCH:
+        for c in containers(rendered_manifests(set_values=values)).values():
+            seen |= {name for name in env_of(c) if name.startswith("HANGAR_")}
+    assert seen, "no HANGAR_ variable rendered"
+    assert seen - settings == set(), "the chart sets variables no setting reads"
+    for name in (
+        "HANGAR_WATCH_NAMESPACES",
+        "HANGAR_SANDBOX_SERVICE_ACCOUNT",
+        "HANGAR_LOG_LEVEL",
+        "HANGAR_GOVERNANCE",
+        "HANGAR_GOVERNANCE_MODES",
+        "HANGAR_GOVERNANCE_WEBHOOK_SECRET",
+        "HANGAR_GOVERNANCE_URL",
+        "HANGAR_GOVERNANCE_CREDENTIAL",
+        "HANGAR_GOVERNANCE_SUSPEND_AFTER_SECONDS",
+        "HANGAR_MCP_STATE_KEY",
+    ):
+        assert name in seen
+
+
+def test_the_chart_renders_settings_hangar_accepts() -> None:
+    """Each plain value the chart renders for a HANGAR_ variable loads (secrets from Secrets stand in)."""
+    from hangar.config import Settings, env_names
+
+    by_env = {v: k for k, v in env_names().items()}
+    for values in EVERY_BRANCH:
+        for c in containers(rendered_manifests(set_values=values)).values():
+            given: dict[str, Any] = {}
+            for name, e in env_of(c).items():
+                if name in by_env:
+                    raw = e.get("value", "x" * 40 if "valueFrom" in e else None)
+                    given[by_env[name]] = raw if raw != "" else None
+            given["namespace"] = NAMESPACE  # the pod's own, from the downward API
+            if given.get("database_url") and "valueFrom" in env_of(c)["HANGAR_DATABASE_URL"]:
+                given["database_url"] = "postgresql://stand-in"
+            Settings(**{k: v for k, v in given.items() if v is not None})
+
+
+def test_the_sandbox_service_account_is_the_one_the_chart_creates(default_objs: list[dict]) -> None:
+    for c in containers(default_objs).values():
+        assert env_value(c, "HANGAR_SANDBOX_SERVICE_ACCOUNT") == "hangar-sandbox"
+    one(default_objs, "ServiceAccount", "hangar-sandbox", NAMESPACE)
+
+
+def test_each_settings_chart_key_is_a_value() -> None:
+    """docs/configuration.md names the chart value that sets each variable: each of those is in values.yaml."""
+    from hangar.config import Settings
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for name, f in Settings.model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        for key in filter(None, (k.strip() for k in str(extra.get("chart") or "").split(","))):
+            node: Any = values
+            for part in key.split("."):
+                assert isinstance(node, dict) and part in node, f"{name}: values.yaml has no {key}"
+                node = node[part]

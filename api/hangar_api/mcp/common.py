@@ -16,7 +16,7 @@ from hangar.kube import Kube, Obj
 from hangar.models.base import NAME_MAX, NAME_PATTERN
 from hangar.store import Database
 
-from .. import jobs, sessions
+from .. import deps, job_attempts
 from ..auth import Caller
 from .auth import acting, may_use_sessions
 
@@ -88,12 +88,12 @@ def sessions_only(who: Caller, what: str) -> None:
 async def get_session(hub: Hub, who: Caller, name: str) -> Obj:
     sessions_only(who, "a session")
     with refusals():
-        return await sessions.get_session(hub.kube, name)
+        return await deps.get_session(hub.kube, name)
 
 
 async def get_job(hub: Hub, who: Caller, job_id: str) -> Obj:
     with refusals():
-        return await jobs.get_job(hub.kube, acting(who), job_id)
+        return await job_attempts.get_job(hub.kube, acting(who), job_id)
 
 
 async def resolve(hub: Hub, who: Caller, ref: str) -> Target:

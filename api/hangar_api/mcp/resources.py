@@ -19,7 +19,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from hangar.kube import Obj
 from hangar.store import Database
 
-from .. import jobs, sessions
+from .. import deps, job_attempts
 from ..views import job_view, session_view
 from . import common
 from .auth import TokensVerifier, mcp_caller
@@ -70,7 +70,7 @@ async def job_events(hub: Hub, job: Obj, since: str | None) -> dict[str, Any]:
     name = job["metadata"]["name"]
     cursor = parse_cursor(since)
     sources: list[tuple[str, str, str | None]] = [("job", f"job/{name}", None)]
-    for s in await jobs.attempt_sessions(hub.kube, job):
+    for s in await job_attempts.attempt_sessions(hub.kube, job):
         session = s["metadata"]["name"]
         sources.append((session.removeprefix(f"{name}-"), f"session/{session}", session))
     merged: list[tuple[str, int, int, dict[str, Any]]] = []
@@ -98,7 +98,7 @@ def register_resources(server: MCPServer[Any], hub: Hub, verifier: TokensVerifie
 
         async def read() -> dict[str, Any]:
             s = await common.get_session(hub, mcp_caller(verifier, ctx), name)
-            return session_view(s, await sessions.session_turns(hub.kube, name))
+            return session_view(s, await deps.session_turns(hub.kube, name))
 
         return await _guard(read)
 
@@ -118,7 +118,9 @@ def register_resources(server: MCPServer[Any], hub: Hub, verifier: TokensVerifie
 
         async def read() -> dict[str, Any]:
             j = await common.get_job(hub, mcp_caller(verifier, ctx), job_id)
-            return job_view(j, await jobs.job_turns(hub.kube, j, await jobs.attempt_sessions(hub.kube, j)))
+            return job_view(
+                j, await job_attempts.job_turns(hub.kube, j, await job_attempts.attempt_sessions(hub.kube, j))
+            )
 
         return await _guard(read)
 

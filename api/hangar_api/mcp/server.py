@@ -3,7 +3,7 @@
 ``Mcp-Session-Id`` one). ``create_app`` builds it, mounts it and runs its session manager in the app's
 lifespan (a mounted app's own lifespan never runs).
 
-Settings (environment):
+Settings (``hangar.config.Settings``, from the environment):
 
 - ``HANGAR_MCP_STATE_KEY``: the key sealing ``requestState`` between 2026-07-28 rounds (32+ bytes of text).
   Give every API replica the same one; without it each process makes its own, and a retry that reaches
@@ -14,7 +14,6 @@ Settings (environment):
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from fastapi import FastAPI
@@ -23,6 +22,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
+
+from hangar.config import Settings
 
 from .auth import TokensVerifier
 from .common import Hub
@@ -44,9 +45,10 @@ INSTRUCTIONS = (
 def build(app: FastAPI) -> MCPServer[Any]:
     verifier = TokensVerifier(app.state)
     subscriptions = app.state.mcp_subscriptions = Subscriptions(Hub(app.state), verifier)
-    key = os.environ.get("HANGAR_MCP_STATE_KEY")
+    settings: Settings = app.state.settings
+    key = settings.mcp_state_key
     security = (
-        RequestStateSecurity(keys=[key], ttl=STATE_TTL_SECONDS)
+        RequestStateSecurity(keys=[key.get_secret_value()], ttl=STATE_TTL_SECONDS)
         if key
         else RequestStateSecurity.ephemeral(ttl=STATE_TTL_SECONDS)
     )
@@ -76,7 +78,8 @@ def stop(state: Any) -> None:
 def mount(app: FastAPI) -> MCPServer[Any]:
     """Build the server and route ``/mcp`` to it. Returns it: the caller runs ``session_manager.run()``."""
     server = build(app)
-    hosts = [h.strip() for h in os.environ.get("HANGAR_MCP_ALLOWED_HOSTS", "").split(",") if h.strip()]
+    settings: Settings = app.state.settings
+    hosts = list(settings.mcp_allowed_hosts)
     security = (
         TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts)
         if hosts

@@ -15,7 +15,7 @@ from hangar.models.base import ApprovalPolicy, Harness
 from hangar.models.turn import MESSAGE_MAX
 
 from .. import approvals as ap
-from .. import jobs, sessions, steering
+from .. import deps, job_approvals, job_attempts, job_steering, jobs, sessions, steering
 from ..auth import Caller
 from ..views import job_view, session_view
 from . import common
@@ -45,7 +45,7 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
         waits on (pending_approvals), as GET /api/sessions/{name} answers."""
         who = caller(ctx)
         s = await common.get_session(hub, who, name)
-        return session_view(s, await sessions.session_turns(hub.kube, name))
+        return session_view(s, await deps.session_turns(hub.kube, name))
 
     @server.tool(annotations=READ)
     async def get_job(job_id: JobId, ctx: Ctx) -> dict[str, Any]:
@@ -53,7 +53,9 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
         who = caller(ctx)
         j = await common.get_job(hub, who, job_id)
         with refusals():
-            return job_view(j, await jobs.job_turns(hub.kube, j, await jobs.attempt_sessions(hub.kube, j)))
+            return job_view(
+                j, await job_attempts.job_turns(hub.kube, j, await job_attempts.attempt_sessions(hub.kube, j))
+            )
 
     @server.tool(annotations=WRITE)
     async def send_to_session(name: SessionName, message: Message, ctx: Ctx) -> dict[str, Any]:
@@ -110,8 +112,8 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
             if target.kind == "job":
                 if interrupt:
                     body = steering.InterruptBody(message=message) if message else None
-                    return await jobs.interrupt(target.name, rest, hub.kube, hub.db, body)
-                return await jobs.steer(
+                    return await job_steering.interrupt(target.name, rest, hub.kube, hub.db, body)
+                return await job_steering.steer(
                     target.name, steering.SteerBody(message=message or ""), rest, hub.kube, hub.db
                 )
             if interrupt:
@@ -137,7 +139,9 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
         body = ap.DecisionBody(decision=decision, message=message)
         with refusals():
             if target.kind == "job":
-                return await jobs.decide_approval(target.name, approval, body, acting(who), hub.kube, hub.db)
+                return await job_approvals.decide_approval(
+                    target.name, approval, body, acting(who), hub.kube, hub.db
+                )
             return await ap.decide_approval(target.name, approval, body, acting(who), hub.kube, hub.db)
 
     @server.tool(annotations=WRITE)

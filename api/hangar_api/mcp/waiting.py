@@ -38,7 +38,7 @@ from hangar.models.job import JOB_FINAL
 from hangar.models.turn import MESSAGE_MAX
 
 from .. import approvals as ap
-from .. import jobs
+from .. import job_attempts
 from ..auth import Caller
 from ..views import turn_view
 from .auth import acting
@@ -172,7 +172,7 @@ class Snapshot:
             )
             if not text:
                 return None
-            live = {s["metadata"]["name"] for s in jobs.live_attempts(self.obj, self.sessions)}
+            live = {s["metadata"]["name"] for s in job_attempts.live_attempts(self.obj, self.sessions)}
             turns = {t["spec"]["session"]: _index(t) for t in self.latest if t["spec"]["session"] in live}
             return str(text), turns
         t = self.primary()
@@ -193,7 +193,7 @@ async def snapshot(hub: Hub, target: Target) -> Snapshot:
         obj = await k.get("jobs", target.name)
         if obj is None:
             raise ToolError(f"not found: job {target.name!r} is gone")
-        sessions = await jobs.attempt_sessions(k, obj)
+        sessions = await job_attempts.attempt_sessions(k, obj)
     names = [s["metadata"]["name"] for s in sessions]
     latest: list[Obj] = []
     pending: list[Obj] = []
@@ -323,7 +323,7 @@ async def answer(hub: Hub, who: Caller, target: Target, asked: dict[str, Any], t
         if j is None:
             return {**base, "outcome": "stale", "detail": f"job {target.name!r} is gone"}
         try:
-            jobs.refuse_final(j, "take an answer")
+            job_attempts.refuse_final(j, "take an answer")
         except HTTPException as e:
             return {**base, "outcome": "stale", "detail": str(e.detail)}
     sent: list[str] = []

@@ -1,0 +1,65 @@
+"""The approvals of a job's attempts under ``/api/jobs/{job_id}/approvals``: list, read, decide. The same
+functions as the session routes (``approvals.py``), over every attempt's sessions; an approval that is not
+one of the job's is a 404."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from . import approvals as ap
+from .deps import DbDep, KubeDep
+from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state
+from .views import job_view
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+
+
+@router.get("/{job_id}/approvals")
+async def list_approvals(
+    job_id: str, who: JobsCaller, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> dict[str, Any]:
+    """The job's policy, the approvals its attempts wait on, and recent ones, across all attempts."""
+    j = await get_job(k, who, job_id)
+    sessions = await attempt_sessions(k, j)
+    st: dict[str, Any] = j.get("status") or {}
+    attempts = []
+    for s in sessions:
+        sst: dict[str, Any] = s.get("status") or {}
+        attempts.append(
+            {
+                "session": s["metadata"]["name"],
+                "policy": sst.get("policy"),
+                "tainted": bool((sst.get("taint") or {}).get("tainted")),
+            }
+        )
+    policy = st.get("policy") or next((a["policy"] for a in attempts if a["policy"]), None)
+    items = await ap.approvals_of(k, [s["metadata"]["name"] for s in sessions])
+    pending, recent = ap.pending_and_recent(items, limit)
+    return {
+        "job": job_id,
+        "policy": policy or j["spec"].get("approvals"),
+        "tainted": job_view(j)["taint"]["tainted"],
+        "state": job_state(j),
+        "attempts": attempts,
+        "pending": pending,
+        "recent": recent,
+    }
+
+
+@router.get("/{job_id}/approvals/{approval}")
+async def read_approval(job_id: str, approval: str, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
+    j = await get_job(k, who, job_id)
+    names = [s["metadata"]["name"] for s in await attempt_sessions(k, j)]
+    return ap.approval_view(await ap.approval_in(k, names, approval, f"job {job_id!r}"))
+
+
+@router.post("/{job_id}/approvals/{approval}")
+async def decide_approval(
+    job_id: str, approval: str, body: ap.DecisionBody, who: JobsCaller, k: KubeDep, d: DbDep
+) -> dict[str, Any]:
+    """Decide an approval one of the job's attempts waits on (404 if it is not the job's)."""
+    j = await get_job(k, who, job_id)
+    names = [s["metadata"]["name"] for s in await attempt_sessions(k, j)]
+    return await ap.decide(k, d, who, names, approval, body, f"job {job_id!r}", job=job_id)

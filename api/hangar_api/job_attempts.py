@@ -1,0 +1,113 @@
+"""A job's attempts as the job routes see them: the job (if the caller may see it), its attempt sessions
+``<job>-a<i>`` and their turns, and which of them a request may go to.
+
+Who may call: an admin token, or a ``jobs`` token whose subject is the job's ``spec.submitter``. A jobs token
+asking for someone else's job gets the same 404 as for a job that doesn't exist (it is not told the job is
+there); any other role gets 403 (:func:`hangar_api.auth.jobs_caller`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import Depends, HTTPException
+
+from hangar.kube import Kube, Obj
+from hangar.models.base import NAME_PATTERN
+from hangar.models.job import JOB_FINAL, JOB_NAME_MAX, attempt_session
+
+from .auth import Caller, jobs_caller, owns
+
+JobsCaller = Annotated[Caller, Depends(jobs_caller)]
+
+
+# --- resolving a job and its attempts ----------------------------------------------------------------------
+def no_job(job_id: str) -> HTTPException:
+    return HTTPException(404, f"no job {job_id!r}")
+
+
+async def get_job(k: Kube, who: Caller, job_id: str) -> Obj:
+    """The job, if ``who`` may see it. Someone else's job is a 404, like a missing one."""
+    if len(job_id) > JOB_NAME_MAX or not re.fullmatch(NAME_PATTERN, job_id):
+        raise no_job(job_id)
+    j = await k.get("jobs", job_id)
+    if j is None or j["metadata"].get("deletionTimestamp"):
+        raise no_job(job_id)
+    if not owns(who, str((j.get("spec") or {}).get("submitter", ""))):
+        raise no_job(job_id)
+    return j
+
+
+def _attempt_index(job: Obj, session: str) -> int:
+    prefix = f"{job['metadata']['name']}-a"
+    tail = session[len(prefix) :] if session.startswith(prefix) else ""
+    return int(tail) if tail.isdigit() else 0
+
+
+async def attempt_sessions(k: Kube, job: Obj) -> list[Obj]:
+    """The job's attempt sessions that exist, in attempt order: ``<job>-a<i>``, labelled with the job and
+    owned by it (a session that merely carries the label or the name is not one: its approvals and turns are
+    not the submitter's to answer)."""
+    name, uid = job["metadata"]["name"], job["metadata"].get("uid")
+    wanted = {attempt_session(name, i) for i in range(1, int(job["spec"].get("attempts", 1)) + 1)}
+    out = []
+    for s in await k.list("sessions", label_selector=f"hangar.dev/job={name}"):
+        meta = s["metadata"]
+        if meta["name"] not in wanted or meta.get("deletionTimestamp"):
+            continue
+        if not any(o.get("kind") == "Job" and o.get("uid") == uid for o in meta.get("ownerReferences") or []):
+            continue
+        out.append(s)
+    return sorted(out, key=lambda s: _attempt_index(job, s["metadata"]["name"]))
+
+
+async def job_turns(k: Kube, job: Obj, sessions: list[Obj]) -> list[Obj]:
+    """The job's turns: in the order of ``status.turns`` (what the operator recorded), then any it has not
+    recorded yet, by attempt and index."""
+    names = [s["metadata"]["name"] for s in sessions]
+    if not names:
+        return []
+    selector = (
+        f"hangar.dev/session={names[0]}" if len(names) == 1 else f"hangar.dev/session in ({','.join(names)})"
+    )
+    turns = [t for t in await k.list("turns", label_selector=selector) if t["spec"].get("session") in names]
+    by_name = {t["metadata"]["name"]: t for t in turns}
+    recorded = [by_name[n] for n in ((job.get("status") or {}).get("turns") or []) if n in by_name]
+    seen = {t["metadata"]["name"] for t in recorded}
+    rest = sorted(
+        (t for t in turns if t["metadata"]["name"] not in seen),
+        key=lambda t: (_attempt_index(job, t["spec"]["session"]), int(t["spec"].get("index", 0))),
+    )
+    return recorded + rest
+
+
+def job_state(job: Obj) -> str:
+    return str((job.get("status") or {}).get("state") or "queued")
+
+
+def refuse_final(job: Obj, what: str) -> None:
+    name, state = job["metadata"]["name"], job_state(job)
+    if state in JOB_FINAL:
+        raise HTTPException(409, f"job {name!r} is {state}: it can't {what} any more")
+    if job["spec"].get("cancelled"):
+        raise HTTPException(409, f"job {name!r} is being cancelled: it can't {what} any more")
+
+
+def _attempt_state(job: Obj, session: str) -> str | None:
+    for a in (job.get("status") or {}).get("attempts") or []:
+        if a.get("session") == session:
+            return str(a.get("state") or "") or None
+    return None
+
+
+def live_attempts(job: Obj, sessions: list[Obj]) -> list[Obj]:
+    """The attempts a follow-up goes to: every attempt that has not failed (by the job's record of it or
+    its session's phase) and was not stopped."""
+    return [
+        s
+        for s in sessions
+        if _attempt_state(job, s["metadata"]["name"]) not in ("failed", "stopped")
+        and (s.get("status") or {}).get("phase") not in ("Failed", "Stopped")
+        and not s["spec"].get("stopped")
+    ]
