@@ -115,7 +115,11 @@ def test_the_route_answers_503_until_the_named_secret_is_stored(gov: Stack, clus
     r = post(gov.api_url, stop_event("nobody"))
     assert r.status_code == 503 and "tower-webhook/webhook-secret is not stored" in r.json()["detail"]
     store_secret(cluster, SECRET)
-    r = wait(lambda: (x := post(gov.api_url, stop_event("nobody"))).status_code == 200 and x, timeout=30)
+    r = wait(
+        lambda: (x := post(gov.api_url, stop_event("nobody"))).status_code == 200 and x,
+        30,
+        "an accepted delivery",
+    )
     assert r.json() == {"ignored": "hangar has no such run"}
     assert any(e["target"] == "nobody" and e.get("ignored") for e in audit(gov, "governance.run_stop"))
 
@@ -123,7 +127,7 @@ def test_the_route_answers_503_until_the_named_secret_is_stored(gov: Stack, clus
 def test_the_refusal_table_over_http(gov: Stack, cluster: Cluster) -> None:
     store_secret(cluster, SECRET)
     url, ev = gov.api_url, stop_event("nobody")
-    wait(lambda: post(url, stop_event("nobody")).status_code == 200, timeout=30)
+    wait(lambda: post(url, stop_event("nobody")).status_code == 200, 30, "an accepted delivery")
     body = json.dumps(ev).encode()
     cases: list[tuple[str, httpx.Response, int]] = [
         ("no signature", httpx.post(url + ROUTE, content=body, headers={"X-AW-Event-Id": ev["id"]}), 401),
@@ -138,7 +142,9 @@ def test_the_refusal_table_over_http(gov: Stack, cluster: Cluster) -> None:
         ),
         ("wrong secret", post(url, ev, secrets=(b"not-the-secret",)), 401),
         ("301 s old", post(url, ev, t=time.time() - 301), 401),
-        ("301 s ahead", post(url, ev, t=time.time() + 301), 401),
+        # The server reads its clock a moment after this one: 302 s ahead stays over the limit there
+        # (the unit tests pin 300 and 301 exactly, on a fixed clock).
+        ("302 s ahead", post(url, ev, t=time.time() + 302), 401),
         (
             "tampered",
             httpx.post(
@@ -161,7 +167,6 @@ def test_the_refusal_table_over_http(gov: Stack, cluster: Cluster) -> None:
         assert r.json()["detail"], what
     # None of them used up the id: the genuine delivery is applied, then it is a duplicate.
     assert post(url, ev).json() == {"ignored": "hangar has no such run"}
-    assert post(url, ev, headers={"x-aw-signature": "", "X-AW-SIGNATURE": ""}).status_code == 401
     lower = {
         k.lower(): v
         for k, v in {
@@ -193,7 +198,8 @@ def test_a_rotated_secret_is_picked_up_without_a_restart(gov: Stack, cluster: Cl
         lambda: (
             (x := post(gov.api_url, stop_event("nobody"), secrets=(b"next-secret",))).status_code == 200 and x
         ),
-        timeout=30,
+        30,
+        "a delivery signed with the rotated secret",
     )
     assert r.json() == {"ignored": "hangar has no such run"}
     store_secret(cluster, SECRET)
@@ -202,7 +208,7 @@ def test_a_rotated_secret_is_picked_up_without_a_restart(gov: Stack, cluster: Cl
 def test_replays_are_remembered_across_a_restart_and_two_api_processes(gov: Stack, cluster: Cluster) -> None:
     store_secret(cluster, SECRET)
     ev = stop_event("nobody")
-    wait(lambda: post(gov.api_url, stop_event("nobody")).status_code == 200, timeout=30)
+    wait(lambda: post(gov.api_url, stop_event("nobody")).status_code == 200, 30, "an accepted delivery")
     assert post(gov.api_url, ev).json() == {"ignored": "hangar has no such run"}
     gov.stop("api")
     gov.start_api()
@@ -229,12 +235,12 @@ def test_tower_down_at_event_time_is_503_then_the_retry_applies_once(
     gov: Stack, cluster: Cluster, tower: TowerSimulator
 ) -> None:
     store_secret(cluster, SECRET)
-    wait(lambda: post(gov.api_url, stop_event("nobody")).status_code == 200, timeout=30)
+    wait(lambda: post(gov.api_url, stop_event("nobody")).status_code == 200, 30, "an accepted delivery")
     aid = f"A-down-{time.monotonic_ns()}"
     tower.approvals[aid] = {"id": aid, "status": "pending"}
     tower.available = False
     d = tower.decide(aid, "allowed", by="lee@acme.test")
-    wait(lambda: 503 in d.attempts, timeout=30)
+    wait(lambda: 503 in d.attempts, 30, "a 503 while Tower is down")
     reads_before = [e for e in audit(gov, "governance.decision_read") if e["target"] == aid]
     assert reads_before == []
     tower.available = True
