@@ -17,7 +17,7 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import approvals, job_approvals, job_steering, jobs, mcp, sessions, steering
+from . import approvals, governance, job_approvals, job_steering, jobs, mcp, sessions, steering
 from .auth import Tokens
 
 log = logging.getLogger("hangar.api")
@@ -45,12 +45,15 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
         app.state.db = await open_database(settings.database_url)
         app.state.tokens = tokens
         app.state.turns = TurnFactory(app.state.kube)
+        app.state.governance = _governance(settings, app.state.kube, app.state.db)
         app.state.ready = True
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
             mcp.stop(app.state)
+            if app.state.governance is not None:
+                await app.state.governance.close()
             steering.stop_watch(app.state)
             await app.state.db.close()
             await app.state.kube.close()
@@ -69,6 +72,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(job_steering.router)
     app.include_router(job_approvals.router)
+    app.include_router(governance.router)
     app.state.settings = settings
     mcp_server = mcp.mount(app)
 
@@ -100,6 +104,20 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
         return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
     return app
+
+
+def _governance(settings: Settings, kube: Kube, db: Any) -> governance.Governance | None:
+    """The webhook's state while governance is on (any kind in shadow or enforce), else None: 404."""
+    if not settings.governance_on or settings.governance_webhook_secret is None:
+        return None
+    secrets = governance.WebhookSecrets(kube, settings.governance_webhook_secret.get_secret_value())
+    tower = None
+    if settings.governance_url:
+        credential = (
+            settings.governance_credential.get_secret_value() if settings.governance_credential else ""
+        )
+        tower = governance.TowerClient(settings.governance_url, credential)
+    return governance.Governance(kube, db, secrets, tower)
 
 
 def serve(app: FastAPI, settings: Settings, host: str = "0.0.0.0") -> None:

@@ -29,6 +29,10 @@ class SessionSpec(Model):
     stopped: bool = Field(
         default=False, description="Stop the session: interrupt any turn, release the sandbox"
     )
+    stopped_by: str | None = Field(
+        default=None, max_length=253, description="Who asked for the stop (tower:<who> for Tower's run.stop)"
+    )
+    stop_reason: str | None = Field(default=None, max_length=2000, description="Why the session was stopped")
     tainted: bool = Field(default=False, description="Start tainted (intake work that reads untrusted input)")
     fork_of: str | None = Field(
         default=None,

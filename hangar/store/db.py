@@ -28,8 +28,12 @@ SCHEMA = [
 ]
 
 
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _iso(datetime.now(UTC).timestamp())
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,22 @@ class Database:
     async def last_seq(self, scope: str) -> int:
         rows = await self.backend.fetch("SELECT COALESCE(MAX(seq), 0) FROM events WHERE scope = ?", (scope,))
         return int(rows[0][0])
+
+    # ids accepted once (Tower's event ids) ------------------------------------------------------------
+    async def accept_id(self, kind: str, item: str, keep_seconds: float) -> bool:
+        """Records ``item`` as accepted; False when it was accepted within ``keep_seconds`` already.
+
+        The primary key makes this atomic across processes sharing the database: of two api replicas given
+        the same id at once, exactly one gets True. Ids older than ``keep_seconds`` are dropped first."""
+        cutoff = _iso(datetime.now(UTC).timestamp() - keep_seconds)
+        await self.backend.execute("DELETE FROM seen_ids WHERE kind = ? AND at < ?", (kind, cutoff))
+        return await self.backend.transaction(
+            [("INSERT INTO seen_ids (kind, id, at) VALUES (?, ?, ?)", (kind, item, now()))]
+        )
+
+    async def forget_id(self, kind: str, item: str) -> None:
+        """Un-accepts ``item``: its retry then counts as new (Tower could not be asked about it)."""
+        await self.backend.execute("DELETE FROM seen_ids WHERE kind = ? AND id = ?", (kind, item))
 
     # audit ---------------------------------------------------------------------------------------------
     async def audit(self, actor: str, action: str, target: str, **detail: Any) -> None:

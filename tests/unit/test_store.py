@@ -70,3 +70,26 @@ async def test_audit_entries_keep_their_detail(db: Database) -> None:
 async def test_unknown_database_url_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported database URL"):
         await open_database("mysql://x")
+
+
+async def test_an_id_is_accepted_once_across_two_connections_at_once(db: Database) -> None:
+    """Two api replicas share the database: the same Tower event id given to both is applied once."""
+    other = await open_database(db.url)
+    try:
+        for _ in range(5):
+            item = f"ev-{uuid.uuid4().hex}"
+            got = await asyncio.gather(
+                *(d.accept_id("tower-event", item, 48 * 3600) for d in (db, other, db, other))
+            )
+            assert sorted(got) == [False, False, False, True]
+        item = f"ev-{uuid.uuid4().hex}"
+        assert await db.accept_id("tower-event", item, 48 * 3600)
+        # Another kind of id is its own namespace; forgetting makes the retry count as new.
+        assert await other.accept_id("other-kind", item, 48 * 3600)
+        await other.forget_id("tower-event", item)
+        assert await db.accept_id("tower-event", item, 48 * 3600)
+        # Past the keep time an id is new again (here: kept for 0 seconds).
+        await asyncio.sleep(0.01)
+        assert await db.accept_id("tower-event", item, 0)
+    finally:
+        await other.close()

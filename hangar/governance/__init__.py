@@ -1,0 +1,1 @@
+"""Governance by Tower (spec 002): the signed events webhook's checks, its events, and a Tower client."""
