@@ -102,7 +102,12 @@ class Settings(BaseSettings):
         allowed="host:port",
     )
     gateway_port: int = setting(
-        7443, "HANGAR_GATEWAY_PORT", "Port of the driver gateway.", chart="gateway.port", ge=1, le=65535
+        7443,
+        "HANGAR_GATEWAY_PORT",
+        "Port of the driver gateway (0: any free port, as tests use).",
+        chart="gateway.port",
+        ge=0,
+        le=65535,
     )
     gateway_host: str = setting("0.0.0.0", "HANGAR_GATEWAY_HOST", "Address the gateway listens on.")
     operator_host: str = setting(
@@ -220,12 +225,14 @@ class Settings(BaseSettings):
         chart="governance.modes",
         allowed="`kind=mode,…`: kinds `approval`, `run`; modes as HANGAR_GOVERNANCE",
     )
-    governance_webhook_secret: SecretStr | None = setting(
+    governance_webhook_secret: str | None = setting(
         None,
         "HANGAR_GOVERNANCE_WEBHOOK_SECRET",
-        "The secret Tower signs events with (or the vault credential holding it); needed when on.",
-        chart="governance.existingSecret, governance.webhookSecretName",
-        secret=True,
+        "The Kubernetes Secret in HANGAR_NAMESPACE holding the secret Tower signs events with: `name` or "
+        "`name/key` (key `webhook-secret` by default; one secret a line while one rotates). Re-read as it "
+        "changes; needed when on.",
+        chart="governance.existingSecret, governance.webhookSecretKey, governance.webhookSecretName",
+        allowed="`name` or `name/key` of a Secret",
     )
     governance_url: str | None = setting(
         None,

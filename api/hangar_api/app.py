@@ -110,7 +110,7 @@ def _governance(settings: Settings, kube: Kube, db: Any) -> governance.Governanc
     """The webhook's state while governance is on (any kind in shadow or enforce), else None: 404."""
     if not settings.governance_on or settings.governance_webhook_secret is None:
         return None
-    secrets = governance.WebhookSecrets(kube, settings.governance_webhook_secret.get_secret_value())
+    secrets = governance.WebhookSecrets(kube, settings.governance_webhook_secret)
     tower = None
     if settings.governance_url:
         credential = (

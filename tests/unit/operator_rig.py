@@ -7,7 +7,6 @@ deadlines) use short settings so each test stays fast.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
@@ -110,5 +109,5 @@ async def make_rig(tmp_path: Path, **settings: Any) -> Rig:
     base.update(settings)
     kube = FakeKube("default")
     db = await open_database(str(base["database_url"]))
-    c = build(kube, db, dataclasses.replace(Settings(), **base), Retrier(first_delay=0.05, max_delay=0.2))
+    c = build(kube, db, Settings(**base), Retrier(first_delay=0.05, max_delay=0.2))
     return Rig(c, kube)

@@ -1,45 +1,54 @@
 """The Job controller's reconcile against FakeKube: the first of the unit tier's reconcile tests.
 
 The controller reaches Kubernetes only through ``Kube`` (here FakeKube) and its activity log through a real
-sqlite Database; ``Runtime`` is being split into narrow dependencies, so these tests hand it just those.
+sqlite Database, through the operator rig's Context.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hangar.config import Settings
 from hangar.kube import ApiException
-from hangar.store.db import Database, open_database
+from hangar.models.labels import JOB as JOB_LABEL
+from hangar.store.db import Database
 from hangar.testing.fake_kube import FakeKube
-from hangar_operator.jobs import JOB_LABEL, Jobs
+from hangar_operator.jobs import Jobs
+
+from .operator_rig import Rig, make_rig
 
 
-@dataclass
 class Deps:
-    """What Jobs reads of the runtime: its Kube, settings and the activity log."""
+    """What the Job controller reaches: its Kube (here FakeKube) and the activity log, on the rig's Context."""
 
-    kube: FakeKube
-    settings: Settings
-    db: Database
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        self.kube: FakeKube = rig.kube
+        self.db: Database = rig.ctx.db
+
+
+class _Jobs:
+    def __init__(self, ctl: Jobs) -> None:
+        self.ctl = ctl
+
+    async def reconcile(self, name: str) -> None:
+        await self.ctl.reconcile("default", name)
 
 
 @pytest.fixture
 async def deps(tmp_path: Path) -> AsyncIterator[Deps]:
-    db = await open_database(f"sqlite:///{tmp_path / 'hangar.db'}")
+    rig = await make_rig(tmp_path, approvals=None)
     try:
-        yield Deps(FakeKube("ns1"), Settings(approvals=None), db)
+        yield Deps(rig)
     finally:
-        await db.close()
+        await rig.ctx.db.close()
 
 
-def jobs(d: Deps) -> Jobs:
-    return Jobs(d)  # type: ignore[arg-type]
+def jobs(d: Deps) -> _Jobs:
+    return _Jobs(d.rig.c.jobs)
 
 
 def job(name: str = "j", **spec: Any) -> dict[str, Any]:

@@ -195,12 +195,11 @@ the same values; only the api gets the API tokens.
 - name: HANGAR_GOVERNANCE_MODES
   value: {{ . | quote }}
 {{- end }}
+{{- /* It names the Secret (and key) the api reads the signing secret from, and re-reads as it rotates:
+the value itself never sits in the pod's environment. */}}
 {{- if .Values.governance.existingSecret }}
 - name: HANGAR_GOVERNANCE_WEBHOOK_SECRET
-  valueFrom:
-    secretKeyRef:
-      name: {{ .Values.governance.existingSecret }}
-      key: {{ .Values.governance.webhookSecretKey }}
+  value: {{ printf "%s/%s" .Values.governance.existingSecret .Values.governance.webhookSecretKey | quote }}
 {{- else if .Values.governance.webhookSecretName }}
 - name: HANGAR_GOVERNANCE_WEBHOOK_SECRET
   value: {{ .Values.governance.webhookSecretName | quote }}
