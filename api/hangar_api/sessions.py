@@ -136,7 +136,8 @@ async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message:
     phase = (s.get("status") or {}).get("phase")
     if phase == "Failed":
         raise HTTPException(409, f"session {ref!r} failed: {(s.get('status') or {}).get('message', '')}")
-    if s["spec"].get("harness", "claude") in LIVE_HARNESSES:
+    stopped = bool(s["spec"].get("stopped"))
+    if s["spec"].get("harness", "claude") in LIVE_HARNESSES and not stopped:
         running = await steering.running_turn(k, s)
         if running is not None:
             out = await steering.steer_turn(k, running, message, who.subject)
@@ -146,6 +147,11 @@ async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message:
             return out
     turn = await turns.create(ref, message, by=who.subject)
     await d.audit(who.subject, "session.send", ref, turn=turn)
+    if stopped:
+        # A new message after a stop (a person's, or Tower's run.stop) starts a new run: the turn exists
+        # first, so the operator finds it queued when the session starts again.
+        await k.patch("sessions", ref, {"spec": {"stopped": False, "stoppedBy": None, "stopReason": None}})
+        await d.audit(who.subject, "session.restart", ref, turn=turn)
     t = await k.get("turns", turn)
     return {"turn": turn_view(t) if t else {"name": turn}, "kind": "turn"}
 

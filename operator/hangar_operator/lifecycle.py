@@ -16,6 +16,9 @@ SESSION: Table = {
     ("Pending", "wait"): "Pending",  # no slot, no environment, no parent yet: status.reason says which
     ("Pending", "sandbox_created"): "Starting",
     ("Idle", "sandbox_created"): "Starting",  # after a lost sandbox, the next turn starts another
+    # spec.stopped cleared (a person's new message after a stop, Tower's included): a new run.
+    ("Stopped", "sandbox_created"): "Starting",
+    ("Stopped", "wait"): "Pending",
     ("Starting", "connected"): "Idle",
     ("Idle", "turn_started"): "Running",
     ("Running", "turn_ended"): "Idle",

@@ -239,16 +239,22 @@ class Sessions:
 
     async def _stop(self, ns: str, s_obj: Obj) -> None:
         kube = self.ctx.kube_in(ns)
-        st = Session.model_validate(s_obj).status
+        s = Session.model_validate(s_obj)
+        st = s.status
+        # Who stopped it and why (Tower's run.stop says both) stay on the session's status message.
+        stopped = "stopped" + (f" by {s.spec.stopped_by}" if s.spec.stopped_by else "")
+        stopped += f": {s.spec.stop_reason}" if s.spec.stop_reason else ""
         if st.current_turn:
             turn_obj = await kube.get("turns", st.current_turn)
             if turn_obj is not None and Turn.model_validate(turn_obj).status.phase == "Running":
-                why = "the session was stopped"
+                why = f"the session was {stopped}"
                 ending = Ending(event="stopped", outcome="interrupted", exit_status=130, reason=why, lost=why)
                 ending.interrupts, ending.interrupt_reason = "killed", why
                 await self.outcomes.finish(ns, st_name(s_obj), turn_obj, ending)
-        await self.sandboxes.release(ns, st_name(s_obj), "stopped", event="stop")
-        await self.ctx.events.emit(kube, s_obj, "Normal", "Stopped", "the session was stopped (spec.stopped)")
+        await self.sandboxes.release(ns, st_name(s_obj), stopped, event="stop")
+        await self.ctx.events.emit(
+            kube, s_obj, "Normal", "Stopped", f"the session was {stopped} (spec.stopped)"
+        )
 
     async def kill_unconfirmed(self, ns: str, owner: str, turn_name: str) -> None:
         """An interrupt the driver didn't confirm (a signed turn_ended or interrupted) in time: kill the run."""

@@ -17,13 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from hangar.devcluster.stack import Stack
+from hangar.devcluster.stack import Stack, environment_object
 from hangar.governance import signature
 from hangar.store import open_database
+from hangar.testing.model_server import ScriptedModel, Step
 from hangar.testing.tower import TowerSimulator
 
 from .conftest import Cluster
-from .helpers import namespace_stack, wait
+from .helpers import Api, clis_installed, namespace_stack, wait
 
 NS = "gov"
 SECRET = b"gov-webhook-secret"
@@ -73,8 +74,9 @@ def tower() -> Iterator[TowerSimulator]:
 
 
 @pytest.fixture(scope="module")
-def gov(cluster: Cluster, tower: TowerSimulator) -> Iterator[Stack]:
-    """An operator and an api with governance on, in a namespace of their own; the secret is stored later."""
+def gov(cluster: Cluster, stack: Stack, tower: TowerSimulator) -> Iterator[Stack]:
+    """An operator and an api with governance on, in a namespace of their own; the secret is stored later.
+    Their sandboxes run on the session stack's pod runner (``stack``), which serves every namespace."""
     cluster.kubectl("create", "namespace", NS, check=False)
     cluster.kubectl("-n", NS, "delete", "secret", "tower-webhook", "--ignore-not-found")
     env = {
@@ -251,3 +253,50 @@ def test_tower_down_at_event_time_is_503_then_the_retry_applies_once(
     # Tower's outbox sends it again: a duplicate now, applied no second time.
     assert post(gov.api_url, d.event).json() == {"ignored": "duplicate event"}
     assert len([e for e in audit(gov, "governance.decision_read") if e["target"] == aid]) == 1
+
+
+@pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)")
+def test_run_stop_interrupts_the_turn_and_stops_the_session_a_new_message_starts_a_new_run(
+    gov: Stack, cluster: Cluster, tower: TowerSimulator
+) -> None:
+    store_secret(cluster, SECRET)
+    model = ScriptedModel(
+        [
+            Step(when="LONG", text="Working on it:", words=200, word_delay=0.1),
+            Step(when="AGAIN", text="FINAL: back at work"),
+        ]
+    )
+    url = model.start()
+    try:
+        env = environment_object("gov-env", {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-test"})
+        cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(env))
+        api = Api(gov)
+        r = api.post("/api/sessions", {"name": "gov-stop", "environment": "gov-env", "message": "LONG task"})
+        assert r.status_code == 201, r.text
+        api.wait_turn("gov-stop", 1, phases=("Running",))
+        model.wait_for_request(1, timeout=60)
+        d = tower.stop_run(session="gov-stop", by="lee@acme.test", reason="wrong repo")
+        assert d.done.wait(30) and d.final == 200, d.attempts
+        t1 = api.wait_turn("gov-stop", 1)
+        assert t1["phase"] == "Interrupted", api.debug("gov-stop")
+        s = wait(
+            lambda: (x := api.session("gov-stop"))["phase"] == "Stopped" and x, 60, "the session stopped"
+        )
+        assert "stopped by tower:lee@acme.test: wrong repo" in s["message"], s
+        stops = [e for e in audit(gov, "governance.run_stop") if e["target"] == "gov-stop"]
+        assert (
+            len(stops) == 1
+            and stops[0]["stopped_by"] == "lee@acme.test"
+            and stops[0]["reason"] == "wrong repo"
+        )
+        assert any(e["kind"] == "run_stopped" for e in api.events("gov-stop"))
+        # Tower's outbox delivers it again: nothing happens twice.
+        assert post(gov.api_url, d.event).json() == {"ignored": "duplicate event"}
+        # A person may still send the session a new message: it starts a new run.
+        r = api.post("/api/sessions/gov-stop/messages", {"message": "AGAIN please"})
+        assert r.status_code == 202, r.text
+        t2 = api.wait_turn("gov-stop", 2, timeout=120)
+        assert t2["phase"] == "Completed" and "back at work" in t2["summary"], api.debug("gov-stop")
+    finally:
+        model.stop()
+        cluster.kubectl("-n", NS, "delete", "session.hangar.dev/gov-stop", "--wait=false", check=False)
