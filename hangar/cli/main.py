@@ -92,7 +92,8 @@ def _dev(a: argparse.Namespace) -> None:
         print(f"hangar dev is up in {st.get('started_in_seconds', '?')}s")
         print(f"  API       {st['api_url']}  (token in the hangar context file)")
         print(f"  kubectl   export KUBECONFIG={st['kubeconfig']}; kubectl get hangar")
-        print('  try       hangar session new demo "list the files and say hello" -e default --wait')
+        print('  try       hangar session new demo "list the files and say hello" -e default')
+        print("            and steer it while it runs: README.md, Run it")
     elif a.dev_cmd == "down":
         raise SystemExit(dev.down())
     elif a.dev_cmd == "status":

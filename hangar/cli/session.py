@@ -31,6 +31,12 @@ def _print_session(s: dict[str, Any]) -> None:
             print(f"    < {t['summary'][:500]}")
         if t.get("reason"):
             print(f"    ! {t['reason'][:500]}")
+        for st in t.get("steers") or []:
+            then = f" -> {st['next_turn']}" if st.get("next_turn") else ""
+            print(f"    steer {st['id']} {st['status']}{then}: {st['message'][:200]}")
+        for it in t.get("interrupts") or []:
+            said = f": {it['message'][:200]}" if it.get("message") else ""
+            print(f"    interrupt {it['id']} {it['status']}{said}")
     for a in s.get("pending_approvals", []):
         print(f"  approval {a['id']} waits: {a['tool']} {a.get('command') or ''}")
 
@@ -76,6 +82,15 @@ def wait_turn(name: str, index: int, timeout: float) -> dict[str, Any]:
             return dict(t)
         time.sleep(0.5)
     raise SystemExit(f"turn {index} of {name} did not finish within {timeout:.0f}s")
+
+
+def cmd_wait(a: argparse.Namespace) -> None:
+    """Follows the session's running (or else its last) turn until it ends."""
+    s = call("GET", f"/api/sessions/{a.name}")
+    turns = s.get("turns") or []
+    if not turns:
+        raise SystemExit(f"session {a.name} has no turn to wait for")
+    wait_turn(a.name, max(int(t["index"]) for t in turns), a.timeout)
 
 
 def print_event(e: dict[str, Any]) -> None:
@@ -254,7 +269,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s.add_argument("--wait", action="store_true")
     s.add_argument("--timeout", type=float, default=600)
     s.set_defaults(func=cmd_send)
-    g = ss.add_parser("get", help="show a session and its turns")
+    wt = ss.add_parser("wait", help="follow the running turn (else the last one) until it ends")
+    wt.add_argument("name")
+    wt.add_argument("--timeout", type=float, default=600)
+    wt.set_defaults(func=cmd_wait)
+    g = ss.add_parser("get", help="show a session and its turns, with their steers and interrupts")
     g.add_argument("name")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_get)

@@ -15,7 +15,8 @@ from ..cli.context import Context, context_file, save
 from ..paths import repo_root, state_dir
 from . import binaries
 from .controlplane import ControlPlane, free_port, stop_process
-from .stack import Stack, environment_object, kill_under, wait_http, write_state
+from .scripted_envs import config_map, environment
+from .stack import Stack, kill_under, wait_http, write_state
 
 DEMO_ENV = "default"
 
@@ -58,7 +59,7 @@ def up(with_clis: bool = True) -> dict[str, Any]:
     cp = ControlPlane(bins, root / "cluster").start(crds=True)
     pids: dict[str, int] = {p.name: p.popen.pid for p in cp.processes}
     try:
-        # A scripted model server so the demo runs a real CLI with no model account and no network.
+        # A scripted model server so the demo runs the real CLIs with no model account and no network.
         model_port = free_port()
         with (root / "model.log").open("ab") as fh:
             model = subprocess.Popen(
@@ -102,17 +103,13 @@ def up(with_clis: bool = True) -> dict[str, Any]:
 
 
 def _demo_environment(kubeconfig: str, model_port: int) -> None:
-    body = environment_object(
-        DEMO_ENV,
-        {
-            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{model_port}",
-            "ANTHROPIC_API_KEY": "sk-ant-dev-not-a-real-key",
-            "OPENAI_BASE_URL": f"http://127.0.0.1:{model_port}/v1",
-        },
-    )
+    """The ``default`` Environment, in which every harness runs against the scripted model (and the
+    ConfigMap it mounts for pi and the Antigravity stand-in)."""
+    url = f"http://127.0.0.1:{model_port}"
+    items = {"kind": "List", "apiVersion": "v1", "items": [config_map(url), environment(DEMO_ENV, url)]}
     subprocess.run(
         ["kubectl", "--kubeconfig", kubeconfig, "apply", "-f", "-"],
-        input=json.dumps(body).encode(),
+        input=json.dumps(items).encode(),
         check=True,
         stdout=subprocess.DEVNULL,
         env={**os.environ, "PATH": _kubectl_path()},

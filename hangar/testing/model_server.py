@@ -52,7 +52,9 @@ cost flow through the CLIs.
 
 Command line (the dev demo): ``python -m hangar.testing.model_server [--anthropic|--openai] [--script FILE]
 [--port N]`` prints ``listening on http://127.0.0.1:PORT`` and serves until stopped. Without ``--script`` it
-runs :data:`DEMO_SCRIPT`: one harmless shell command, then an answer, for every turn.
+runs :data:`DEMO_SCRIPT`: one harmless shell command, then an answer, for every turn; a message that asks to
+"say hello" (the README's demo) gets a command that runs :data:`DEMO_STEER_SECONDS` seconds, so a person can
+steer the turn while it runs, and a steer asking to "count them" gets one more command that counts.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["DEMO_SCRIPT", "Request", "ScriptedModel", "Step", "load_script"]
+__all__ = ["DEMO_SCRIPT", "DEMO_STEER_SECONDS", "Request", "ScriptedModel", "Step", "load_script"]
 
 NO_MATCH_TEXT = "(no scripted step matched)"
 REDACTED_HEADERS = {"x-api-key", "authorization", "cookie"}
@@ -798,13 +800,52 @@ class ScriptedModel:
         return req
 
 
+# How long the demo's first command runs: a person has that long to steer the turn (``hangar dev``'s README
+# demo). Only a message asking to "say hello" gets the slow command, so forks, jobs and the other harnesses'
+# turns stay quick.
+DEMO_STEER_SECONDS = 20
+
 DEMO_SCRIPT: list[Step] = [
+    # A steer ("also count them") arrives with the slow command's result: answer it with one more command.
+    Step(
+        when="count them",
+        text="You also asked me to count them.",
+        command='echo "entries here: $(ls -A | wc -l)"',
+        description="Count the entries in the working directory",
+        repeat=True,
+        name="demo-steered",
+    ),
+    Step(
+        when="tool_result:count them",
+        text="You also asked me to count them.",
+        command='echo "entries here: $(ls -A | wc -l)"',
+        description="Count the entries in the working directory",
+        repeat=True,
+        name="demo-steered-in-result",
+    ),
+    Step(
+        when="tool_result:entries here:",
+        text="I counted them too: the number of entries is in the command's output above. This was a scripted "
+        "demo turn, and your steer reached it while the first command ran.",
+        repeat=True,
+        name="demo-counted",
+    ),
     Step(
         when="tool_result",
         text="The command ran and printed the working directory. This was a scripted demo turn: "
         "hangar started the agent, it ran a shell command, and it answered.",
         repeat=True,
         name="demo-answer",
+    ),
+    Step(
+        when="say hello",
+        text="Hello! Let me have a look at the working directory first.",
+        command="echo 'hello from hangar' && pwd && ls -a && "
+        f"echo 'now {DEMO_STEER_SECONDS} s of nothing: time to steer this turn' && "
+        f"python3 -c 'import time; time.sleep({DEMO_STEER_SECONDS})'",
+        description=f"Show the working directory, then wait {DEMO_STEER_SECONDS} s (the dev demo's time to steer)",
+        repeat=True,
+        name="demo-slow-command",
     ),
     Step(
         text="Let me have a look at the working directory first.",

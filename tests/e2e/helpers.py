@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from hangar.devcluster import scripted_envs
 from hangar.devcluster.stack import Stack, environment_object
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel
@@ -118,10 +119,8 @@ def environment(
 
 
 def model_env(harness: str, model: ScriptedModel) -> dict[str, str]:
-    """The variables that point a harness's CLI at the scripted model."""
-    if harness == "codex":
-        return {"OPENAI_BASE_URL": model.openai_base_url, "OPENAI_API_KEY": "sk-test"}
-    return {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"}
+    """The variables that point a harness's CLI at the scripted model (the same as ``hangar dev``'s)."""
+    return scripted_envs.model_env(harness, model.base_url)
 
 
 def workspace(stack: Stack, session: str) -> Path:

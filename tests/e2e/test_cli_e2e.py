@@ -51,6 +51,9 @@ def test_session_new_send_get_events_list_delete(cluster: Cluster, stack: Stack)
         assert r.returncode == 0 and "turn 2: Completed" in r.stdout, r.stdout + r.stderr
         r = hangar(stack, "session", "get", "cli-demo")
         assert r.returncode == 0 and "session cli-demo  Idle" in r.stdout
+        # `wait` on an idle session follows its last turn, which has ended: it shows it and returns.
+        r = hangar(stack, "session", "wait", "cli-demo", timeout=30)
+        assert r.returncode == 0 and "turn 2: Completed" in r.stdout and "turn_ended" in r.stdout, r.stderr
         r = hangar(stack, "session", "events", "cli-demo")
         assert r.returncode == 0 and "turn_ended" in r.stdout
         r = hangar(stack, "session", "list")
@@ -62,6 +65,8 @@ def test_session_new_send_get_events_list_delete(cluster: Cluster, stack: Stack)
         r = hangar(stack, "session", "delete", "cli-demo")
         assert r.returncode == 0 and "session cli-demo deleted" in r.stdout
         r = hangar(stack, "session", "send", "cli-demo", "hello?")
+        assert r.returncode == 1 and "error 404: no session 'cli-demo'" in r.stderr
+        r = hangar(stack, "session", "wait", "cli-demo")
         assert r.returncode == 1 and "error 404: no session 'cli-demo'" in r.stderr
     finally:
         model.stop()

@@ -1,15 +1,20 @@
-"""`hangar dev up | status | down` on a fresh state directory, as a newcomer runs it."""
+"""`hangar dev up | status | down` on a fresh state directory, and the README's demo typed as written."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from hangar.paths import repo_root
 
 from .helpers import clis_installed
 
@@ -31,9 +36,38 @@ def alive(pid: int) -> bool:
         return False
 
 
+def readme_commands() -> list[list[str]]:
+    """The commands of the README's "Run it" section, in order, as a shell would split them."""
+    text = (repo_root() / "README.md").read_text()
+    section = text.split("\n## Run it\n", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", section, re.S):
+        for line in block.splitlines():
+            argv = shlex.split(line, comments=True)
+            if argv:
+                out.append(argv)
+    return out
+
+
+def test_readme_demo_is_what_the_test_runs() -> None:
+    """The demo below runs the README's commands; this pins what it expects of them, so that a changed
+    README changes the test."""
+    cmds = readme_commands()
+    assert cmds[0] == ["make", "dev"] and cmds[-1] == ["hangar", "dev", "down"]
+    hangar_cmds = [c[1:] for c in cmds if c[0] == "hangar"]
+    steer = hangar_cmds.index(["session", "steer", "demo", "also count them", "--wait"])
+    # The steer comes while the demo's first turn runs: after `new` without --wait, before anything waits.
+    assert hangar_cmds[:steer] == [
+        ["session", "new", "demo", "list the files and say hello", "-e", "default"],
+        ["session", "get", "demo"],
+    ]
+    harnesses = [c[c.index("--harness") + 1] for c in hangar_cmds if "--harness" in c]
+    assert harnesses == ["codex", "pi", "antigravity"]
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)")
-def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
+def test_dev_up_runs_the_readme_demo_and_down_leaves_nothing_behind(tmp_path: Path) -> None:
     root = tmp_path / "dev"
     env = {**os.environ, "HANGAR_DEV_ROOT": str(root), "XDG_STATE_HOME": str(tmp_path / "state")}
     up = hangar(env, "dev", "up")
@@ -51,18 +85,7 @@ def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         st = hangar(env, "dev", "status")
         assert st.returncode == 0, st.stdout
         assert "operator health" in st.stdout and "NOT RUNNING" not in st.stdout
-        # The CLI finds the API through the context file, and the demo runs a real Claude Code turn.
-        demo = hangar(
-            env, "session", "new", "demo", "list the files and say hello", "-e", "default", "--wait"
-        )
-        assert demo.returncode == 0, demo.stdout + demo.stderr
-        assert "turn 1: Completed (exit 0)" in demo.stdout, demo.stdout
-        got = hangar(env, "session", "get", "demo")
-        assert "session demo  Idle" in got.stdout
-        kubectl = [str(Path(state["kubectl"])), "--kubeconfig", state["kubeconfig"], "get", "hangar"]
-        listed = subprocess.run(kubectl, capture_output=True, text=True, timeout=30).stdout
-        assert "session.hangar.dev/demo" in listed and "turn.hangar.dev/demo-1" in listed
-        assert "environment.hangar.dev/default" in listed
+        run_readme_demo(env, state)
     finally:
         down = hangar(env, "dev", "down")
     assert down.returncode == 0, down.stdout + down.stderr
@@ -70,3 +93,58 @@ def test_dev_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     assert not (root / "state.json").exists()
     st = hangar(env, "dev", "status")
     assert st.returncode == 1 and "down" in st.stdout
+
+
+def run_readme_demo(env: dict[str, str], state: dict[str, object]) -> None:
+    """Each README command as written (the CLI finds the API through the context file `dev up` wrote), with
+    what a person should see after it."""
+    gets = 0
+    for argv in readme_commands():
+        if argv[0] in ("make", "export") or argv == ["hangar", "dev", "down"]:
+            continue  # `make dev` is `hangar dev up`, done above; the test's `dev down` comes last
+        if argv[0].startswith("KUBECONFIG="):
+            assert argv[1:] == ["kubectl", "get", "hangar"], argv
+            kubectl = [str(state["kubectl"]), "--kubeconfig", str(state["kubeconfig"]), "get", "hangar"]
+            listed = subprocess.run(kubectl, capture_output=True, text=True, timeout=30).stdout
+            for name in ("session.hangar.dev/demo", "turn.hangar.dev/demo-1", "session.hangar.dev/demo-b"):
+                assert name in listed, listed
+            assert "environment.hangar.dev/default" in listed and "job.hangar.dev/demo-job" in listed
+            continue
+        assert argv[0] == "hangar", argv
+        args = argv[1:]
+        if args == ["session", "get", "demo"] and gets == 0:
+            # A person looks before steering; the turn shows Running once its sandbox has started.
+            gets += 1
+            deadline = time.monotonic() + 90
+            while "turn 1: Running" not in (out := hangar(env, *args)).stdout:
+                assert time.monotonic() < deadline, out.stdout + out.stderr
+                time.sleep(1)
+            continue
+        out = hangar(env, *args)
+        said = out.stdout + out.stderr
+        assert out.returncode == 0, f"{argv}: {said}"
+        if args[:2] == ["session", "steer"]:
+            assert re.search(r"steer st-\w+ sending \(turn demo-1\)", out.stdout), said
+            assert re.search(r"steer st-\w+ delivered$", out.stdout.strip()), said
+        elif args == ["session", "wait", "demo"]:
+            assert "turn 1: Completed (exit 0)" in out.stdout, said
+            assert "I counted them too" in out.stdout and "your steer reached it" in out.stdout, said
+        elif args == ["session", "get", "demo"]:
+            assert "session demo  Idle" in out.stdout, said
+            assert re.search(r"steer st-\w+ delivered: also count them", out.stdout), said
+            assert "turn 2" not in out.stdout, said  # the steer landed in turn 1, not in a next turn
+        elif args[:2] == ["session", "fork"]:
+            assert "session demo-b created, forked from demo" in out.stdout, said
+            assert "turn 1: Completed (exit 0)" in out.stdout, said
+        elif args[:2] == ["job", "new"]:
+            assert "job demo-job submitted (2 attempts)" in out.stdout, said
+            assert out.stdout.count("Completed (exit 0)") == 2, said
+        elif "--harness" in args:
+            harness = args[args.index("--harness") + 1]
+            assert f"harness={harness}" in out.stdout, said
+            assert "turn 1: Completed (exit 0)" in out.stdout, said
+            assert "The command ran and printed the working directory" in out.stdout, said
+            if harness == "antigravity":
+                assert "(no scripted step matched)" not in out.stdout, said
+        else:
+            assert "session demo created" in out.stdout, said
