@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,22 @@ from hangar.devcluster.controlplane import ControlPlane
 from hangar.devcluster.stack import Stack, install_crds
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel
+
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+API_KEY = "sk-ant-bench-not-a-real-key"
+
+
+def wall(ts: str | None) -> float | None:
+    """An RFC 3339 time from a status (operator-written, millisecond precision) as a Unix time."""
+    if not ts:
+        return None
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def print_result(out: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any]], str]) -> int:
+    """The run's result on stdout, as one JSON document or as the bench's table; the exit status."""
+    print(json.dumps(out, indent=2) if as_json else table(out))
+    return 0
 
 
 class BenchRun:

@@ -30,18 +30,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-from _stack import bench_run, claude_missing, header  # bench/ is the script's directory, so on sys.path
+from _stack import (  # bench/ is the script's directory, so on sys.path
+    bench_run,
+    claude_missing,
+    header,
+    print_result,
+    wall,
+)
 from _stats import log, summary
 
 from hangar.approvals import ToolCall, decide
@@ -51,12 +55,6 @@ from hangar.testing.model_server import ScriptedModel, Step
 
 ENVIRONMENT = "bench-approvals"
 SESSION = "bench-ask"
-
-
-def wall(ts: str | None) -> float | None:
-    if not ts:
-        return None
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 # -- deny-risky: the engine alone ---------------------------------------------------------------------------------
@@ -324,26 +322,34 @@ def table(out: dict[str, Any]) -> str:
     a = out.get("ask")
     if a:
         lines.append(f"ask round trip ({a['asks']} approvals in one Claude turn, turn {a['turn']}):")
-        for key, label in (
+        lines += _percentiles(
+            a,
+            0,
             ("request_to_pending_visible_ms", "request → pending visible (REST)"),
             ("of_which_status_to_rest_ms", "  of which: status Pending → visible (REST poll)"),
             ("decision_to_delivered_ms", "decision (POST) → delivered to the CLI"),
             ("round_trip_overhead_ms", "round-trip overhead (both legs)"),
-        ):
-            m = a.get(key)
-            if m:
-                lines.append(f"  {label}: p50 {m['p50']:.0f} ms, p99 {m['p99']:.0f} ms (n={m['n']})")
+        )
     f = out.get("floor")
     if f:
         lines.append(f"floor, the driver's Claude adapter alone ({f['asks']} prompts, answered as emitted):")
-        for key, label in (
+        lines += _percentiles(
+            f,
+            1,
             ("reply_to_prompt_ms", "model reply → permission prompt emitted (the CLI's share)"),
             ("answer_call_ms", "answer() → written to the CLI"),
-        ):
-            m = f.get(key)
-            if m:
-                lines.append(f"  {label}: p50 {m['p50']:.1f} ms, p99 {m['p99']:.1f} ms (n={m['n']})")
+        )
     return "\n".join(lines)
+
+
+def _percentiles(part: dict[str, Any], digits: int, *rows: tuple[str, str]) -> list[str]:
+    """A line for each (key, label) the part has: its p50 and p99 in ms with ``digits`` decimals."""
+    out = []
+    for key, label in rows:
+        m = part.get(key)
+        if m:
+            out.append(f"  {label}: p50 {m['p50']:.{digits}f} ms, p99 {m['p99']:.{digits}f} ms (n={m['n']})")
+    return out
 
 
 def main() -> int:
@@ -370,8 +376,7 @@ def main() -> int:
     except KeyboardInterrupt:
         log("interrupted: cleaned up")
         return 130
-    print(json.dumps(out, indent=2) if a.json else table(out))
-    return 0
+    return print_result(out, a.json, table)
 
 
 if __name__ == "__main__":

@@ -42,12 +42,19 @@ import statistics
 import sys
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-from _stack import bench_run, claude_missing, header  # bench/ is the script's directory, so on sys.path
+from _stack import (  # bench/ is the script's directory, so on sys.path
+    API_KEY,
+    SYSTEM_PATH,
+    bench_run,
+    claude_missing,
+    header,
+    print_result,
+    wall,
+)
 from _stats import log, summary
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -65,23 +72,14 @@ MODEL = "claude-sonnet-4-5"
 ENVIRONMENT = "bench-claude"
 NAMESPACE = "default"
 NODE = "hangar-local"
-SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What the floor CLI runs with, and what the bench Environment gives hangar's agent too (same CLI behaviour).
 QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
-API_KEY = "sk-ant-bench-not-a-real-key"
 TIMEOUT = 120.0  # per sample
 
 
 def med(xs: list[float | None]) -> float | None:
     ys = [x for x in xs if x is not None]
     return statistics.median(ys) if ys else None
-
-
-def wall(ts: str | None) -> float | None:
-    """An RFC 3339 time from a status (operator-written, millisecond precision) as a Unix time."""
-    if not ts:
-        return None
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 # -- model request stamps ------------------------------------------------------------------------------------------
@@ -760,10 +758,7 @@ def main() -> int:
     if a.json:
         out["samples"] = {k: res[k] for k in ("connect", "turns") if k in res}
         out["args"] = res["args"]
-        print(json.dumps(out, indent=2))
-    else:
-        print(table(out))
-    return 0
+    return print_result(out, a.json, table)
 
 
 if __name__ == "__main__":

@@ -36,12 +36,19 @@ import sys
 import threading
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-from _stack import bench_run, claude_missing, header  # bench/ is the script's directory, so on sys.path
+from _stack import (  # bench/ is the script's directory, so on sys.path
+    API_KEY,
+    SYSTEM_PATH,
+    bench_run,
+    claude_missing,
+    header,
+    print_result,
+    wall,
+)
 from _stats import log, summary
 
 from hangar.devcluster.controlplane import ControlPlane
@@ -55,16 +62,8 @@ from hangar_driver.harness import TurnConfig
 MODEL = "claude-sonnet-4-5"
 ENVIRONMENT = "bench-steer"
 SESSION = "bench-steer"
-SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
-API_KEY = "sk-ant-bench-not-a-real-key"
 TIMEOUT = 180.0
-
-
-def wall(ts: str | None) -> float | None:
-    if not ts:
-        return None
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 def script(hold: float) -> list[Step]:
@@ -305,10 +304,7 @@ def main() -> int:
     out = report(res)
     if a.json:
         out["samples"] = {"hangar": res["hangar"]["samples"], "floor": res["floor"]["samples"]}
-        print(json.dumps(out, indent=2))
-    else:
-        print(table(out))
-    return 0
+    return print_result(out, a.json, table)
 
 
 if __name__ == "__main__":

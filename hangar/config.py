@@ -31,6 +31,14 @@ LogFormat = Literal["json", "text"]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_NAMESPACE = "a namespace name (a DNS label: a-z, 0-9, '-')"
+
+
+def _matching(pattern: re.Pattern[str], value: str, what: str) -> str:
+    """``value``, if ``pattern`` matches it whole; else the setting is refused, saying what it is not."""
+    if not pattern.fullmatch(value):
+        raise ValueError(f"{value!r} is not {what}")
+    return value
 
 
 class SettingsError(ValueError):
@@ -275,9 +283,7 @@ class Settings(BaseSettings):
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, ns: str) -> str:
-        if not _DNS_LABEL.fullmatch(ns):
-            raise ValueError(f"{ns!r} is not a namespace name (a DNS label: a-z, 0-9, '-')")
-        return ns
+        return _matching(_DNS_LABEL, ns, _NAMESPACE)
 
     @field_validator("watch_namespaces")
     @classmethod
@@ -285,8 +291,8 @@ class Settings(BaseSettings):
         if "*" in names and len(names) > 1:
             raise ValueError("`*` (every namespace) stands alone, not in a list of namespaces")
         for n in names:
-            if n != "*" and not _DNS_LABEL.fullmatch(n):
-                raise ValueError(f"{n!r} is not a namespace name (a DNS label: a-z, 0-9, '-'), nor `*`")
+            if n != "*":
+                _matching(_DNS_LABEL, n, _NAMESPACE + ", nor `*`")
         return tuple(dict.fromkeys(names))
 
     @field_validator("database_url")
@@ -299,9 +305,7 @@ class Settings(BaseSettings):
     @field_validator("workspace_size")
     @classmethod
     def _quantity(cls, size: str) -> str:
-        if not _QUANTITY.fullmatch(size):
-            raise ValueError(f"{size!r} is not a Kubernetes quantity (e.g. 10Gi, 500Mi)")
-        return size
+        return _matching(_QUANTITY, size, "a Kubernetes quantity (e.g. 10Gi, 500Mi)")
 
     @field_validator("mcp_state_key")
     @classmethod

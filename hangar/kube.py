@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +16,38 @@ Obj = dict[str, Any]
 JsonPatch = list[Obj]
 Objs = list[Obj]  # spelt once here: inside Kube, ``list`` is the method
 
-__all__ = ["ApiException", "Kube", "Obj"]
+__all__ = ["Answer", "ApiException", "Kube", "Obj", "merge_patch"]
+
+
+class Answer:
+    """``with Answer(404) as gone:`` an ``ApiException`` of that status is an answer, not a failure (a get of
+    a missing object is None, a create of an existing one False): it is swallowed and ``gone.given`` says so.
+    Any other error goes on up. ``Kube`` and the unit tier's fake both answer this way."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.given = False
+
+    def __enter__(self) -> Answer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: Any) -> bool:
+        self.given = isinstance(e, ApiException) and e.status == self.status
+        return self.given
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: ``None`` deletes a key, objects merge recursively, anything else replaces
+    (a copy: neither ``target`` nor ``patch`` is changed, and the result shares no value with ``patch``)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
 
 
 class Kube:
@@ -48,15 +80,12 @@ class Kube:
 
     # hangar resources -------------------------------------------------------------------------------
     async def get(self, plural: str, name: str) -> Obj | None:
-        try:
+        with Answer(404):
             out: Obj = await self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, plural, name
             )
             return out
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return None
 
     async def list(self, plural: str, label_selector: str | None = None) -> list[Obj]:
         kw: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
@@ -97,49 +126,35 @@ class Kube:
         return out
 
     async def delete(self, plural: str, name: str) -> bool:
-        try:
+        with Answer(404) as gone:
             await self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, plural, name, propagation_policy="Background"
             )
-            return True
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
+        return not gone.given
 
     # core objects the operator manages: pods, secrets, persistentvolumeclaims, events --------------------
     async def get_core(self, kind: str, name: str) -> Obj | None:
-        try:
+        with Answer(404) as gone:
             obj = await getattr(self.core, f"read_namespaced_{_CORE[kind]}")(name, self.namespace)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        if gone.given:
+            return None
         out: Obj = self.api.sanitize_for_serialization(obj)
         return out
 
     async def create_core(self, kind: str, body: Obj) -> bool:
         """Creates the object; False when one of that name exists already (409)."""
-        try:
+        with Answer(409) as exists:
             await getattr(self.core, f"create_namespaced_{_CORE[kind]}")(self.namespace, body)
-            return True
-        except ApiException as e:
-            if e.status == 409:
-                return False
-            raise
+        return not exists.given
 
     async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
         """Deletes the object; False when it was gone already (404)."""
         kw: dict[str, Any] = {}
         if grace_period_seconds is not None:
             kw["grace_period_seconds"] = grace_period_seconds
-        try:
+        with Answer(404) as gone:
             await getattr(self.core, f"delete_namespaced_{_CORE[kind]}")(name, self.namespace, **kw)
-            return True
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
+        return not gone.given
 
     async def list_core(self, kind: str, label_selector: str | None = None) -> Objs:
         kw: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}

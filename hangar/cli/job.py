@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
 from . import approvals as approval_cli
+from . import common
 from .http import call
-from .session import _class_arg, follow_events
 
 
 def _print_job(j: dict[str, Any]) -> None:
@@ -32,17 +31,8 @@ def _print_job(j: dict[str, Any]) -> None:
             line += f"  last turn {a.get('last_turn') or '-'}: {a['outcome']}"
         print(line)
     for t in j.get("turns", []):
-        line = f"  turn {t['n']} {t['name']}: {t['phase']}"
-        if t.get("exit_status") is not None:
-            line += f" (exit {t['exit_status']})"
-        if t.get("class", "unclassified") != "unclassified":
-            line += f"  [{t['class']}]"
-        print(line)
-        print(f"    > {t['message'][:200]}")
-        if t.get("summary"):
-            print(f"    < {t['summary'][:500]}")
-        if t.get("reason"):
-            print(f"    ! {t['reason'][:500]}")
+        tag = f"  [{t['class']}]" if t.get("class", "unclassified") != "unclassified" else ""
+        common.print_turn(t, f"{t['n']} {t['name']}", tag)
     for a in j.get("pending_approvals", []):
         print(f"  approval {a['id']} waits ({a.get('session') or '-'}): {a['tool']} {a.get('command') or ''}")
     if j.get("cost_usd"):
@@ -91,15 +81,11 @@ def cmd_list(a: argparse.Namespace) -> None:
 
 
 def cmd_get(a: argparse.Namespace) -> None:
-    j = call("GET", f"/api/jobs/{a.id}")
-    if a.json:
-        print(json.dumps(j, indent=2))
-    else:
-        _print_job(j)
+    common.show(f"/api/jobs/{a.id}", a.json, _print_job)
 
 
 def cmd_events(a: argparse.Namespace) -> None:
-    follow_events(f"/api/jobs/{a.id}/events", a.since, a.follow, interval=1.0)
+    common.follow_events(f"/api/jobs/{a.id}/events", a.since, a.follow, interval=1.0)
 
 
 def _sent(r: dict[str, Any], kind: str) -> None:
@@ -121,8 +107,7 @@ def cmd_steer(a: argparse.Namespace) -> None:
 
 
 def cmd_withdraw(a: argparse.Namespace) -> None:
-    r = call("POST", f"/api/jobs/{a.id}/steers/{a.steer_id}/withdraw")
-    print(f"steer {a.steer_id} {r['steer']['status']}: {r.get('detail', '')}")
+    common.withdraw(f"/api/jobs/{a.id}", a.steer_id)
 
 
 def cmd_interrupt(a: argparse.Namespace) -> None:
@@ -183,32 +168,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     js = p.add_subparsers(dest="job_cmd", required=True)
     n = js.add_parser("new", help="submit a job: its attempts start with the prompt")
     n.add_argument("prompt")
-    n.add_argument("-e", "--env", required=True, help="the Environment to run in")
     n.add_argument("--name", help="the job's id (default: job-<10 hex>)")
     n.add_argument("--repo", help="the repository to work on")
     n.add_argument("--base-branch")
     n.add_argument("--attempts", type=int, help="best-of-N: how many attempts (1..8)")
-    n.add_argument("--approvals", choices=["auto", "ask", "deny-risky", "governed"])
-    n.add_argument("--harness", default="claude", choices=["claude", "codex", "pi", "antigravity"])
-    n.add_argument("--model")
+    common.add_start_options(n)
     n.add_argument("--deliver", choices=["branch", "pr", "none"])
-    n.add_argument(
-        "--tainted", action="store_true", help="start tainted (the agent will read untrusted input)"
-    )
     n.add_argument("--wait", action="store_true", help="follow the job until it needs you or ends")
     n.add_argument("--timeout", type=float, default=1800)
     n.set_defaults(func=cmd_new)
     ls = js.add_parser("list", help="list jobs (yours, with a jobs token; all, as an admin)")
     ls.set_defaults(func=cmd_list)
-    g = js.add_parser("get", help="show a job, its attempts and turns")
-    g.add_argument("id")
-    g.add_argument("--json", action="store_true")
-    g.set_defaults(func=cmd_get)
-    e = js.add_parser("events", help="the job's events")
-    e.add_argument("id")
-    e.add_argument("--since", type=int, default=0)
-    e.add_argument("-f", "--follow", action="store_true")
-    e.set_defaults(func=cmd_events)
+    common.add_get(js, "id", "show a job, its attempts and turns", cmd_get)
+    common.add_events(js, "id", "the job's events", cmd_events)
     ap = js.add_parser(
         "approvals",
         help="what the job's attempts wait on; allow or deny it",
@@ -221,14 +193,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     st = js.add_parser("steer", help="add a message to the running turn of every attempt that has one")
     st.add_argument("id")
     st.add_argument("message")
-    st.add_argument(
-        "--class", dest="klass", type=_class_arg, help="correction (fix), redirect or new_info (info)"
-    )
+    common.add_class_option(st)
     st.set_defaults(func=cmd_steer)
-    w = js.add_parser("withdraw", help="take back a steer that is still on its way to the agent")
-    w.add_argument("id")
-    w.add_argument("steer_id")
-    w.set_defaults(func=cmd_withdraw)
+    common.add_withdraw(js, "id", cmd_withdraw)
     it = js.add_parser(
         "interrupt", help="stop the running turns; without a message the job waits for a follow-up"
     )
@@ -238,16 +205,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     f = js.add_parser("follow-up", help="continue the job (same conversation) with a new message")
     f.add_argument("id")
     f.add_argument("message")
-    f.add_argument(
-        "--class", dest="klass", type=_class_arg, help="correction (fix), redirect or new_info (info)"
-    )
+    common.add_class_option(f)
     f.set_defaults(func=cmd_follow_up)
     c = js.add_parser("classify", help="say what a follow-up turn was (n: its number in `hangar job get`)")
     c.add_argument("id")
     c.add_argument("n", type=int)
-    c.add_argument(
-        "klass", metavar="class", type=_class_arg, help="correction (fix), redirect, new_info (info)"
-    )
+    common.add_class_argument(c)
     c.set_defaults(func=cmd_classify)
     x = js.add_parser("cancel", help="cancel the job: its attempts are stopped")
     x.add_argument("id")

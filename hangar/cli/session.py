@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
+from hangar.approvals.rules import POLICIES
+
 from . import approvals as approval_cli
+from . import common
 from .http import call
 
 
@@ -22,15 +24,7 @@ def _print_session(s: dict[str, Any]) -> None:
     if s.get("fork_of"):
         print(f"  forked from {s['fork_of']}")
     for t in s.get("turns", []):
-        line = f"  turn {t['index']}: {t['phase']}"
-        if t.get("exit_status") is not None:
-            line += f" (exit {t['exit_status']})"
-        print(line)
-        print(f"    > {t['message'][:200]}")
-        if t.get("summary"):
-            print(f"    < {t['summary'][:500]}")
-        if t.get("reason"):
-            print(f"    ! {t['reason'][:500]}")
+        common.print_turn(t, str(t["index"]))
         for st in t.get("steers") or []:
             then = f" -> {st['next_turn']}" if st.get("next_turn") else ""
             print(f"    steer {st['id']} {st['status']}{then}: {st['message'][:200]}")
@@ -73,7 +67,7 @@ def wait_turn(name: str, index: int, timeout: float) -> dict[str, Any]:
     while time.monotonic() < deadline:
         ev = call("GET", f"/api/sessions/{name}/events", params={"since": seen})
         for e in ev["events"]:
-            print_event(e)
+            common.print_event(e)
         seen = ev["last_seq"]
         s = call("GET", f"/api/sessions/{name}")
         t = next((t for t in s["turns"] if t["index"] == index), None)
@@ -93,23 +87,6 @@ def cmd_wait(a: argparse.Namespace) -> None:
     wait_turn(a.name, max(int(t["index"]) for t in turns), a.timeout)
 
 
-def print_event(e: dict[str, Any]) -> None:
-    kind = e.get("kind")
-    payload = e.get("payload", e)
-    detail = ""
-    if kind == "text":
-        detail = payload.get("text", "")
-    elif kind == "tool_use":
-        detail = f"{payload.get('tool')} {json.dumps(payload.get('input'))[:300]}"
-    elif kind == "turn_ended":
-        detail = f"{payload.get('outcome')} {payload.get('summary', '')[:300]}"
-    else:
-        detail = json.dumps({k: v for k, v in payload.items() if k not in ("seq", "kind", "at", "turn")})[
-            :300
-        ]
-    print(f"[{e.get('seq')}] {e.get('turn') or '-'} {kind}: {detail}")
-
-
 def cmd_send(a: argparse.Namespace) -> None:
     r = call("POST", f"/api/sessions/{a.name}/messages", json={"message": a.message})
     print(f"{r['kind']} {r['turn']['name'] if r['kind'] == 'turn' else r.get('steer', {}).get('id')}")
@@ -118,11 +95,7 @@ def cmd_send(a: argparse.Namespace) -> None:
 
 
 def cmd_get(a: argparse.Namespace) -> None:
-    s = call("GET", f"/api/sessions/{a.name}")
-    if a.json:
-        print(json.dumps(s, indent=2))
-    else:
-        _print_session(s)
+    common.show(f"/api/sessions/{a.name}", a.json, _print_session)
 
 
 def cmd_list(a: argparse.Namespace) -> None:
@@ -132,35 +105,13 @@ def cmd_list(a: argparse.Namespace) -> None:
         )
 
 
-def follow_events(path: str, since: int, follow: bool, interval: float = 0.5) -> None:
-    """Prints a session's or job's events from ``since``; with ``follow``, goes on until Ctrl-C."""
-    seen = since
-    while True:
-        ev = call("GET", path, params={"since": seen})
-        for e in ev["events"]:
-            print_event(e)
-        seen = ev["last_seq"]
-        if not follow:
-            return
-        time.sleep(interval)
-
-
 def cmd_events(a: argparse.Namespace) -> None:
-    follow_events(f"/api/sessions/{a.name}/events", a.since, a.follow)
+    common.follow_events(f"/api/sessions/{a.name}/events", a.since, a.follow)
 
 
 def cmd_delete(a: argparse.Namespace) -> None:
     call("DELETE", f"/api/sessions/{a.name}")
     print(f"session {a.name} deleted")
-
-
-def _class_arg(word: str) -> str:
-    from hangar.steering import parse_class
-
-    try:
-        return parse_class(word)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _find_item(name: str, turn: str, kind: str, item_id: str) -> dict[str, Any] | None:
@@ -189,8 +140,7 @@ def cmd_steer(a: argparse.Namespace) -> None:
 
 
 def cmd_withdraw(a: argparse.Namespace) -> None:
-    r = call("POST", f"/api/sessions/{a.name}/steers/{a.steer_id}/withdraw")
-    print(f"steer {a.steer_id} {r['steer']['status']}: {r.get('detail', '')}")
+    common.withdraw(f"/api/sessions/{a.name}", a.steer_id)
 
 
 def cmd_interrupt(a: argparse.Namespace) -> None:
@@ -240,13 +190,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     n = ss.add_parser("new", help="create a session and start its first turn")
     n.add_argument("name")
     n.add_argument("message")
-    n.add_argument("-e", "--env", required=True, help="the Environment to run in")
-    n.add_argument("--harness", default="claude", choices=["claude", "codex", "pi", "antigravity"])
-    n.add_argument("--approvals", choices=["auto", "ask", "deny-risky", "governed"])
-    n.add_argument(
-        "--tainted", action="store_true", help="start tainted (the agent will read untrusted input)"
-    )
-    n.add_argument("--model")
+    common.add_start_options(n)
     n.add_argument("--wait", action="store_true", help="follow the first turn until it ends")
     n.add_argument("--timeout", type=float, default=600)
     n.set_defaults(func=cmd_new)
@@ -257,9 +201,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     f.add_argument("parent")
     f.add_argument("name")
     f.add_argument("message", nargs="?", help="the fork's first message")
-    f.add_argument(
-        "--approvals", choices=["auto", "ask", "deny-risky", "governed"], help="instead of the parent's"
-    )
+    f.add_argument("--approvals", choices=POLICIES, help="instead of the parent's")
     f.add_argument("--wait", action="store_true", help="follow the first turn until it ends")
     f.add_argument("--timeout", type=float, default=600)
     f.set_defaults(func=cmd_fork)
@@ -273,33 +215,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     wt.add_argument("name")
     wt.add_argument("--timeout", type=float, default=600)
     wt.set_defaults(func=cmd_wait)
-    g = ss.add_parser("get", help="show a session and its turns, with their steers and interrupts")
-    g.add_argument("name")
-    g.add_argument("--json", action="store_true")
-    g.set_defaults(func=cmd_get)
+    common.add_get(ss, "name", "show a session and its turns, with their steers and interrupts", cmd_get)
     ls = ss.add_parser("list", help="list sessions")
     ls.set_defaults(func=cmd_list)
-    e = ss.add_parser("events", help="the session's activity")
-    e.add_argument("name")
-    e.add_argument("--since", type=int, default=0)
-    e.add_argument("-f", "--follow", action="store_true")
-    e.set_defaults(func=cmd_events)
+    common.add_events(ss, "name", "the session's activity", cmd_events)
     d = ss.add_parser("delete", help="delete a session, its sandbox and its turns")
     d.add_argument("name")
     d.set_defaults(func=cmd_delete)
     st = ss.add_parser("steer", help="add a message to the running turn (Claude Code, Codex)")
     st.add_argument("name")
     st.add_argument("message")
-    st.add_argument(
-        "--class", dest="klass", type=_class_arg, help="correction (fix), redirect or new_info (info)"
-    )
+    common.add_class_option(st)
     st.add_argument("--wait", action="store_true", help="wait until it is delivered or queued")
     st.add_argument("--timeout", type=float, default=600)
     st.set_defaults(func=cmd_steer)
-    w = ss.add_parser("withdraw", help="take back a steer that is still on its way to the agent")
-    w.add_argument("name")
-    w.add_argument("steer_id")
-    w.set_defaults(func=cmd_withdraw)
+    common.add_withdraw(ss, "name", cmd_withdraw)
     it = ss.add_parser("interrupt", help="stop the running turn; with a message, go on with it")
     it.add_argument("name")
     it.add_argument("message", nargs="?")
@@ -309,9 +239,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c = ss.add_parser("classify", help="say what a steer or interrupt was")
     c.add_argument("name")
     c.add_argument("steer_id")
-    c.add_argument(
-        "klass", metavar="class", type=_class_arg, help="correction (fix), redirect, new_info (info)"
-    )
+    common.add_class_argument(c)
     c.set_defaults(func=cmd_classify)
     ap = ss.add_parser(
         "approvals",

@@ -20,7 +20,7 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
-from hangar.kube import ApiException, JsonPatch, Kube, Obj, Objs
+from hangar.kube import Answer, ApiException, JsonPatch, Kube, Obj, Objs
 
 from .fake_apiserver import CORE_KINDS, MODELS, FakeApiServer, Fault, Key, Write
 from .kube_patch import api_error, merge_patch
@@ -101,12 +101,9 @@ class FakeKube(Kube):
 
     # hangar resources ---------------------------------------------------------------------------------
     async def get(self, plural: str, name: str) -> Obj | None:
-        try:
+        with Answer(404):
             return self._read("get", self._custom(plural), name)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return None
 
     async def list(self, plural: str, label_selector: str | None = None) -> Objs:
         return self._list("list", self._custom(plural), label_selector)
@@ -132,40 +129,25 @@ class FakeKube(Kube):
             return self.server.patch_status(self._key(resource, name), status, resource_version)
 
     async def delete(self, plural: str, name: str) -> bool:
-        try:
+        with Answer(404) as gone:
             self._delete("delete", self._custom(plural), name, None)
-            return True
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
+        return not gone.given
 
     # core objects -------------------------------------------------------------------------------------
     async def get_core(self, kind: str, name: str) -> Obj | None:
-        try:
+        with Answer(404):
             return self._read("get_core", self._core(kind), name)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return None
 
     async def create_core(self, kind: str, body: Obj) -> bool:
-        try:
+        with Answer(409) as exists:
             self._create("create_core", self._core(kind), body)
-            return True
-        except ApiException as e:
-            if e.status == 409:
-                return False
-            raise
+        return not exists.given
 
     async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
-        try:
+        with Answer(404) as gone:
             self._delete("delete_core", self._core(kind), name, grace_period_seconds)
-            return True
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
+        return not gone.given
 
     async def list_core(self, kind: str, label_selector: str | None = None) -> Objs:
         return self._list("list_core", self._core(kind), label_selector)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hangar.kube import ApiException
+from hangar.kube import merge_patch as merge_patch  # RFC 7386: the one the operator applies too
 
 REASONS = {
     400: "BadRequest",
@@ -43,20 +44,6 @@ def api_error(status: int, message: str, reason: str | None = None) -> ApiExcept
         }
     )
     return e
-
-
-# RFC 7386 -------------------------------------------------------------------------------------------------
-def merge_patch(target: Any, patch: Any) -> Any:
-    """JSON merge patch: ``None`` deletes a key, objects merge recursively, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 # RFC 6902 -------------------------------------------------------------------------------------------------

@@ -60,16 +60,19 @@ steer the turn while it runs, and a steer asking to "count them" gets one more c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
+from typing import Any, NamedTuple
+
+from .json_handler import JsonHandler
 
 __all__ = ["DEMO_SCRIPT", "DEMO_STEER_SECONDS", "Request", "ScriptedModel", "Step", "load_script"]
 
@@ -292,22 +295,25 @@ class _Server(ThreadingHTTPServer):
     model: ScriptedModel
 
 
-class _Handler(BaseHTTPRequestHandler):
+def _json_delta(obj: Any) -> dict[str, Any]:
+    return {"type": "input_json_delta", "partial_json": json.dumps(obj)}
+
+
+class _Answer(NamedTuple):
+    step: Step
+    n: int  # numbers the ids in the answer
+    model: str
+    chunks: list[str]
+    tool: tuple[str, dict[str, Any]] | None
+    in_tokens: int
+    out_tokens: int
+
+
+class _Handler(JsonHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
     # -- plumbing ----------------------------------------------------------------------------------------------
-
-    def _send_json(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def _start_sse(self) -> None:
         self.send_response(200)
@@ -357,11 +363,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path in ("/health", "/healthz", "/"):
-            self._send_json(200, {"ok": True})
+            self.send_json(200, {"ok": True})
         elif path in ("/v1/models", "/models"):
-            self._send_json(200, {"data": [], "object": "list"})
+            self.send_json(200, {"data": [], "object": "list"})
         else:
-            self._send_json(404, {"error": {"type": "not_found", "message": path}})
+            self.send_json(404, {"error": {"type": "not_found", "message": path}})
 
     def do_HEAD(self) -> None:
         self.send_response(200)
@@ -374,7 +380,7 @@ class _Handler(BaseHTTPRequestHandler):
         model = self.server.model
         if path.endswith("/messages/count_tokens"):
             model._record_other(path, body)
-            self._send_json(200, {"input_tokens": 42})
+            self.send_json(200, {"input_tokens": 42})
             return
         if path.endswith("/messages"):
             api = "anthropic"
@@ -382,7 +388,7 @@ class _Handler(BaseHTTPRequestHandler):
             api = "openai"
         else:
             model._record_other(path, body)
-            self._send_json(404, {"error": {"type": "not_found", "message": path}})
+            self.send_json(404, {"error": {"type": "not_found", "message": path}})
             return
         headers = {k: ("<redacted>" if k.lower() in REDACTED_HEADERS else v) for k, v in self.headers.items()}
         req = model._record(api, self.path, headers, body)
@@ -401,22 +407,37 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- Anthropic Messages ------------------------------------------------------------------------------------
 
-    def _anthropic(self, req: Request) -> None:
-        model = self.server.model
+    def _answer(
+        self, req: Request, default_model: str, shell: Callable[[str, str], tuple[str, dict[str, Any]]]
+    ) -> _Answer:
+        """What the request is answered, whichever API speaks it: the step's text and tool call (a command
+        becomes a call of the request's shell tool, ``shell(command, description)``), and the tokens."""
         step = req.step or Step(text=NO_MATCH_TEXT)
-        n = model._next_id()
-        msg_id = f"msg_scripted_{n}"
-        model_name = str(req.body.get("model") or "claude-sonnet-4-5")
         chunks = step.reply_text()
         tool: tuple[str, dict[str, Any]] | None = None
         if step.tool is not None:
             tool = (step.tool, dict(step.tool_input or {}))
-            req.tool_name = tool[0]
         elif step.command is not None:
-            tool = _anthropic_tool(req.tools, step.command, step.description)
+            tool = shell(step.command, step.description)
+        if tool is not None:
             req.tool_name = tool[0]
-        in_tokens = max(1, len(req.raw) // 4)
-        out_tokens = 5 + sum(len(c.split()) for c in chunks) + (20 if tool else 0)
+        return _Answer(
+            step=step,
+            n=self.server.model._next_id(),
+            model=str(req.body.get("model") or default_model),
+            chunks=chunks,
+            tool=tool,
+            in_tokens=max(1, len(req.raw) // 4),
+            out_tokens=5 + sum(len(c.split()) for c in chunks) + (20 if tool else 0),
+        )
+
+    def _anthropic(self, req: Request) -> None:
+        step, n, model_name, chunks, tool, in_tokens, out_tokens = self._answer(
+            req,
+            "claude-sonnet-4-5",
+            lambda command, description: _anthropic_tool(req.tools, command, description),
+        )
+        msg_id = f"msg_scripted_{n}"
         usage0 = {
             "input_tokens": in_tokens,
             "output_tokens": 1,
@@ -432,7 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
             if tool:
                 content.append({"type": "tool_use", "id": tool_id, "name": tool[0], "input": tool[1]})
             usage = dict(usage0, output_tokens=out_tokens)
-            self._send_json(
+            self.send_json(
                 200,
                 {
                     "id": msg_id,
@@ -466,63 +487,25 @@ class _Handler(BaseHTTPRequestHandler):
         index = 0
         for block in step.blocks or []:
             start = dict(block)
-            has_input = "input" in start
-            if has_input:
+            deltas = []
+            if "input" in start:  # streamed as JSON, as the real API does
                 start["input"] = {}
-            self._event(
-                "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
-            )
-            if has_input:
-                self._event(
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": index,
-                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
-                    },
-                )
-            self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+                deltas.append(_json_delta(block["input"]))
+            self._block(index, start, deltas)
             index += 1
         if chunks:
-            self._event(
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": index,
-                    "content_block": {"type": "text", "text": ""},
-                },
-            )
-            for i, c in enumerate(self._gated(step, chunks)):
-                if i > 0 or not step.text:  # a slow word (the fixed text goes at once)
-                    self._sleep(step.word_delay)
-                self._event(
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": index,
-                        "delta": {"type": "text_delta", "text": c},
-                    },
-                )
-            self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+            def words() -> Iterator[dict[str, Any]]:
+                for i, c in enumerate(self._gated(step, chunks)):
+                    if i > 0 or not step.text:  # a slow word (the fixed text goes at once)
+                        self._sleep(step.word_delay)
+                    yield {"type": "text_delta", "text": c}
+
+            self._block(index, {"type": "text", "text": ""}, words())
             index += 1
         if tool:
-            self._event(
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": index,
-                    "content_block": {"type": "tool_use", "id": tool_id, "name": tool[0], "input": {}},
-                },
-            )
-            self._event(
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(tool[1])},
-                },
-            )
-            self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+            block = {"type": "tool_use", "id": tool_id, "name": tool[0], "input": {}}
+            self._block(index, block, [_json_delta(tool[1])])
         self._event(
             "message_delta",
             {
@@ -534,24 +517,24 @@ class _Handler(BaseHTTPRequestHandler):
         self._event("message_stop", {"type": "message_stop"})
         self._end_sse()
 
+    def _block(self, index: int, block: dict[str, Any], deltas: Iterable[dict[str, Any]]) -> None:
+        """One streamed content block: its start, its deltas, its stop."""
+        self._event(
+            "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+        )
+        for delta in deltas:
+            self._event(
+                "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+            )
+        self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+
     # -- OpenAI Responses --------------------------------------------------------------------------------------
 
     def _openai(self, req: Request) -> None:
-        model = self.server.model
-        step = req.step or Step(text=NO_MATCH_TEXT)
-        n = model._next_id()
+        step, n, model_name, chunks, tool, in_tokens, out_tokens = self._answer(
+            req, "fake-model", lambda command, _description: _openai_tool(req.tools, command)
+        )
         resp_id = f"resp_scripted_{n}"
-        model_name = str(req.body.get("model") or "fake-model")
-        chunks = step.reply_text()
-        tool: tuple[str, dict[str, Any]] | None = None
-        if step.tool is not None:
-            tool = (step.tool, dict(step.tool_input or {}))
-            req.tool_name = tool[0]
-        elif step.command is not None:
-            tool = _openai_tool(req.tools, step.command)
-            req.tool_name = tool[0]
-        in_tokens = max(1, len(req.raw) // 4)
-        out_tokens = 5 + sum(len(c.split()) for c in chunks) + (20 if tool else 0)
         usage = {
             "input_tokens": in_tokens,
             "input_tokens_details": {"cached_tokens": 0},
@@ -586,7 +569,7 @@ class _Handler(BaseHTTPRequestHandler):
             output.append(fc_item)
         base = {"id": resp_id, "object": "response", "created_at": int(time.time()), "model": model_name}
         if not req.stream:
-            self._send_json(200, dict(base, status="completed", output=output, usage=usage))
+            self.send_json(200, dict(base, status="completed", output=output, usage=usage))
             return
         seq = itertools.count()
 
@@ -821,24 +804,19 @@ class ScriptedModel:
 # turns stay quick.
 DEMO_STEER_SECONDS = 20
 
+# A steer ("also count them") arrives with the slow command's result: answer it with one more command.
+_DEMO_STEERED = Step(
+    when="count them",
+    text="You also asked me to count them.",
+    command='echo "entries here: $(ls -A | wc -l)"',
+    description="Count the entries in the working directory",
+    repeat=True,
+    name="demo-steered",
+)
+
 DEMO_SCRIPT: list[Step] = [
-    # A steer ("also count them") arrives with the slow command's result: answer it with one more command.
-    Step(
-        when="count them",
-        text="You also asked me to count them.",
-        command='echo "entries here: $(ls -A | wc -l)"',
-        description="Count the entries in the working directory",
-        repeat=True,
-        name="demo-steered",
-    ),
-    Step(
-        when="tool_result:count them",
-        text="You also asked me to count them.",
-        command='echo "entries here: $(ls -A | wc -l)"',
-        description="Count the entries in the working directory",
-        repeat=True,
-        name="demo-steered-in-result",
-    ),
+    _DEMO_STEERED,
+    dataclasses.replace(_DEMO_STEERED, when="tool_result:count them", name="demo-steered-in-result"),
     Step(
         when="tool_result:entries here:",
         text="I counted them too: the number of entries is in the command's output above. This was a scripted "

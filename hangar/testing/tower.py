@@ -29,11 +29,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
 from hangar.governance import signature
+
+from .json_handler import JsonHandler
 
 
 def _now() -> str:
@@ -196,26 +198,15 @@ class TowerSimulator:
             return True
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     tower: TowerSimulator
-
-    def log_message(self, *_: Any) -> None:
-        pass
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
 
     def _authorised(self) -> bool:
         if self.headers.get("Authorization") != f"Bearer {self.tower.credential}":
-            self._send(401, {"error": "unauthorised"})
+            self.send_json(401, {"error": "unauthorised"})
             return False
         if not self.tower.available:
-            self._send(503, {"error": "Tower is unavailable"})
+            self.send_json(503, {"error": "Tower is unavailable"})
             return False
         return True
 
@@ -230,21 +221,21 @@ class _Handler(BaseHTTPRequestHandler):
         parts = self.path.split("?")[0].strip("/").split("/")
         if len(parts) == 3 and parts[:2] == ["v1", "decisions"]:
             got = self.tower.decision(unquote(parts[2]))
-            self._send(200, got) if got else self._send(404, {"error": "no such approval"})
+            self.send_json(200, got) if got else self.send_json(404, {"error": "no such approval"})
         else:
-            self._send(404, {"error": "not found"})
+            self.send_json(404, {"error": "not found"})
 
     def do_POST(self) -> None:
         if not self._authorised():
             return
         parts = self.path.split("?")[0].strip("/").split("/")
         if parts == ["v1", "approvals"]:
-            self._send(201, self.tower.file(self._body()))
+            self.send_json(201, self.tower.file(self._body()))
         elif len(parts) == 4 and parts[:2] == ["v1", "approvals"] and parts[3] == "withdraw":
             ok = self.tower.withdraw(unquote(parts[2]), str(self._body().get("reason", "")))
-            self._send(200, {"ok": True}) if ok else self._send(404, {"error": "no such approval"})
+            self.send_json(200, {"ok": True}) if ok else self.send_json(404, {"error": "no such approval"})
         else:
-            self._send(404, {"error": "not found"})
+            self.send_json(404, {"error": "not found"})
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,6 +8,7 @@ governance work (suspend, checkpoint, resume); nothing moves a session there yet
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
 Table = Mapping[tuple[str, str], str]
 
@@ -87,3 +88,12 @@ def move(table: Table, phase: str | None, event: str) -> str:
 
 def can(table: Table, phase: str | None, event: str) -> bool:
     return (phase or "", event) in table
+
+
+P = TypeVar("P", str, str | None)
+
+
+def after(table: Table, phase: P, event: str) -> P:
+    """The phase ``event`` moves ``phase`` to, or ``phase`` itself where the lifecycle has no such move (an
+    event that may come in any phase and moves only some)."""
+    return move(table, phase, event) if can(table, phase, event) else phase

@@ -24,7 +24,7 @@ from hangar.models.environment import EnvironmentSpec
 from . import metrics
 from .approvals.controller import Approvals
 from .context import Context
-from .lifecycle import SESSION, can, move
+from .lifecycle import SESSION, after, move
 from .runs import parse_run
 from .sandbox_objects import run_key_secret, sandbox_pod, workspace_pvc
 from .status import patch_status
@@ -174,7 +174,7 @@ class Sandboxes:
         if run:
             self.ctx.run_keys.pop(run.id, None)
             await kube.delete_core("secrets", run.key_secret)
-        phase = move(SESSION, st.phase, event) if can(SESSION, st.phase, event) else st.phase
+        phase = after(SESSION, st.phase, event)
         await patch_status(
             kube,
             "sessions",

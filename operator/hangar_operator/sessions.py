@@ -23,7 +23,7 @@ from hangar.turns import create_turn, turn_index
 from . import metrics
 from .approvals.taint import Tainting
 from .context import Context, resource
-from .lifecycle import SESSION, TURN, can, move
+from .lifecycle import SESSION, TURN, after, move
 from .sandbox_objects import pvc_name, workspace_pvc
 from .sandboxes import Sandboxes
 from .status import patch_status
@@ -109,7 +109,7 @@ class Sessions:
 
     @staticmethod
     def _wait_phase(phase: str) -> str:
-        return move(SESSION, phase, "wait") if can(SESSION, phase, "wait") else phase
+        return after(SESSION, phase, "wait")
 
     async def _record_fork(self, ns: str, s_obj: Obj) -> Obj | None:
         """A fork takes, once, what its parent has now: conversation, policy in force and taint (so the

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from hangar.kube import Kube, Obj
+from hangar.kube import Kube, Obj, merge_patch
 from hangar.models.base import Condition
 from hangar.models.conditions import ready_patch
 
@@ -17,21 +17,9 @@ _CAMEL = {"needs_input": "NeedsInput", "awaiting_approval": "AwaitingApproval"}
 
 
 def merged(obj: Obj, patch: dict[str, Any]) -> Obj:
-    """``obj`` with a JSON merge patch of its status applied (what the apiserver will hold). Only the dicts
-    on the patch's paths are copied: neither ``obj`` nor ``patch`` is changed."""
-    return {**obj, "status": _merge(obj.get("status") or {}, patch)}
-
-
-def _merge(base: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(base) if isinstance(base, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _merge(out.get(k), v)
-    return out
+    """``obj`` with a JSON merge patch of its status applied (what the apiserver will hold): neither ``obj``
+    nor ``patch`` is changed."""
+    return {**obj, "status": merge_patch(obj.get("status") or {}, patch)}
 
 
 def readiness(plural: str, obj: Obj) -> tuple[bool, str, str]:

@@ -70,12 +70,11 @@ from .claude_grants import ASK_TOOLS
 from .claude_turn import QUIET_ENV, ClaudeTurn, live_command, session_permissions, user_line, zero_usage
 from .harness import Emit, Event, NotLive, TurnConfig
 from .live import LiveHarness
-from .process import LineReader, StdinWriter, exit_status, kill_group, spawn_agent, wait_or_kill
+from .process import StdinWriter, exit_status, kill_group
 
 __all__ = ["QUIET_ENV", "ClaudeHarness", "live_command"]
 
 INTERRUPT_GRACE = 10.0  # seconds the CLI gets to end an interrupted turn before its process group is killed
-EXIT_GRACE = 10.0  # seconds the CLI gets to exit once its stdin is closed
 # After a result, seconds the CLI gets to take in a steer it has been written (it starts a follow-on turn at
 # once, in ~50 ms); past that the process is killed and the steer reported queued.
 FOLLOW_ON_GRACE = 30.0
@@ -98,24 +97,12 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
         turn = ClaudeTurn(cfg)
         self._begin(turn)
         argv, extra_env = live_command(cfg)
-        try:
-            proc = spawn_agent(argv, cfg, extra_env)
-        except OSError as e:
-            self._end(turn, "failed", 127, "cannot start %s: %s" % (argv[0], e))
-            return
-        with self._mu:
-            turn.proc = proc
-            turn.writer = StdinWriter(proc)
-            turn.reader = LineReader(
-                proc,
-                "claude",
-                lambda obj: self._on_message(turn, obj),
-                lambda: self._on_eof(turn),
-                lambda line: self.emit("log", {"level": "debug", "message": "claude: " + line[:500]}),
-            )
-            turn.reader.start()
-            turn.cli_busy = True
-            turn.writer.write(user_line(cfg.message, turn.message_uuid))
+        self._spawn(turn, argv, extra_env)
+
+    def _started(self, turn: ClaudeTurn) -> None:
+        turn.cli_busy = True
+        assert turn.writer is not None
+        turn.writer.write(user_line(turn.cfg.message, turn.message_uuid))
 
     def steer(self, steer_id: str, message: str) -> None:
         events: List[Event] = []
@@ -144,12 +131,9 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
 
     def interrupt(self, message: Optional[str] = None, interrupt_id: Optional[str] = None) -> None:
         with self._mu:
-            turn = self._turn
-            if turn is None or turn.ended or turn.finishing or turn.interrupted:
+            turn = self._mark_interrupted(message, interrupt_id)
+            if turn is None:
                 return
-            turn.interrupted = True
-            if message:
-                turn.continue_with = (interrupt_id, message)
             request_id = "hangar_interrupt_%d" % next(self._ids)
             turn.interrupt_request_id = request_id
             ok = turn.writer is not None and turn.writer.write(
@@ -164,39 +148,37 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
         if not ok:
             self._interrupt_timeout(turn)
 
-    def answer(self, request_id: str, decision: str, message: Optional[str] = None) -> None:
-        with self._mu:
-            turn = self._turn
-            req = turn.pending.pop(request_id, None) if turn is not None else None
-            if turn is None or req is None or turn.writer is None:
-                self.emit(
-                    "log", {"level": "warning", "message": "no open permission request %s" % request_id}
-                )
-                return
-            tool_input = req.get("input") or {}
-            if decision == "allow":
-                response: Dict[str, Any] = {"behavior": "allow", "updatedInput": tool_input}
-            elif decision == "allow_always" and req.get("tool") in ASK_TOOLS:
-                # The ask rule outranks a session allow rule: the turn remembers the grant (claude_grants.py).
-                turn.grants.add(str(req.get("tool")), tool_input if isinstance(tool_input, dict) else {})
-                response = {"behavior": "allow", "updatedInput": tool_input}
-            elif decision == "allow_always":
-                response = {
-                    "behavior": "allow",
-                    "updatedInput": tool_input,
-                    "updatedPermissions": session_permissions(req),
-                }
-            elif decision == "deny":
-                response = {"behavior": "deny", "message": message or DEFAULT_DENY_MESSAGE}
-            else:
-                turn.pending[request_id] = req
-                raise ValueError("decision must be allow, deny or allow_always, not %r" % decision)
-            turn.writer.write(
-                {
-                    "type": "control_response",
-                    "response": {"subtype": "success", "request_id": request_id, "response": response},
-                }
-            )
+    def _reply(
+        self,
+        turn: ClaudeTurn,
+        writer: StdinWriter,
+        request_id: str,
+        req: Dict[str, Any],
+        decision: str,
+        message: Optional[str],
+    ) -> None:
+        tool_input = req.get("input") or {}
+        if decision == "allow":
+            response: Dict[str, Any] = {"behavior": "allow", "updatedInput": tool_input}
+        elif decision == "allow_always" and req.get("tool") in ASK_TOOLS:
+            # The ask rule outranks a session allow rule: the turn remembers the grant (claude_grants.py).
+            turn.grants.add(str(req.get("tool")), tool_input if isinstance(tool_input, dict) else {})
+            response = {"behavior": "allow", "updatedInput": tool_input}
+        elif decision == "allow_always":
+            response = {
+                "behavior": "allow",
+                "updatedInput": tool_input,
+                "updatedPermissions": session_permissions(req),
+            }
+        else:
+            response = {"behavior": "deny", "message": message or DEFAULT_DENY_MESSAGE}
+        writer.write(
+            {
+                "type": "control_response",
+                "response": {"subtype": "success", "request_id": request_id, "response": response},
+            }
+        )
+        return None
 
     # -- helpers ---------------------------------------------------------------------------------------------
 
@@ -251,9 +233,7 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
                     events.append(("conversation", {"id": sid}))
             elif kind == "result":
                 finish = self._on_result(turn, obj, events)
-        self._emit_all(events)
-        if finish and turn.writer is not None:
-            turn.writer.close()  # the CLI exits; _on_eof ends the turn
+        self._after_message(turn, events, finish)
 
     def _on_result(self, turn: ClaudeTurn, obj: Dict[str, Any], events: List[Event]) -> bool:
         """Record a result; True when the turn is over (nothing written is still waiting to be taken in)."""
@@ -292,10 +272,7 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
         return True
 
     def _on_eof(self, turn: ClaudeTurn) -> None:
-        proc = turn.proc
-        code = wait_or_kill(proc, EXIT_GRACE) if proc is not None else -1
-        if turn.reader is not None:
-            turn.reader.join_stderr()
+        code = self._reap(turn)
         with self._mu:
             if turn.timer is not None:
                 turn.timer.cancel()
@@ -354,45 +331,16 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
             return
         events.append(("interrupted", {"turn": turn.id, "interrupt_id": interrupt_id, "continued": True}))
 
-    def _end(
-        self, turn: ClaudeTurn, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
-    ) -> None:
-        events: List[Event] = []
-        with self._mu:
-            if turn.ended:
-                return
-            turn.ended = True
-            turn.finishing = True
-            if turn.timer is not None:
-                turn.timer.cancel()
-            for sid, _text in turn.held:
-                events.append(("steer", {"steer_id": sid, "status": "queued"}))
-            turn.held = []
-            for sid in turn.written.values():
-                events.append(("steer", {"steer_id": sid, "status": "queued"}))
-            turn.written = {}
-            for rid in list(turn.pending):
-                events.append(("permission_cancelled", {"request_id": rid}))
-            turn.pending = {}
-            turn_usage = dict(turn.usage)
-            turn_cost = turn.cost
-            for k, v in turn.usage.items():
-                self._usage[k] = self._usage.get(k, 0) + v
-            if turn.cost is not None:
-                self._cost += turn.cost
-                self._have_cost = True
-        events.append(
-            (
-                "turn_ended",
-                {
-                    "turn": turn.id,
-                    "outcome": outcome,
-                    "exit_status": exit_status,
-                    "summary": summary,
-                    "error": error,
-                    "usage": turn_usage,
-                    "cost_usd": turn_cost,
-                },
-            )
-        )
-        self._emit_all(events)
+    def _settle_steers(self, turn: ClaudeTurn, events: List[Event]) -> None:
+        for sid, _text in turn.held:
+            events.append(("steer", {"steer_id": sid, "status": "queued"}))
+        turn.held = []
+        for sid in turn.written.values():
+            events.append(("steer", {"steer_id": sid, "status": "queued"}))
+        turn.written = {}
+
+    def _settle_turn(self, turn: ClaudeTurn, events: List[Event]) -> Tuple[Dict[str, int], Optional[float]]:
+        if turn.cost is not None:
+            self._cost += turn.cost
+            self._have_cost = True
+        return dict(turn.usage), turn.cost

@@ -46,21 +46,20 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .codex_config import fork_state_home, write_config
 from .codex_rpc import NO_ACTIVE_TURN, Rpc, RpcError
 from .codex_turn import CodexTurn, _mcp_answer, _mcp_approval
 from .harness import Emit, Event, NotLive, TurnConfig
-from .live import LiveHarness
-from .process import LineReader, StdinWriter, exit_status, kill_group, spawn_agent, wait_or_kill
+from .live import EXIT_GRACE, LiveHarness
+from .process import StdinWriter, exit_status, kill_group
 
 __all__ = ["CodexHarness", "RpcError", "_mcp_answer", "_mcp_approval", "write_config"]
 
 RPC_TIMEOUT = 60.0  # initialize / thread / turn start
 STEER_TIMEOUT = 15.0
 INTERRUPT_GRACE = 10.0
-EXIT_GRACE = 10.0
 
 _DECISIONS_V2 = {"allow": "accept", "allow_always": "acceptForSession", "deny": "decline"}
 _DECISIONS_V1 = {"allow": "approved", "allow_always": "approved_for_session", "deny": "denied"}
@@ -72,7 +71,6 @@ class CodexHarness(LiveHarness[CodexTurn]):
     def __init__(self, emit: Emit) -> None:
         super().__init__(emit)
         self._seq = itertools.count(1)
-        self._usage: Dict[str, int] = {}  # totals of the turns that ended
 
     # -- the contract ----------------------------------------------------------------------------------------
 
@@ -92,24 +90,10 @@ class CodexHarness(LiveHarness[CodexTurn]):
             except OSError as e:
                 self._end(turn, "failed", 1, "cannot prepare the fork's codex state: %s" % e)
                 return
-        try:
-            proc = spawn_agent(argv, cfg, extra_env)
-        except OSError as e:
-            self._end(turn, "failed", 127, "cannot start %s: %s" % (argv[0], e))
+        if not self._spawn(turn, argv, extra_env):
             return
-        with self._mu:
-            turn.proc = proc
-            turn.writer = StdinWriter(proc)
-            turn.rpc = Rpc(turn.writer)
-            turn.reader = LineReader(
-                proc,
-                "codex",
-                lambda obj: self._on_message(turn, obj),
-                lambda: self._on_eof(turn),
-                lambda line: self.emit("log", {"level": "debug", "message": "codex: " + line[:500]}),
-            )
-            turn.reader.start()
         rpc = turn.rpc
+        assert rpc is not None
         auto = cfg.approvals == "auto"
         settings: Dict[str, Any] = {
             "cwd": cfg.cwd,
@@ -155,7 +139,7 @@ class CodexHarness(LiveHarness[CodexTurn]):
                 turn.turn_error = "codex: %s" % detail
                 turn.finishing = True
                 # app-server exits once its stdin is closed (killed if not); _on_eof ends the turn.
-                turn.timer = threading.Timer(EXIT_GRACE, kill_group, [proc])
+                turn.timer = threading.Timer(EXIT_GRACE, kill_group, [turn.proc])
                 turn.timer.daemon = True
                 turn.timer.start()
             if turn.writer is not None:
@@ -193,12 +177,9 @@ class CodexHarness(LiveHarness[CodexTurn]):
 
     def interrupt(self, message: Optional[str] = None, interrupt_id: Optional[str] = None) -> None:
         with self._mu:
-            turn = self._turn
-            if turn is None or turn.ended or turn.finishing or turn.interrupted:
+            turn = self._mark_interrupted(message, interrupt_id)
+            if turn is None:
                 return
-            turn.interrupted = True
-            if message:
-                turn.continue_with = (interrupt_id, message)
             rpc = turn.rpc
             params = {"threadId": turn.thread_id, "turnId": turn.codex_turn}
             self._start_timer(turn, INTERRUPT_GRACE, self._interrupt_timeout)
@@ -207,37 +188,40 @@ class CodexHarness(LiveHarness[CodexTurn]):
             return
         rpc.send("turn/interrupt", params)  # confirmed by turn/completed (status interrupted)
 
-    def answer(self, request_id: str, decision: str, message: Optional[str] = None) -> None:
-        if decision not in _DECISIONS_V2:
-            raise ValueError("decision must be allow, deny or allow_always, not %r" % decision)
-        with self._mu:
-            turn = self._turn
-            req = turn.pending.pop(request_id, None) if turn is not None else None
-            if turn is None or req is None or turn.writer is None:
-                self.emit(
-                    "log", {"level": "warning", "message": "no open permission request %s" % request_id}
-                )
-                return
-            turn.answered[req["rpc_id"]] = request_id
-            if req.get("mcp"):
-                turn.writer.write({"id": req["rpc_id"], "result": _mcp_answer(decision)})
+    def _reply(
+        self,
+        turn: CodexTurn,
+        writer: StdinWriter,
+        request_id: str,
+        req: Dict[str, Any],
+        decision: str,
+        message: Optional[str],
+    ) -> Optional[Callable[[], None]]:
+        turn.answered[req["rpc_id"]] = request_id
+        if req.get("mcp"):
+            writer.write({"id": req["rpc_id"], "result": _mcp_answer(decision)})
+        else:
+            if req["legacy"]:
+                value: Any = _DECISIONS_V1[decision]
+                if decision == "deny":
+                    value = {"denied": {"rejection": message or "The user denied this."}}
             else:
-                if req["legacy"]:
-                    value: Any = _DECISIONS_V1[decision]
-                    if decision == "deny":
-                        value = {"denied": {"rejection": message or "The user denied this."}}
-                else:
-                    value = _DECISIONS_V2[decision]
-                turn.writer.write({"id": req["rpc_id"], "result": {"decision": value}})
-        if decision == "deny" and message and not req["legacy"]:
-            # Codex's decline carries no text: hand the agent the reason as a steer.
-            what = req.get("command") or "that change"
+                value = _DECISIONS_V2[decision]
+            writer.write({"id": req["rpc_id"], "result": {"decision": value}})
+        if not (decision == "deny" and message and not req["legacy"]):
+            return None
+        # Codex's decline carries no text: hand the agent the reason as a steer (once _mu is released).
+        said = "I denied %s: %s" % (req.get("command") or "that change", message)
+
+        def pass_it_on() -> None:
             try:
-                self._send_steer(turn, "I denied %s: %s" % (what, message))
+                self._send_steer(turn, said)
             except RpcError as e:
                 self.emit(
                     "log", {"level": "warning", "message": "could not pass the deny message on: %s" % e}
                 )
+
+        return pass_it_on
 
     # -- helpers ---------------------------------------------------------------------------------------------
 
@@ -281,9 +265,7 @@ class CodexHarness(LiveHarness[CodexTurn]):
                 turn.on_server_request(msg["id"], method, params, events)
             else:
                 finish = self._on_notification(turn, method, params, events)
-        self._emit_all(events)
-        if finish and turn.writer is not None:
-            turn.writer.close()  # app-server exits; _on_eof ends the turn
+        self._after_message(turn, events, finish)
 
     def _on_notification(
         self, turn: CodexTurn, method: str, params: Dict[str, Any], events: List[Event]
@@ -324,10 +306,7 @@ class CodexHarness(LiveHarness[CodexTurn]):
     def _on_eof(self, turn: CodexTurn) -> None:
         if turn.rpc is not None:
             turn.rpc.fail_all()
-        proc = turn.proc
-        code = wait_or_kill(proc, EXIT_GRACE) if proc is not None else -1
-        if turn.reader is not None:
-            turn.reader.join_stderr()
+        code = self._reap(turn)
         with self._mu:
             status = turn.status
             interrupted = turn.interrupted
@@ -384,57 +363,33 @@ class CodexHarness(LiveHarness[CodexTurn]):
 
         threading.Thread(target=started, name="codex-continue", daemon=True).start()
 
-    def _end(
-        self, turn: CodexTurn, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
-    ) -> None:
-        events: List[Event] = []
-        with self._mu:
-            if turn.ended:
-                return
-            turn.ended = True
-            turn.finishing = True
-            if turn.timer is not None:
-                turn.timer.cancel()
-            for sid, slot in list(turn.inflight_steers.items()):
-                # A steer whose turn/steer answer is still being read: codex's answer decides, if it came.
-                answered = slot[0].is_set() and isinstance(slot[1], dict) and "result" in slot[1]
-                events.append(("steer", {"steer_id": sid, "status": "delivered" if answered else "queued"}))
-            turn.inflight_steers = {}
-            for rid in list(turn.pending):
-                events.append(("permission_cancelled", {"request_id": rid}))
-            turn.pending = {}
-            for iid, item in list(turn.items.items()):
-                # Aborted items get no item/completed: close them here.
-                if item.get("type") == "agentMessage":
-                    partial = "".join(turn.deltas.get(iid) or [])
-                    if partial:
-                        events.append(
-                            (
-                                "log",
-                                {
-                                    "level": "info",
-                                    "message": "codex dropped a partial message (%d chars)" % len(partial),
-                                },
-                            )
+    def _attach(self, turn: CodexTurn) -> None:
+        assert turn.writer is not None
+        turn.rpc = Rpc(turn.writer)
+
+    def _settle_steers(self, turn: CodexTurn, events: List[Event]) -> None:
+        for sid, slot in list(turn.inflight_steers.items()):
+            # A steer whose turn/steer answer is still being read: codex's answer decides, if it came.
+            answered = slot[0].is_set() and isinstance(slot[1], dict) and "result" in slot[1]
+            events.append(("steer", {"steer_id": sid, "status": "delivered" if answered else "queued"}))
+        turn.inflight_steers = {}
+
+    def _settle_turn(self, turn: CodexTurn, events: List[Event]) -> Tuple[Dict[str, int], Optional[float]]:
+        for iid, item in list(turn.items.items()):
+            # Aborted items get no item/completed: close them here.
+            if item.get("type") == "agentMessage":
+                partial = "".join(turn.deltas.get(iid) or [])
+                if partial:
+                    events.append(
+                        (
+                            "log",
+                            {
+                                "level": "info",
+                                "message": "codex dropped a partial message (%d chars)" % len(partial),
+                            },
                         )
-                else:
-                    events.append(("tool_result", {"id": iid, "is_error": True, "output": "(aborted)"}))
-            turn.items = {}
-            turn_usage = turn.usage()
-            for k, v in turn_usage.items():
-                self._usage[k] = self._usage.get(k, 0) + v
-        events.append(
-            (
-                "turn_ended",
-                {
-                    "turn": turn.id,
-                    "outcome": outcome,
-                    "exit_status": exit_status,
-                    "summary": summary,
-                    "error": error,
-                    "usage": turn_usage,
-                    "cost_usd": None,
-                },
-            )
-        )
-        self._emit_all(events)
+                    )
+            else:
+                events.append(("tool_result", {"id": iid, "is_error": True, "output": "(aborted)"}))
+        turn.items = {}
+        return turn.usage(), None

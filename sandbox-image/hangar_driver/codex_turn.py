@@ -90,19 +90,15 @@ class CodexTurn(LiveTurn):
                 tool_input["parsed"] = [a.get("command") for a in actions if isinstance(a, dict)]
             if params.get("reason"):
                 tool_input["reason"] = params["reason"]
-            self.pending[request_id] = {"rpc_id": rpc_id, "legacy": legacy, "command": command}
-            events.append(
-                (
-                    "permission_request",
-                    {
-                        "request_id": request_id,
-                        "tool": "shell",
-                        "input": tool_input,
-                        "command": command if isinstance(command, str) else None,
-                        "cwd": cwd,
-                        "suggestions": params.get("availableDecisions") or [],
-                    },
-                )
+            self._ask(
+                {"rpc_id": rpc_id, "legacy": legacy, "command": command},
+                events,
+                request_id=request_id,
+                tool="shell",
+                input=tool_input,
+                command=command if isinstance(command, str) else None,
+                cwd=cwd,
+                suggestions=params.get("availableDecisions") or [],
             )
         elif method in ("item/fileChange/requestApproval", "applyPatchApproval"):
             legacy = method == "applyPatchApproval"
@@ -112,19 +108,12 @@ class CodexTurn(LiveTurn):
                 tool_input["reason"] = params["reason"]
             if params.get("grantRoot"):
                 tool_input["grant_root"] = params["grantRoot"]
-            self.pending[request_id] = {"rpc_id": rpc_id, "legacy": legacy, "command": None}
-            events.append(
-                (
-                    "permission_request",
-                    {
-                        "request_id": request_id,
-                        "tool": "apply_patch",
-                        "input": tool_input,
-                        "command": None,
-                        "cwd": self.cfg.cwd,
-                        "suggestions": [],
-                    },
-                )
+            self._ask(
+                {"rpc_id": rpc_id, "legacy": legacy, "command": None},
+                events,
+                request_id=request_id,
+                tool="apply_patch",
+                input=tool_input,
             )
         elif method == "mcpServer/elicitation/request" and _mcp_approval(params):
             self.mcp_permission(rpc_id, request_id, params, events)
@@ -147,25 +136,28 @@ class CodexTurn(LiveTurn):
         server = str(params.get("serverName") or "")
         tool = "mcp__%s__%s" % (server, meta.get("tool_name") or "")
         tool_input = meta.get("tool_params")
-        self.pending[request_id] = {
-            "rpc_id": rpc_id,
-            "legacy": False,
-            "mcp": True,
-            "command": "the MCP tool %s of %s" % (meta.get("tool_name"), server),
-        }
-        events.append(
-            (
-                "permission_request",
-                {
-                    "request_id": request_id,
-                    "tool": tool,
-                    "input": tool_input if isinstance(tool_input, dict) else {},
-                    "command": None,
-                    "cwd": self.cfg.cwd,
-                    "suggestions": [],
-                },
-            )
+        self._ask(
+            {
+                "rpc_id": rpc_id,
+                "legacy": False,
+                "mcp": True,
+                "command": "the MCP tool %s of %s" % (meta.get("tool_name"), server),
+            },
+            events,
+            request_id=request_id,
+            tool=tool,
+            input=tool_input if isinstance(tool_input, dict) else {},
         )
+
+    def _ask(self, pending: Dict[str, Any], events: List[Event], **request: Any) -> None:
+        """Keep an approval codex waits on (``pending``: how to answer it) and report it as a
+        permission_request (fields not given: no command, the turn's cwd, no suggestions)."""
+        self.pending[str(request["request_id"])] = pending
+        payload = dict(request)
+        payload.setdefault("command", None)
+        payload.setdefault("cwd", self.cfg.cwd)
+        payload.setdefault("suggestions", [])
+        events.append(("permission_request", payload))
 
     def on_item(self, method: str, params: Dict[str, Any], events: List[Event]) -> bool:
         """An item, approval or error notification; False when ``method`` is none of those."""

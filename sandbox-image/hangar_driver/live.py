@@ -7,10 +7,13 @@ Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Generic, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 
 from .harness import Emit, Event, Harness, TurnConfig
-from .process import LineReader, StdinWriter, kill_group
+from .process import LineReader, StdinWriter, kill_group, spawn_agent, stop, wait_or_kill
+
+DECISIONS = ("allow", "allow_always", "deny")
+EXIT_GRACE = 10.0  # seconds the CLI gets to exit once its stdin is closed
 
 
 class LiveTurn:
@@ -42,6 +45,7 @@ class LiveHarness(Harness, Generic[TurnT]):
         # that one while it calls us (a steer waiting on codex), and the reader must never wait for the core.
         self._mu = threading.RLock()
         self._turn: Optional[TurnT] = None
+        self._usage: Dict[str, int] = {}  # totals of the turns that ended
 
     def _begin(self, turn: TurnT) -> None:
         """Make ``turn`` the running one; refused while another runs."""
@@ -51,6 +55,139 @@ class LiveHarness(Harness, Generic[TurnT]):
             self._turn = turn
         self.emit("turn_started", {"turn": turn.id})
 
+    def _spawn(self, turn: TurnT, argv: List[str], extra_env: Dict[str, str]) -> bool:
+        """Start the turn's CLI and read its output (``_on_message``, ``_on_eof``); False when it cannot start
+        (the turn has then ended failed, 127)."""
+        try:
+            proc = spawn_agent(argv, turn.cfg, extra_env)
+        except OSError as e:
+            self._end(turn, "failed", 127, "cannot start %s: %s" % (argv[0], e))
+            return False
+        with self._mu:  # held until the first writes: the reader's callbacks see a set-up turn
+            turn.proc = proc
+            turn.writer = StdinWriter(proc)
+            self._attach(turn)
+            turn.reader = LineReader(
+                proc,
+                self.name,
+                lambda obj: self._on_message(turn, obj),
+                lambda: self._on_eof(turn),
+                lambda line: self.emit(
+                    "log", {"level": "debug", "message": "%s: %s" % (self.name, line[:500])}
+                ),
+            )
+            turn.reader.start()
+            self._started(turn)
+        return True
+
+    def _attach(self, turn: TurnT) -> None:
+        """What the adapter sets up on the turn before its output is read (caller holds ``_mu``)."""
+
+    def _started(self, turn: TurnT) -> None:
+        """What the adapter writes once its output is read (caller holds ``_mu``)."""
+
+    def _on_message(self, turn: TurnT, obj: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _on_eof(self, turn: TurnT) -> None:
+        raise NotImplementedError
+
+    def _reap(self, turn: TurnT) -> int:
+        """The CLI's stdout is closed: wait for its exit (killed after EXIT_GRACE) and the rest of its stderr."""
+        proc = turn.proc
+        code = wait_or_kill(proc, EXIT_GRACE) if proc is not None else -1
+        if turn.reader is not None:
+            turn.reader.join_stderr()
+        return code
+
+    def _after_message(self, turn: TurnT, events: List[Event], finish: bool) -> None:
+        self._emit_all(events)
+        if finish and turn.writer is not None:
+            turn.writer.close()  # the CLI exits; _on_eof ends the turn
+
+    def _mark_interrupted(self, message: Optional[str], interrupt_id: Optional[str]) -> Optional[TurnT]:
+        """The running turn, now marked interrupted (with the message to go on with); None when there is
+        nothing to interrupt. Caller holds ``_mu``."""
+        turn = self._turn
+        if turn is None or turn.ended or turn.finishing or turn.interrupted:
+            return None
+        turn.interrupted = True
+        if message:
+            turn.continue_with = (interrupt_id, message)
+        return turn
+
+    def answer(self, request_id: str, decision: str, message: Optional[str] = None) -> None:
+        if decision not in DECISIONS:
+            raise ValueError("decision must be allow, deny or allow_always, not %r" % decision)
+        with self._mu:
+            turn = self._turn
+            req = turn.pending.pop(request_id, None) if turn is not None else None
+            if turn is None or req is None or turn.writer is None:
+                self.emit(
+                    "log", {"level": "warning", "message": "no open permission request %s" % request_id}
+                )
+                return
+            then = self._reply(turn, turn.writer, request_id, req, decision, message)
+        if then is not None:
+            then()
+
+    def _reply(
+        self,
+        turn: TurnT,
+        writer: StdinWriter,
+        request_id: str,
+        req: Dict[str, Any],
+        decision: str,
+        message: Optional[str],
+    ) -> Optional[Callable[[], None]]:
+        """Write the CLI's answer to the permission request; what to do once ``_mu`` is released, if
+        anything. Caller holds ``_mu``."""
+        raise NotImplementedError
+
+    def _end(
+        self, turn: TurnT, outcome: str, exit_status: int, error: Optional[str], summary: str = ""
+    ) -> None:
+        """End the turn once: settle what it leaves open (steers, permission prompts, the adapter's own), add
+        its usage to the totals and report ``turn_ended``."""
+        events: List[Event] = []
+        with self._mu:
+            if turn.ended:
+                return
+            turn.ended = True
+            turn.finishing = True
+            if turn.timer is not None:
+                turn.timer.cancel()
+            self._settle_steers(turn, events)
+            for rid in list(turn.pending):
+                events.append(("permission_cancelled", {"request_id": rid}))
+            turn.pending = {}
+            turn_usage, turn_cost = self._settle_turn(turn, events)
+            for k, v in turn_usage.items():
+                self._usage[k] = self._usage.get(k, 0) + v
+        events.append(
+            (
+                "turn_ended",
+                {
+                    "turn": turn.id,
+                    "outcome": outcome,
+                    "exit_status": exit_status,
+                    "summary": summary,
+                    "error": error,
+                    "usage": turn_usage,
+                    "cost_usd": turn_cost,
+                },
+            )
+        )
+        self._emit_all(events)
+
+    def _settle_steers(self, turn: TurnT, events: List[Event]) -> None:
+        """Report each steer the ending turn did not take in (caller holds ``_mu``)."""
+        raise NotImplementedError
+
+    def _settle_turn(self, turn: TurnT, events: List[Event]) -> Tuple[Dict[str, int], Optional[float]]:
+        """Close what else the ending turn leaves open; its usage and cost (caller holds ``_mu``)."""
+        raise NotImplementedError
+
     def running(self) -> bool:
         with self._mu:
             return self._turn is not None and not self._turn.ended
@@ -58,12 +195,8 @@ class LiveHarness(Harness, Generic[TurnT]):
     def close(self) -> None:
         with self._mu:
             turn = self._turn
-        if turn is not None and turn.proc is not None and turn.proc.poll() is None:
-            kill_group(turn.proc)
-            try:
-                turn.proc.wait(5)
-            except Exception:
-                pass
+        if turn is not None:
+            stop(turn.proc)
 
     def _emit_all(self, events: List[Event]) -> None:
         for name, payload in events:

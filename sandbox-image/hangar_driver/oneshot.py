@@ -28,7 +28,7 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from .harness import Emit, Event, Harness, NotLive, TurnConfig
-from .process import LineReader, exit_status, kill_group, spawn_agent, text_of, wait_or_kill
+from .process import LineReader, exit_status, kill_group, spawn_agent, stop, text_of, wait_or_kill
 
 KILL_GRACE = 3.0
 SUMMARY_CHARS = 4000
@@ -153,12 +153,8 @@ class OneShotHarness(Harness):
     def close(self) -> None:
         with self._mu:
             run = self._run
-        if run is not None and run.proc is not None and run.proc.poll() is None:
-            kill_group(run.proc)
-            try:
-                run.proc.wait(5)
-            except Exception:
-                pass
+        if run is not None:
+            stop(run.proc)
 
     # plumbing
     @staticmethod

@@ -89,6 +89,17 @@ def wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> int:
         return proc.wait()
 
 
+def stop(proc: Optional[subprocess.Popen[bytes]]) -> None:
+    """Kill the group of a process that still runs and give it 5 seconds to be reaped (a driver closing)."""
+    if proc is None or proc.poll() is not None:
+        return
+    kill_group(proc)
+    try:
+        proc.wait(5)
+    except Exception:
+        pass
+
+
 def exit_status(code: Optional[int], failed: bool = False) -> int:
     """A process's exit code as a shell reports it (killed by signal N: 128+N); never 0 for a failed turn."""
     status = 128 - code if code is not None and code < 0 else (code if code is not None else 1)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from hangar.kube import Obj
+from hangar.kube import Kube, Obj
 from hangar.models import Session, Turn
 from hangar.models.turn import Artifact, Usage
 
 from ..approvals.controller import Approvals
 from ..context import Context
-from ..lifecycle import SESSION, TURN, can, move
+from ..lifecycle import SESSION, TURN, after, can, move
 from ..status import patch_status
 from .deadlines import Deadlines
 from .ending import Ending, end_turn
@@ -144,15 +144,7 @@ class TurnOutcomes:
         s_obj = await kube.get("sessions", session)
         lost = Session.model_validate(s_obj).status.conversation if s_obj else None
         if s_obj is not None:
-            st = Session.model_validate(s_obj).status
-            phase = (
-                move(SESSION, st.phase, "turn_requeued")
-                if can(SESSION, st.phase, "turn_requeued")
-                else st.phase
-            )
-            await patch_status(
-                kube, "sessions", s_obj, {"conversation": None, "currentTurn": None, "phase": phase}
-            )
+            await _session_turn_off(kube, s_obj, "turn_requeued", {"conversation": None})
         why = f"the conversation {lost} was lost with its sandbox; the turn restarted in a new one"
         await self.requeue(ns, session, obj, error[:500], {"restarted": True, "reason": why}, shown=False)
         await self.ctx.activity(
@@ -195,26 +187,18 @@ class TurnOutcomes:
         if "the sandbox is shutting down" in error:
             await self.requeue(ns, session, obj, error)
             if s_obj is not None:
-                st = Session.model_validate(s_obj).status
-                phase = (
-                    move(SESSION, st.phase, "turn_requeued")
-                    if can(SESSION, st.phase, "turn_requeued")
-                    else st.phase
-                )
-                await patch_status(
-                    kube,
-                    "sessions",
-                    s_obj,
-                    {"phase": phase, "currentTurn": None, "sandbox": {"connected": False}},
-                )
+                await _session_turn_off(kube, s_obj, "turn_requeued", {"sandbox": {"connected": False}})
             return
         reason = f"the sandbox refused to start the turn: {error or 'no reason given'}"
         await self.finish(
             ns, session, obj, Ending(event="failed", outcome="failed", exit_status=1, reason=reason)
         )
         if s_obj is not None:
-            st = Session.model_validate(s_obj).status
-            phase = (
-                move(SESSION, st.phase, "turn_ended") if can(SESSION, st.phase, "turn_ended") else st.phase
-            )
-            await patch_status(kube, "sessions", s_obj, {"phase": phase, "currentTurn": None})
+            await _session_turn_off(kube, s_obj, "turn_ended")
+
+
+async def _session_turn_off(kube: Kube, s_obj: Obj, event: str, more: dict[str, Any] | None = None) -> None:
+    """The session no longer runs a turn: ``event`` (turn_ended, turn_requeued) moves its phase, where its
+    lifecycle has that move."""
+    phase = after(SESSION, Session.model_validate(s_obj).status.phase, event)
+    await patch_status(kube, "sessions", s_obj, {"phase": phase, "currentTurn": None, **(more or {})})

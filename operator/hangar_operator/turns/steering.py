@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from hangar.kube import Kube, Obj
 from hangar.models import LIVE_HARNESSES, Session, Turn
@@ -375,8 +375,7 @@ class Steering:
             log.warning("outcome %s of an unknown steer %s", outcome, sid, extra=resource(ns, owner))
             return
         turn = Turn.model_validate(obj)
-        states = [s.model_copy(deep=True) for s in turn.status.steers]
-        state = next((x for x in states if x.id == sid), None)
+        states, state = _editable(turn.status.steers, sid)
         if state is None:
             state = SteerState(id=sid)
             states.append(state)
@@ -432,8 +431,7 @@ class Steering:
         if obj is None:
             return
         turn = Turn.model_validate(obj)
-        states = [s.model_copy(deep=True) for s in turn.status.steers]
-        state = next((x for x in states if x.id == sid), None)
+        states, state = _editable(turn.status.steers, sid)
         if state is None:
             return
         if withdrawn:
@@ -470,8 +468,7 @@ class Steering:
         if obj is None:
             return
         turn = Turn.model_validate(obj)
-        states = [i.model_copy(deep=True) for i in turn.status.interrupts]
-        state = next((x for x in states if x.id == iid), None)
+        states, state = _editable(turn.status.interrupts, iid)
         if state is None or state.status != "sent":
             return
         state.status, state.at, state.message_status = "confirmed", datetime.now(UTC), "delivered"
@@ -485,3 +482,13 @@ class Steering:
             {"message": f"interrupted: the turn goes on with {iid}'s message", "event": "interrupt.status"},
             turn.name,
         )
+
+
+ItemState = TypeVar("ItemState", SteerState, InterruptState)
+
+
+def _editable(items: list[ItemState], item_id: str) -> tuple[list[ItemState], ItemState | None]:
+    """Copies of a turn's steer (or interrupt) states, to change and patch back whole, and the one with
+    ``item_id`` among them."""
+    states = [x.model_copy(deep=True) for x in items]
+    return states, next((x for x in states if x.id == item_id), None)
