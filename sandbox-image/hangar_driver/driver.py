@@ -16,7 +16,7 @@ import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import hardening
+from . import hardening, precleared
 from . import protocol as P
 from .checkpoint import write_checkpoint
 from .commands import CommandError, str_field
@@ -188,6 +188,15 @@ class Driver:
             hardening.chown_tree(cfg.workspace, cfg.agent_uid, cfg.agent_gid)
             if not cfg.agent_home.startswith(cfg.state_dir + os.sep):
                 hardening.chown_tree(cfg.agent_home, cfg.agent_uid, cfg.agent_gid)
+        self.turns.precleared = precleared.load(
+            os.environ.get("HANGAR_PRECLEARED_FILE"), self.key, cfg.run, cfg.warnings
+        )
+        if self.turns.precleared is not None:
+            log.info(
+                "a pre-cleared call for turn %s (%s)",
+                self.turns.precleared["turn"],
+                self.turns.precleared["tool"],
+            )
         key_file = os.environ.get("HANGAR_RUN_KEY_FILE")
         if key_file:
             try:
