@@ -118,6 +118,7 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     approvals.on_withdrawn = tower_calls.withdrawn
     sessions = Sessions(ctx, sandboxes, outcomes, steering, tainting, suspensions)
     sandboxes.reconcile_session = sessions.reconcile
+    suspensions.reconcile_session = sessions.reconcile
     deadlines.on_expiry = sessions.kill_unconfirmed
     requests = PermissionRequests(ctx, approvals, tower_calls)
     router = Router(ctx, sessions, sandboxes, outcomes, steering, approvals, requests, suspensions)

@@ -68,7 +68,9 @@ async def filed(rig: Rig, name: str) -> str:
     return receipt
 
 
-async def tower_decides(rig: Rig, name: str, status: str, by: str = "lee@acme.test", reason: str = "") -> None:
+async def tower_decides(
+    rig: Rig, name: str, status: str, by: str = "lee@acme.test", reason: str = ""
+) -> None:
     """What the webhook does with Tower's re-read decision: spec.decision, then the operator's reconcile."""
     assert await _decide(rig.kube, rig.get("approvals", name), status, by, reason or None)
     await rig.c.approvals.reconcile("default", name)

@@ -45,7 +45,9 @@ async def test_a_governed_call_is_filed_with_tower_and_the_receipt_recorded(
     assert f"answer-{name}" not in rig.commands("s1-r1")
 
 
-async def test_tower_decides_like_a_person_and_is_recorded_as_tower(tmp_path: Path, tower: TowerSimulator) -> None:
+async def test_tower_decides_like_a_person_and_is_recorded_as_tower(
+    tmp_path: Path, tower: TowerSimulator
+) -> None:
     rig = await governed_rig(tmp_path, tower)
     name = await risky_call(rig, "s1")
     await filed(rig, name)
@@ -99,7 +101,9 @@ async def test_pending_calls_are_re_read_from_tower(tmp_path: Path, tower: Tower
     assert (await rig.ctx.db.tower_decision(receipt) or {}).get("status") == "allowed"
 
 
-async def test_ask_files_only_its_risky_calls_when_tower_enforces(tmp_path: Path, tower: TowerSimulator) -> None:
+async def test_ask_files_only_its_risky_calls_when_tower_enforces(
+    tmp_path: Path, tower: TowerSimulator
+) -> None:
     rig = await governed_rig(tmp_path, tower)
     risky = await risky_call(rig, "s1", approvals="ask")
     await filed(rig, risky)

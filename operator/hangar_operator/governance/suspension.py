@@ -26,6 +26,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -73,6 +74,9 @@ class Suspensions:
         self.outcomes = outcomes
         self.approvals = approvals
         self.timers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # Set by controllers.py: the session's own reconcile (a resumed session starts its sandbox there).
+        self.reconcile_session: Callable[[str, str], Coroutine[Any, Any, None]] | None = None
+        self._later: set[asyncio.Task[None]] = set()
 
     def stop(self) -> None:
         for t in self.timers.values():
@@ -339,6 +343,11 @@ class Suspensions:
         )
         if st.phase == "Suspended":
             await self.advance(ns, session)
+        if self.reconcile_session is not None:
+            # After the caller's lock is released: a resumed session takes a slot and starts its sandbox.
+            task: asyncio.Task[None] = asyncio.create_task(self.reconcile_session(ns, session))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
 
     async def _resume(self, ns: str, s_obj: Obj) -> None:
         kube = self.ctx.kube_in(ns)
