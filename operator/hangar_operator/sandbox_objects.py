@@ -152,6 +152,7 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
             {"name": "HANGAR_HARNESS", "value": spec.get("harness", "claude")},
             {"name": "HANGAR_RUN_KEY_FILE", "value": KEY_FILE},
             {"name": "HANGAR_PRECLEARED_FILE", "value": PRECLEARED_FILE},
+            {"name": "HANGAR_CHECKPOINT_DIR", "value": CHECKPOINT_DIR},
             {"name": "HANGAR_WORKSPACE", "value": WORKSPACE},
             {"name": "HANGAR_AGENT_HOME", "value": AGENT_HOME},
             {"name": "HANGAR_AGENT_UID", "value": str(AGENT_UID)},

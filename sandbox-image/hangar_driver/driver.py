@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import hardening, precleared
 from . import protocol as P
 from .checkpoint import write_checkpoint
-from .commands import CommandError, str_field
+from .commands import CommandError, safe_name, str_field
 from .config import Config
 from .handback import HandbackWatcher
 from .harness import NotLive
@@ -161,6 +161,12 @@ class Driver:
     def _op_checkpoint(self, body: Dict[str, Any]) -> Dict[str, Any]:
         path = str_field(body, "path", limit=4096)
         assert path is not None
+        if not os.path.isabs(path):
+            # A bare name lands in the pod's checkpoint directory (HANGAR_CHECKPOINT_DIR: the workspace
+            # volume's checkpoints/, which the local runner maps like any mount).
+            if not self.cfg.checkpoint_dir or not safe_name(path):
+                raise CommandError("path must be absolute, or a file name with HANGAR_CHECKPOINT_DIR set")
+            path = os.path.join(self.cfg.checkpoint_dir, path)
         home = self.cfg.agent_home if body.get("include_home", True) else None
         return write_checkpoint(path, self.cfg.workspace, home, self.cfg.agent_uid, self.cfg.agent_gid)
 

@@ -26,6 +26,7 @@ async def governed_rig(tmp_path: Path, tower: TowerSimulator, mode: str = "enfor
         **settings,
     )
     rig.c.tower_calls.first_backoff = 0.05
+    rig.c.suspensions.pause_grace = 0.05
     return rig
 
 

@@ -55,6 +55,8 @@ async def suspended(rig: Rig, session: str = "s1") -> tuple[str, str]:
     body = command(rig, run, f"answer-{name}")
     assert body["decision"] == "deny"
     assert body["message"] == f"Paused for approval {receipt}; this turn resumes when it's signed."
+    # A moment after the deny (so the CLI records hangar's words), the turn is interrupted.
+    await until(lambda: f"suspend-{session}-1" in rig.commands(run), "the interrupt")
     assert command(rig, run, f"suspend-{session}-1")["op"] == "interrupt"
     # The driver ends the turn (interrupted); the session stays Suspending and asks for a checkpoint.
     await rig.event(session, "turn_ended", turn=f"{session}-1", outcome="interrupted", exit_status=130)
@@ -63,7 +65,7 @@ async def suspended(rig: Rig, session: str = "s1") -> tuple[str, str]:
     await rig.reconcile(session)
     [cid] = [c for c in rig.commands(run) if c.startswith("checkpoint-")]
     ck = command(rig, run, cid)
-    assert ck["op"] == "checkpoint" and ck["path"].startswith("/var/lib/hangar/checkpoints/")
+    assert ck["op"] == "checkpoint" and ck["path"] == f"{cid[len('checkpoint-') :]}.tar.gz"
     await rig.event(session, "command_result", op="checkpoint", ok=True, command_id=cid, size=10, sha256="ab")
     return name, receipt
 

@@ -5,7 +5,7 @@ Once a session's call, filed with Tower under ``enforce``, has waited ``HANGAR_G
 
 1. the call is denied to the CLI with "Paused for approval A-9; this turn resumes when it's signed."
    (the Approval itself stays Pending: it waits for Tower);
-2. the turn is interrupted at that call (``Running → Suspending``, ``status.suspended`` says on what);
+2. the turn is interrupted at that call, a moment later (``Running → Suspending``, ``status.suspended`` says on what);
 3. once the turn has ended, the driver's ``checkpoint`` op archives the workspace and the agent's HOME (the
    CLI's conversation) onto the workspace volume, recorded on ``status.checkpoints``;
 4. the sandbox is released: pod and run key gone, no slot held (``Suspending → Suspended``).
@@ -40,7 +40,7 @@ from .. import metrics
 from ..approvals.controller import Approvals
 from ..context import Context, resource
 from ..lifecycle import SESSION, move
-from ..sandbox_objects import CHECKPOINT_DIR, pvc_name
+from ..sandbox_objects import pvc_name
 from ..sandboxes import Sandboxes
 from ..status import patch_status
 from ..turns.ending import Ending
@@ -51,6 +51,8 @@ log = logging.getLogger("hangar.operator.suspension")
 PAUSED = "Paused for approval {tower}; this turn resumes when it's signed."
 # How long a suspension waits for the turn to stop, then for the driver's checkpoint, before going on.
 TURN_STOP_SECONDS = 30.0
+# The deny reaches the CLI this long before the interrupt (see Suspensions._interrupt).
+PAUSE_GRACE = 2.0
 CHECKPOINT_SECONDS = 120.0
 KEEP_CHECKPOINTS = 20
 REQUESTED = "requested:"
@@ -77,6 +79,7 @@ class Suspensions:
         # Set by controllers.py: the session's own reconcile (a resumed session starts its sandbox there).
         self.reconcile_session: Callable[[str, str], Coroutine[Any, Any, None]] | None = None
         self._later: set[asyncio.Task[None]] = set()
+        self.pause_grace = PAUSE_GRACE
 
     def stop(self) -> None:
         for t in self.timers.values():
@@ -172,9 +175,7 @@ class Suspensions:
         await patch_status(kube, "approvals", obj, {"deadline": None})
         paused = PAUSED.format(tower=sus.tower)
         await self.approvals.answer(ns, run.id, name, ap.spec.request_id, "deny", paused)
-        await self.ctx.gateway.send(
-            run.id, "interrupt", {"turn": ap.spec.turn}, command_id=f"suspend-{ap.spec.turn}"
-        )
+        self._later_run(self._interrupt(ns, session, ap.spec.turn, run.id))
         metrics.SUSPENSIONS.labels(reason="approval").inc()
         await self.ctx.activity(
             ns,
@@ -185,6 +186,24 @@ class Suspensions:
         )
         await self.ctx.db.audit("hangar", "governance.suspend", session, approval=name, tower=sus.tower)
         return True
+
+    async def _interrupt(self, ns: str, session: str, turn: str, run_id: str) -> None:
+        """Interrupt the paused turn a moment after the deny: an interrupt that overtakes the CLI's tool result
+        makes Claude Code record "rejected" instead of hangar's words, and the resumed agent must read them."""
+        await asyncio.sleep(self.pause_grace)
+        async with self.ctx.lock(ns, session):
+            s_obj = await self.ctx.kube_in(ns).get("sessions", session)
+            if s_obj is None:
+                return
+            st = Session.model_validate(s_obj).status
+            run = self.ctx.run_of(ns, st.sandbox.run)
+            if st.phase == "Suspending" and st.current_turn == turn and run is not None and run.id == run_id:
+                await self.ctx.gateway.send(run_id, "interrupt", {"turn": turn}, command_id=f"suspend-{turn}")
+
+    def _later_run(self, work: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(work)
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
 
     # --- the steps after ------------------------------------------------------------------------------
     async def advance(self, ns: str, session: str) -> bool:
@@ -247,7 +266,7 @@ class Suspensions:
             await self.ctx.gateway.send(
                 run.id,
                 "checkpoint",
-                {"path": f"{CHECKPOINT_DIR}/{cid}.tar.gz", "include_home": True},
+                {"path": f"{cid}.tar.gz", "include_home": True},  # in HANGAR_CHECKPOINT_DIR
                 command_id=f"checkpoint-{cid}",
             )
             return
@@ -345,9 +364,7 @@ class Suspensions:
             await self.advance(ns, session)
         if self.reconcile_session is not None:
             # After the caller's lock is released: a resumed session takes a slot and starts its sandbox.
-            task: asyncio.Task[None] = asyncio.create_task(self.reconcile_session(ns, session))
-            self._later.add(task)
-            task.add_done_callback(self._later.discard)
+            self._later_run(self.reconcile_session(ns, session))
 
     async def _resume(self, ns: str, s_obj: Obj) -> None:
         kube = self.ctx.kube_in(ns)
