@@ -94,6 +94,9 @@ class Step:
     tool_input: dict[str, Any] | None = None
     blocks: list[dict[str, Any]] | None = None
     items: list[dict[str, Any]] | None = None
+    # Python only: after its words, the reply keeps streaming a word every ``word_delay`` until the test
+    # sets ``gate``, and only then ends (with its tool call): a test decides the moment, not the clock.
+    gate: threading.Event | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
@@ -326,6 +329,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _end_sse(self) -> None:
         self._chunk(b"")
 
+    def _gated(self, step: Step, chunks: list[str]) -> Iterator[str]:
+        """The step's chunks, then while its ``gate`` is not set, one more word at a time."""
+        yield from chunks
+        n = step.words
+        while step.gate is not None and not step.gate.is_set():
+            n += 1
+            yield f" word{n}"
+            if not chunks and step.word_delay <= 0:
+                self._sleep(0.1)  # the loop's own pace when the step streams no words of its own
+
     def _sleep(self, seconds: float) -> None:
         if seconds > 0 and self.server.model._stopping.wait(seconds):
             raise _ClientGone()
@@ -479,7 +492,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "content_block": {"type": "text", "text": ""},
                 },
             )
-            for i, c in enumerate(chunks):
+            for i, c in enumerate(self._gated(step, chunks)):
                 if i > 0 or not step.text:  # a slow word (the fixed text goes at once)
                     self._sleep(step.word_delay)
                 self._event(
@@ -602,14 +615,17 @@ class _Handler(BaseHTTPRequestHandler):
                 "response.content_part.added",
                 {"item_id": item_id, "output_index": out_index, "content_index": 0, "part": part},
             )
-            for i, c in enumerate(chunks):
+            sent: list[str] = []
+            for i, c in enumerate(self._gated(step, chunks)):
                 if i > 0 or not step.text:
                     self._sleep(step.word_delay)
+                sent.append(c)
                 ev(
                     "response.output_text.delta",
                     {"item_id": item_id, "output_index": out_index, "content_index": 0, "delta": c},
                 )
-            full = "".join(chunks)
+            full = "".join(sent)
+            msg_item["content"] = [{"type": "output_text", "text": full, "annotations": []}]
             ev(
                 "response.output_text.done",
                 {"item_id": item_id, "output_index": out_index, "content_index": 0, "text": full},

@@ -259,11 +259,15 @@ def test_withdraw_before_delivery_cancels_and_after_delivery_is_refused(
 def test_concurrent_withdraws_racing_delivery_each_end_one_way(cluster: Cluster, stack: Stack) -> None:
     """100 steers held while text streams; the tool call sends them all to the CLI at once while 100
     withdraws arrive around that moment. The driver arbitrates each one: withdrawn or delivered, never both,
-    and the model sees exactly the delivered ones."""
-    n, words, delay = 100, 120, 0.1
+    and the model sees exactly the delivered ones.
+
+    The test, not the clock, says when the tool call comes (the step's gate): the steers are all held by
+    the driver first however slow the machine, and the withdraws are spread 3 s either side of it."""
+    n, spread = 100, 0.06
+    gate = threading.Event()
     model = ScriptedModel(
         [
-            Step(text="Streaming:", words=words, word_delay=delay, command=SLOW.format(s=3)),
+            Step(text="Streaming:", words=5, word_delay=0.1, gate=gate, command=SLOW.format(s=3)),
             Step(when="tool_result", text="FINAL: done."),
             Step(when="RACE-", text="FINAL: late one.", repeat=True),
         ]
@@ -274,7 +278,6 @@ def test_concurrent_withdraws_racing_delivery_each_end_one_way(cluster: Cluster,
         api = Api(stack)
         new_session(api, "st-race", "st-race", "stream, then run a tool")
         wait(lambda: streaming(model), 90, "the answer to stream", lambda: api.debug("st-race"))
-        t0 = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             sids = list(
                 pool.map(
@@ -287,12 +290,10 @@ def test_concurrent_withdraws_racing_delivery_each_end_one_way(cluster: Cluster,
         # All on their way to the driver (held there: only text streams) before the tool call comes.
         wait(
             lambda: len([s for s in api.turn("st-race", 1)["steers"] if s["at"]]) == n,  # type: ignore[index]
-            words * delay,
+            90,
             "every steer sent",
         )
-        tool_at = t0 + words * delay
-        assert time.monotonic() < tool_at - 2, "the steers took too long to send: no race left"
-        # The tool call sends the held steers to the CLI; the withdraws arrive around that moment.
+        # The withdraws go out 60 ms apart; the tool call is let out halfway through them.
         answers: dict[str, httpx.Response] = {}
         client = httpx.Client(
             base_url=stack.api_url,
@@ -300,14 +301,17 @@ def test_concurrent_withdraws_racing_delivery_each_end_one_way(cluster: Cluster,
             timeout=60,
             limits=httpx.Limits(max_connections=n),
         )
+        start = time.monotonic() + 0.5
 
         def withdraw(i: int) -> None:
-            time.sleep(max(0.0, tool_at - 2.0 + i * 0.035 - time.monotonic()))
+            time.sleep(max(0.0, start + i * spread - time.monotonic()))
             answers[sids[i]] = client.post(f"/api/sessions/st-race/steers/{sids[i]}/withdraw")
 
         threads = [threading.Thread(target=withdraw, args=(i,)) for i in range(n)]
         for t in threads:
             t.start()
+        time.sleep(max(0.0, start + n * spread / 2 - time.monotonic()))
+        gate.set()
         for t in threads:
             t.join(90)
         client.close()
