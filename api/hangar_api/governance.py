@@ -30,6 +30,7 @@ from prometheus_client import Counter
 from hangar.governance import events, webhook
 from hangar.governance.tower import TowerClient, TowerUnavailable
 from hangar.kube import ApiException, Kube, Obj
+from hangar.models import Approval, Session
 from hangar.models import labels as L
 from hangar.models.base import NAME_MAX, NAME_PATTERN
 from hangar.store import Database
@@ -235,21 +236,20 @@ async def _nudge(k: Kube, a: Obj, status: str) -> None:
 
 async def _resume_refused(g: Governance, a: Obj, aid: str, event: events.Event) -> None:
     """An allow for a call whose turn was stopped (run.stop, a person) resumes nothing: audited."""
-    phase = (a.get("status") or {}).get("phase")
-    if phase != "Withdrawn":
+    ap = Approval.model_validate(a)
+    if ap.status.phase != "Withdrawn":
         return
-    session = (a.get("spec") or {}).get("session") or ""
+    session = ap.spec.session or ""
     s = await g.kube.get("sessions", session) if session else None
-    stopped = bool(s and (s.get("spec") or {}).get("stopped"))
+    stopped = s is not None and Session.model_validate(s).spec.stopped
     await g.db.audit(
         "tower",
         "governance.resume_refused",
-        session or a["metadata"]["name"],
-        approval=a["metadata"]["name"],
+        session or ap.name,
+        approval=ap.name,
         tower=aid,
         event=event.id,
-        reason=("the session was stopped" if stopped else "")
-        or str((a.get("status") or {}).get("reason") or "the call no longer waits"),
+        reason="the session was stopped" if stopped else (ap.status.reason or "the call no longer waits"),
     )
 
 

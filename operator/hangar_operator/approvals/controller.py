@@ -347,9 +347,7 @@ class Approvals:
                 "decision": decision,
                 "resolved_by": resolver,
                 "by": (by or ap.spec.decided_by or _manager(obj) or "unknown") if person else "hangar",
-                "message": (ap.spec.message or (message_of(obj) if resolver == "tower" else None))
-                if person
-                else ap.status.message,
+                "message": ap.spec.message if person else ap.status.message,
             },
             ap.spec.turn,
         )
@@ -455,10 +453,6 @@ class Approvals:
             return None
         env = await kube.get("environments", Session.model_validate(s_obj).spec.environment)
         return EnvironmentSpec.model_validate(env["spec"]) if env else None
-
-
-def message_of(obj: Obj) -> str | None:
-    return ((obj.get("status") or {}).get("message")) or None
 
 
 def _manager(obj: Obj) -> str | None:
