@@ -117,7 +117,7 @@ def _governance(settings: Settings, kube: Kube, db: Any) -> governance.Governanc
             settings.governance_credential.get_secret_value() if settings.governance_credential else ""
         )
         tower = governance.TowerClient(settings.governance_url, credential)
-    return governance.Governance(kube, db, secrets, tower)
+    return governance.Governance(kube, db, secrets, tower, settings.governance_mode("approval"))
 
 
 def serve(app: FastAPI, settings: Settings, host: str = "0.0.0.0") -> None:

@@ -57,6 +57,10 @@ def approval_view(a: Obj) -> dict[str, Any]:
         "decided_at": st.get("decidedAt"),
         "delivered_at": st.get("deliveredAt"),
         "reason": st.get("reason", ""),
+        # Tower (spec 002): the call filed with it, its receipt, and its answer (shadow: beside hangar's).
+        "tower": spec.get("tower"),
+        "receipt": st.get("receipt"),
+        "tower_answer": st.get("tower"),
     }
 
 

@@ -30,6 +30,8 @@ from prometheus_client import Counter
 from hangar.governance import events, webhook
 from hangar.governance.tower import TowerClient, TowerUnavailable
 from hangar.kube import ApiException, Kube, Obj
+from hangar.models import Approval, Session
+from hangar.models import labels as L
 from hangar.models.base import NAME_MAX, NAME_PATTERN
 from hangar.store import Database
 
@@ -39,7 +41,8 @@ log = logging.getLogger("hangar.api.governance")
 router = APIRouter(tags=["governance"])
 
 EVENT_IDS = "tower-event"
-TOWER_LABEL = "hangar.dev/tower-approval"
+TOWER_LABEL = L.TOWER_APPROVAL
+TOWER_DECISION = L.TOWER_DECISION
 NO_SUCH_RUN = {"ignored": "hangar has no such run"}
 # How long a read secret is trusted before it is read again, so a rotated one is picked up.
 SECRET_TTL = 15.0
@@ -83,8 +86,17 @@ class WebhookSecrets:
 class Governance:
     """What the route needs while governance is on."""
 
-    def __init__(self, kube: Kube, db: Database, secrets: WebhookSecrets, tower: TowerClient | None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        db: Database,
+        secrets: WebhookSecrets,
+        tower: TowerClient | None,
+        approval_mode: str = "enforce",
+    ) -> None:
         self.kube, self.db, self.secrets, self.tower = kube, db, secrets, tower
+        # shadow: Tower's answers are recorded beside what hangar did, never applied as a decision.
+        self.approval_mode = approval_mode
 
     async def close(self) -> None:
         if self.tower is not None:
@@ -188,13 +200,57 @@ async def _approval_hint(g: Governance, event: events.Event) -> dict[str, Any]:
         status=decision.status,
         decided_by=decision.decided_by,
     )
+    # Kept an hour, refreshed on every re-read: a "decided" before hangar has recorded the call's receipt
+    # is applied by the operator once it has (and a shadow answer is recorded from here).
+    await g.db.keep_tower_decision(aid, decision.model_dump(mode="json"))
     if decision.status not in ("allowed", "denied"):
         return {"outcome": decision.status, "body": {"ok": True, "decision": decision.status}}
     applied = 0
-    for a in await g.kube.list("approvals", label_selector=f"{TOWER_LABEL}={aid}"):
+    found = await g.kube.list("approvals", label_selector=f"{TOWER_LABEL}={aid}") if _label_ok(aid) else []
+    for a in found:
+        if g.approval_mode == "shadow":
+            # Nothing is decided because of Tower: the operator records its answer beside hangar's.
+            await _nudge(g.kube, a, decision.status)
+            continue
         if await _decide(g.kube, a, decision.status, decision.decided_by, decision.reason):
             applied += 1
+        elif decision.status == "allowed":
+            await _resume_refused(g, a, aid, event)
     return {"outcome": decision.status, "body": {"ok": True, "decision": decision.status, "applied": applied}}
+
+
+def _label_ok(value: str) -> bool:
+    return bool(re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", value)) and len(value) <= 63
+
+
+async def _nudge(k: Kube, a: Obj, status: str) -> None:
+    """An annotation change, so the operator reads Tower's answer kept in the database now."""
+    try:
+        await k.patch(
+            "approvals", a["metadata"]["name"], {"metadata": {"annotations": {TOWER_DECISION: status}}}
+        )
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+async def _resume_refused(g: Governance, a: Obj, aid: str, event: events.Event) -> None:
+    """An allow for a call whose turn was stopped (run.stop, a person) resumes nothing: audited."""
+    ap = Approval.model_validate(a)
+    if ap.status.phase != "Withdrawn":
+        return
+    session = ap.spec.session or ""
+    s = await g.kube.get("sessions", session) if session else None
+    stopped = s is not None and Session.model_validate(s).spec.stopped
+    await g.db.audit(
+        "tower",
+        "governance.resume_refused",
+        session or ap.name,
+        approval=ap.name,
+        tower=aid,
+        event=event.id,
+        reason="the session was stopped" if stopped else (ap.status.reason or "the call no longer waits"),
+    )
 
 
 async def _decide(k: Kube, a: Obj, status: str, by: str | None, reason: str | None) -> bool:

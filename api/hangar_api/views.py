@@ -114,6 +114,9 @@ def session_view(s: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
         if st
         else [],
         "checkpoints": [c.model_dump(mode="json", by_alias=False) for c in st.checkpoints] if st else [],
+        # Governance (spec 002): the approval a suspended session waits on, and a resume on its way.
+        "suspended": st.suspended.model_dump(mode="json", by_alias=False) if st and st.suspended else None,
+        "resuming": st.resuming.model_dump(mode="json", by_alias=False) if st and st.resuming else None,
     }
     if turns is not None:
         out["turns"] = [turn_view(t) for t in sorted(turns, key=lambda t: int(t["spec"].get("index", 0)))]

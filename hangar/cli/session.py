@@ -23,6 +23,17 @@ def _print_session(s: dict[str, Any]) -> None:
         print(f"  {s['message']}")
     if s.get("fork_of"):
         print(f"  forked from {s['fork_of']}")
+    sus = s.get("suspended")
+    if sus:
+        # Governance: which of Tower's approvals it waits on, since when, and what Tower said.
+        said = f"; {sus['decision']} by {sus.get('decided_by') or 'Tower'}" if sus.get("decision") else ""
+        print(
+            f"  suspended ({sus.get('reason')}) since {sus.get('since')}: approval {sus.get('approval')} "
+            f"(Tower {sus.get('tower')}) for {sus.get('command') or sus.get('tool')}{said}"
+        )
+    if s.get("resuming"):
+        r = s["resuming"]
+        print(f"  resuming with turn {r['turn']}: Tower allowed {r.get('tower')}")
     for t in s.get("turns", []):
         common.print_turn(t, str(t["index"]))
         for st in t.get("steers") or []:

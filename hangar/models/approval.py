@@ -33,10 +33,21 @@ class ApprovalSpec(Model):
         default="", description="The rule id that flagged the call (ask, handback, force-push, …)"
     )
     governed: bool = Field(default=False, description="Tower decides (governed policy); until then it waits")
+    tower: Literal["enforce", "shadow"] | None = Field(
+        default=None,
+        description="Filed with Tower: enforce (Tower decides) or shadow (its answer is recorded beside hangar's)",
+    )
     # What a person asks for: written by REST, the CLI or kubectl patch. The outcome is in status.
     decision: Decision | None = None
     decided_by: str | None = None
     message: str | None = Field(default=None, max_length=8192)
+
+
+class TowerAnswer(Model):
+    status: Literal["pending", "allowed", "denied", "withdrawn"]
+    by: str | None = None
+    reason: str | None = None
+    at: datetime | None = None
 
 
 class ApprovalStatus(Model):
@@ -45,7 +56,8 @@ class ApprovalStatus(Model):
     by: str | None = None
     message: str | None = None
     resolved_by: ResolvedBy | None = None
-    receipt: str | None = None
+    receipt: str | None = Field(default=None, description="Tower's id for the call (A-9)")
+    tower: TowerAnswer | None = Field(default=None, description="Tower's answer (shadow: beside hangar's)")
     requested_at: datetime | None = None
     decided_at: datetime | None = None
     delivered_at: datetime | None = None

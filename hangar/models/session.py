@@ -59,8 +59,44 @@ class Checkpoint(Model):
     id: str
     turn: str | None = None
     at: datetime | None = None
+    conversation: str | None = Field(default=None, description="The CLI's conversation id it holds")
+    location: str = Field(default="", description="Where the state lives: pvc://<ns>/<claim>/<path>")
+    reason: str = Field(default="", description="Why it was taken (approval, idle)")
     size: int = 0
     sha256: str = ""
+
+
+SuspendReason = Literal["approval", "idle"]
+
+
+class Suspension(Model):
+    """Why a session gave its sandbox back, and what it waits on (spec 002: suspend and resume)."""
+
+    reason: SuspendReason = "approval"
+    approval: str | None = Field(default=None, description="hangar's Approval the session waits on")
+    tower: str | None = Field(default=None, description="Tower's receipt for it (A-9)")
+    turn: str | None = Field(default=None, description="The turn interrupted at the call")
+    tool: str | None = None
+    command: str | None = None
+    args_hash: str | None = None
+    since: datetime | None = None
+    checkpoint: str | None = Field(default=None, description="requested, then the checkpoint's id or failed")
+    decision: Literal["allowed", "denied"] | None = None
+    decided_by: str | None = None
+    message: str | None = Field(default=None, description="Tower's reason, when it gave one")
+
+
+class Resuming(Model):
+    """A suspended session on its way back: the turn that resumes it and the call pre-cleared for it."""
+
+    approval: str
+    tower: str | None = None
+    turn: str
+    tool: str
+    args_hash: str
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    suspended_at: datetime | None = None
 
 
 class ForkOrigin(Model):
@@ -104,6 +140,8 @@ class SessionStatus(Model):
     last_turn: str | None = None
     taint: Taint = Field(default_factory=Taint)
     checkpoints: list[Checkpoint] = Field(default_factory=list)
+    suspended: Suspension | None = None
+    resuming: Resuming | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     counters: Counters = Field(default_factory=Counters)
     conditions: list[Condition] = Field(default_factory=list)
@@ -133,6 +171,12 @@ class Session(Resource):
             col("Turns", "integer", ".status.counters.turns"),
             col("Pending", "string", ".status.pendingApprovals[*].id", "approvals waiting for a decision"),
             col("Tainted", "boolean", ".status.taint.tainted"),
+            col(
+                "Suspended",
+                "string",
+                ".status.suspended.tower",
+                "Tower's approval a suspended session waits on",
+            ),
             col("Pod", "string", ".status.sandbox.pod", priority=1),
             col("Message", "string", ".status.message", "why it waits or failed", priority=1),
             col("Cost", "number", ".status.counters.costUsd", "USD so far", priority=1),

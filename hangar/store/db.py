@@ -25,7 +25,13 @@ SCHEMA = [
     "CREATE INDEX IF NOT EXISTS audit_action ON audit (action, at)",
     """CREATE TABLE IF NOT EXISTS seen_ids (
         kind TEXT NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY (kind, id))""",
+    """CREATE TABLE IF NOT EXISTS tower_decisions (
+        id TEXT PRIMARY KEY, decision TEXT NOT NULL, at TEXT NOT NULL)""",
 ]
+
+
+# How long Tower's decisions are kept for a call whose receipt hangar has not recorded yet (spec 002).
+TOWER_DECISIONS_SECONDS = 3600
 
 
 def _iso(ts: float) -> str:
@@ -235,6 +241,29 @@ class Database:
     async def forget_id(self, kind: str, item: str) -> None:
         """Un-accepts ``item``: its retry then counts as new (Tower could not be asked about it)."""
         await self.backend.execute("DELETE FROM seen_ids WHERE kind = ? AND id = ?", (kind, item))
+
+    # Tower's decisions, kept an hour (a "decided" may come before hangar has the call's receipt) ------
+    async def keep_tower_decision(self, receipt: str, decision: dict[str, Any]) -> None:
+        """Records (or refreshes) Tower's answer for ``receipt``; every re-read writes it again."""
+        cutoff = _iso(datetime.now(UTC).timestamp() - TOWER_DECISIONS_SECONDS)
+        await self.backend.execute("DELETE FROM tower_decisions WHERE at < ?", (cutoff,))
+        await self.backend.transaction(
+            [
+                ("DELETE FROM tower_decisions WHERE id = ?", (receipt,)),
+                (
+                    "INSERT INTO tower_decisions (id, decision, at) VALUES (?, ?, ?)",
+                    (receipt, json.dumps(decision), now()),
+                ),
+            ]
+        )
+
+    async def tower_decision(self, receipt: str) -> dict[str, Any] | None:
+        """Tower's answer for ``receipt`` kept within the last hour, or None."""
+        cutoff = _iso(datetime.now(UTC).timestamp() - TOWER_DECISIONS_SECONDS)
+        rows = await self.backend.fetch(
+            "SELECT decision FROM tower_decisions WHERE id = ? AND at >= ?", (receipt, cutoff)
+        )
+        return dict(json.loads(rows[0][0])) if rows else None
 
     # audit ---------------------------------------------------------------------------------------------
     async def audit(self, actor: str, action: str, target: str, **detail: Any) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hangar.config import Settings
+from hangar.governance.tower import TowerClient
 from hangar.kube import Kube
 from hangar.store import Database
 
@@ -31,6 +32,8 @@ class Context:
     run_keys: dict[str, bytes] = field(default_factory=dict)
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     gateway_port: int = 0
+    # Tower's decisions API, while the approval kind is in shadow or enforce and HANGAR_GOVERNANCE_URL is set.
+    tower: TowerClient | None = None
 
     @property
     def home(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangar.config import Settings
+from hangar.governance.tower import TowerClient
 from hangar.kube import Kube
 from hangar.store import Database
 
@@ -19,6 +20,8 @@ from .approvals.taint import Tainting
 from .context import Context
 from .environments import Environments
 from .gateway import Gateway
+from .governance.suspension import Suspensions
+from .governance.tower_calls import TowerCalls
 from .jobs import Jobs
 from .k8s_events import Recorder
 from .retry import Retrier
@@ -43,15 +46,30 @@ class Controllers:
     router: Router
     retry: Retrier
     deadlines: Deadlines
+    tower_calls: TowerCalls
+    suspensions: Suspensions
 
     async def start(self) -> None:
         self.ctx.gateway_port = await self.ctx.gateway.start()
+        self.tower_calls.start()  # re-reads Tower's decisions now and every minute
 
     async def stop(self) -> None:
         self.deadlines.stop()
         self.approvals.stop()
+        self.tower_calls.stop()
+        self.suspensions.stop()
         self.retry.stop()
         await self.ctx.gateway.stop()
+        if self.ctx.tower is not None:
+            await self.ctx.tower.close()
+
+
+def tower_client(settings: Settings) -> TowerClient | None:
+    """Tower's decisions API, while Tower governs approvals (shadow or enforce) and its URL is set."""
+    if settings.governance_mode("approval") == "off" or not settings.governance_url:
+        return None
+    credential = settings.governance_credential.get_secret_value() if settings.governance_credential else ""
+    return TowerClient(settings.governance_url, credential)
 
 
 def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = None) -> Controllers:
@@ -82,19 +100,28 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         on_rejected=on_rejected,
         acked_for_run=db.driver_acked,
     )
-    ctx = Context(kube=kube, db=db, settings=settings, gateway=gateway, events=Recorder())
+    ctx = Context(
+        kube=kube, db=db, settings=settings, gateway=gateway, events=Recorder(), tower=tower_client(settings)
+    )
     deadlines = Deadlines(settings.interrupt_grace)
     steering = Steering(ctx, deadlines)
     tainting = Tainting(ctx)
     approvals = Approvals(ctx, tainting)
     outcomes = TurnOutcomes(ctx, steering, deadlines, approvals)
     sandboxes = Sandboxes(ctx, outcomes, approvals)
-    sessions = Sessions(ctx, sandboxes, outcomes, steering, tainting)
+    tower_calls = TowerCalls(ctx, approvals)
+    suspensions = Suspensions(ctx, sandboxes, outcomes, approvals)
+    # Governance sits above the Approval controller: it is told of every approval reconciled, of a
+    # decision for a suspended session's call, and of a call withdrawn.
+    approvals.hooks += [tower_calls.hook, suspensions.hook]
+    approvals.on_held_decision = suspensions.decided
+    approvals.on_withdrawn = tower_calls.withdrawn
+    sessions = Sessions(ctx, sandboxes, outcomes, steering, tainting, suspensions)
     sandboxes.reconcile_session = sessions.reconcile
+    suspensions.reconcile_session = sessions.reconcile
     deadlines.on_expiry = sessions.kill_unconfirmed
-    router = Router(
-        ctx, sessions, sandboxes, outcomes, steering, approvals, PermissionRequests(ctx, approvals)
-    )
+    requests = PermissionRequests(ctx, approvals, tower_calls)
+    router = Router(ctx, sessions, sandboxes, outcomes, steering, approvals, requests, suspensions)
     holder.append(router)
     return Controllers(
         ctx=ctx,
@@ -108,4 +135,6 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         router=router,
         retry=retry or Retrier(),
         deadlines=deadlines,
+        tower_calls=tower_calls,
+        suspensions=suspensions,
     )

@@ -1,8 +1,8 @@
 """Each kind's lifecycle in one place: its phases and the events that move them.
 
 The controllers move a resource only through :func:`move`, so a transition missing here is a bug that fails
-loudly (in tests) rather than a phase written by hand. ``Suspending``/``Suspended`` are declared for the
-governance work (suspend, checkpoint, resume); nothing moves a session there yet.
+loudly (in tests) rather than a phase written by hand. ``Suspending``/``Suspended`` are governance's
+(``governance/suspension.py``): a call waiting on Tower pauses the turn, checkpoints and frees the slot.
 """
 
 from __future__ import annotations
@@ -27,10 +27,15 @@ SESSION: Table = {
     ("Idle", "turn_ended"): "Idle",
     **{(p, "sandbox_released"): "Idle" for p in ("Starting", "Idle", "Running", "Pending")},
     **{(p, "wait"): "Pending" for p in ("Idle", "Starting")},
-    **{(p, "stop"): "Stopped" for p in ("Pending", "Starting", "Idle", "Running", "Suspended", "Stopped")},
-    # Declared for governance, not built: a suspend checkpoints the workspace and frees the slot.
+    **{
+        (p, "stop"): "Stopped"
+        for p in ("Pending", "Starting", "Idle", "Running", "Suspending", "Suspended", "Stopped")
+    },
+    # Governance (governance/suspension.py): the turn is interrupted at the call (its end keeps the session
+    # Suspending), a checkpoint is taken, and the release frees the slot; an allow resumes it.
     ("Idle", "suspend"): "Suspending",
     ("Running", "suspend"): "Suspending",
+    ("Suspending", "turn_ended"): "Suspending",
     ("Suspending", "suspended"): "Suspended",
     ("Suspended", "resume"): "Pending",
     **{(p, "fail"): "Failed" for p in ("Pending", "Starting", "Idle", "Running", "Suspending")},

@@ -51,3 +51,18 @@ APPROVAL_DECISION_SECONDS = Histogram(
 )
 TAINTED = Counter("hangar_taints_total", "Sessions that became tainted")
 JOBS = Counter("hangar_jobs_total", "Jobs that ended, by final state", ["state"])
+
+# Governance by Tower (governance/): calls filed, sessions suspended, how long, and how fast they come back.
+TOWER_CALLS = Counter("hangar_tower_calls_total", "Calls to Tower's decisions API, by outcome", ["outcome"])
+SUSPENSIONS = Counter("hangar_sessions_suspended_total", "Sessions suspended, by reason", ["reason"])
+SUSPENDED_SECONDS = Histogram(
+    "hangar_session_suspended_seconds",
+    "Suspended (sandbox given back) to the decision that resumes it, by reason",
+    ["reason"],
+    buckets=(10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600),
+)
+RESUME_SECONDS = Histogram(
+    "hangar_session_resume_seconds",
+    "Tower's allow to the resumed turn running in a new sandbox",
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+)

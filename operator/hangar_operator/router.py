@@ -16,6 +16,7 @@ from .approvals.controller import EVENTS as APPROVAL_EVENTS
 from .approvals.controller import Approvals
 from .approvals.requests import PermissionRequests
 from .context import Context, resource
+from .governance.suspension import Suspensions
 from .runs import Run, parse_run
 from .sandboxes import Sandboxes
 from .sessions import Sessions
@@ -56,6 +57,7 @@ class Router:
         steering: Steering,
         approvals: Approvals,
         requests: PermissionRequests,
+        suspensions: Suspensions,
     ) -> None:
         self.ctx = ctx
         self.sessions = sessions
@@ -64,6 +66,7 @@ class Router:
         self.steering = steering
         self.approvals = approvals
         self.requests = requests
+        self.suspensions = suspensions
 
     def _run(self, run_id: str) -> Run | None:
         run = parse_run(self.ctx.home, run_id)
@@ -146,6 +149,8 @@ class Router:
             await self.outcomes.handback(ns, turn, p)
         elif name == "permission_request" and turn:
             await self.requests.on_permission(ns, session, turn, p)
+        elif name == "command_result" and p.get("op") == "checkpoint":
+            await self.suspensions.checkpointed(ns, session, p)
         elif name == "command_result" and turn and p.get("op") == "start_turn" and not p.get("ok"):
             await self.outcomes.start_refused(ns, session, turn, p)
         elif name == "turn_started" and turn:

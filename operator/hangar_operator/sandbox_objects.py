@@ -13,6 +13,7 @@ from hangar.config import Settings
 from hangar.kube import Obj, owner_ref
 from hangar.models import labels as L
 from hangar.models.environment import EnvironmentSpec
+from hangar_driver import precleared as pre
 from hangar_driver.protocol import new_run_key
 
 from .runs import Run
@@ -21,6 +22,9 @@ from .runs import Run
 DRIVER_DIR = "/opt/hangar/lib"
 KEY_DIR = "/var/run/hangar/key"
 KEY_FILE = f"{KEY_DIR}/run-key"
+PRECLEARED_FILE = f"{KEY_DIR}/precleared"
+# Checkpoints live on the workspace volume (subPath checkpoints), root-only: beside the state they restore.
+CHECKPOINT_DIR = "/var/lib/hangar/checkpoints"
 WORKSPACE = "/workspace"
 AGENT_HOME = "/home/agent"
 AGENT_UID = 1001
@@ -38,9 +42,15 @@ def pvc_name(session: str) -> str:
     return f"{session}-workspace"
 
 
-def run_key_secret(session: Obj, run: Run) -> tuple[Obj, str]:
+def run_key_secret(session: Obj, run: Run, precleared: dict[str, Any] | None = None) -> tuple[Obj, str]:
+    """The run's key; with ``precleared`` (a resumed run: the call Tower allowed) also that call, signed with
+    the key and bound to the run (``hangar_driver/precleared.py``), for the driver alone to read."""
     key = new_run_key()
     name = session["metadata"]["name"]
+    data = {"run-key": base64.b64encode(key.encode()).decode()}
+    if precleared is not None:
+        text = pre.encode(key.encode(), {**precleared, "run": run.id})
+        data["precleared"] = base64.b64encode(text.encode()).decode()
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -50,7 +60,7 @@ def run_key_secret(session: Obj, run: Run) -> tuple[Obj, str]:
             "ownerReferences": [owner_ref(session)],
         },
         "type": "Opaque",
-        "data": {"run-key": base64.b64encode(key.encode()).decode()},
+        "data": data,
     }
     return secret, key
 
@@ -141,6 +151,8 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
             {"name": "HANGAR_SESSION", "value": name},
             {"name": "HANGAR_HARNESS", "value": spec.get("harness", "claude")},
             {"name": "HANGAR_RUN_KEY_FILE", "value": KEY_FILE},
+            {"name": "HANGAR_PRECLEARED_FILE", "value": PRECLEARED_FILE},
+            {"name": "HANGAR_CHECKPOINT_DIR", "value": CHECKPOINT_DIR},
             {"name": "HANGAR_WORKSPACE", "value": WORKSPACE},
             {"name": "HANGAR_AGENT_HOME", "value": AGENT_HOME},
             {"name": "HANGAR_AGENT_UID", "value": str(AGENT_UID)},
@@ -158,6 +170,7 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
             {"name": "workspace", "mountPath": AGENT_HOME, "subPath": "home"},
             {"name": "driver", "mountPath": DRIVER_DIR, "readOnly": True},
             {"name": "run-key", "mountPath": KEY_DIR, "readOnly": True},
+            {"name": "workspace", "mountPath": CHECKPOINT_DIR, "subPath": "checkpoints"},
         ],
         "resources": env.resources.dump(),
         # The driver starts as root only to drop the agent to its own uid; nothing else needs privilege.

@@ -129,7 +129,20 @@ class Sandboxes:
                 return
             n = st.counters.sandboxes + 1
             run = self.ctx.run(ns, name, n)
-            secret, key = run_key_secret(s_obj, run)
+            r = st.resuming
+            # A resumed run: the call Tower allowed reaches its driver signed with this run's key.
+            pre = (
+                {
+                    "turn": r.turn,
+                    "tool": r.tool,
+                    "args_hash": r.args_hash,
+                    "approval": r.approval,
+                    "tower": r.tower,
+                }
+                if r is not None
+                else None
+            )
+            secret, key = run_key_secret(s_obj, run, pre)
             if await kube.create_core("secrets", secret):
                 self.ctx.run_keys[run.id] = key.encode()
             # (an earlier attempt made it: its key is read on the driver's hello)

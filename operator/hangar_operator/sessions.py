@@ -23,6 +23,7 @@ from hangar.turns import create_turn, turn_index
 from . import metrics
 from .approvals.taint import Tainting
 from .context import Context, resource
+from .governance.suspension import Suspensions
 from .lifecycle import SESSION, TURN, after, move
 from .sandbox_objects import pvc_name, workspace_pvc
 from .sandboxes import Sandboxes
@@ -42,12 +43,14 @@ class Sessions:
         outcomes: TurnOutcomes,
         steering: Steering,
         tainting: Tainting,
+        suspensions: Suspensions,
     ) -> None:
         self.ctx = ctx
         self.sandboxes = sandboxes
         self.outcomes = outcomes
         self.steering = steering
         self.tainting = tainting
+        self.suspensions = suspensions
 
     async def reconcile(self, ns: str, name: str) -> None:
         async with self.ctx.lock(ns, name):
@@ -67,6 +70,20 @@ class Sessions:
             if st.phase != "Stopped":
                 await self._stop(ns, s_obj)
             return
+        if st.suspended is not None or st.phase in ("Suspending", "Suspended"):
+            # Governance's steps (suspension.py); it hands back once the session was resumed.
+            if not await self.suspensions.advance(ns, name):
+                return
+            fresh = await kube.get("sessions", name)
+            if fresh is None:
+                return
+            s_obj, s = fresh, Session.model_validate(fresh)
+            st = s.status
+        if st.resuming is not None:
+            t_obj = await kube.get("turns", st.resuming.turn)
+            if t_obj is None or Turn.model_validate(t_obj).status.ended:
+                s_obj = await patch_status(kube, "sessions", s_obj, {"resuming": None})
+                st.resuming = None
         if s.spec.fork_of and st.forked_from is None:
             forked = await self._record_fork(ns, s_obj)
             if forked is None:
@@ -234,6 +251,7 @@ class Sessions:
             },
             command_id=f"start-{tname}",
         )
+        await self.suspensions.turn_started(ns, s_obj, tname)
         await self.ctx.activity(ns, name, "turn_requested", {"message": turn.spec.message[:2000]}, tname)
         await self.steering.reconcile(ns, name, tname)  # steers or interrupts written while it was queued
 
@@ -244,6 +262,7 @@ class Sessions:
         # Who stopped it and why (Tower's run.stop says both) stay on the session's status message.
         stopped = "stopped" + (f" by {s.spec.stopped_by}" if s.spec.stopped_by else "")
         stopped += f": {s.spec.stop_reason}" if s.spec.stop_reason else ""
+        await self.suspensions.stopped(ns, s_obj)  # a suspended call is withdrawn, at Tower too
         if st.current_turn:
             turn_obj = await kube.get("turns", st.current_turn)
             if turn_obj is not None and Turn.model_validate(turn_obj).status.phase == "Running":

@@ -63,6 +63,9 @@ class Config:
             or env.get("HANGAR_AGENT_HOME")
             or os.path.join(self.state_dir, "home")
         )
+        self.checkpoint_dir = (
+            os.path.abspath(env["HANGAR_CHECKPOINT_DIR"]) if env.get("HANGAR_CHECKPOINT_DIR") else ""
+        )
         self.cli_path = [p for p in env.get("HANGAR_CLI_PATH", "").split(os.pathsep) if p]
         self.argv_prefix: Optional[List[str]] = None
         if env.get("HANGAR_CLI_ARGV"):

@@ -16,10 +16,10 @@ import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import hardening
+from . import hardening, precleared
 from . import protocol as P
 from .checkpoint import write_checkpoint
-from .commands import CommandError, str_field
+from .commands import CommandError, safe_name, str_field
 from .config import Config
 from .handback import HandbackWatcher
 from .harness import NotLive
@@ -161,6 +161,12 @@ class Driver:
     def _op_checkpoint(self, body: Dict[str, Any]) -> Dict[str, Any]:
         path = str_field(body, "path", limit=4096)
         assert path is not None
+        if not os.path.isabs(path):
+            # A bare name lands in the pod's checkpoint directory (HANGAR_CHECKPOINT_DIR: the workspace
+            # volume's checkpoints/, which the local runner maps like any mount).
+            if not self.cfg.checkpoint_dir or not safe_name(path):
+                raise CommandError("path must be absolute, or a file name with HANGAR_CHECKPOINT_DIR set")
+            path = os.path.join(self.cfg.checkpoint_dir, path)
         home = self.cfg.agent_home if body.get("include_home", True) else None
         return write_checkpoint(path, self.cfg.workspace, home, self.cfg.agent_uid, self.cfg.agent_gid)
 
@@ -188,6 +194,15 @@ class Driver:
             hardening.chown_tree(cfg.workspace, cfg.agent_uid, cfg.agent_gid)
             if not cfg.agent_home.startswith(cfg.state_dir + os.sep):
                 hardening.chown_tree(cfg.agent_home, cfg.agent_uid, cfg.agent_gid)
+        self.turns.precleared = precleared.load(
+            os.environ.get("HANGAR_PRECLEARED_FILE"), self.key, cfg.run, cfg.warnings
+        )
+        if self.turns.precleared is not None:
+            log.info(
+                "a pre-cleared call for turn %s (%s)",
+                self.turns.precleared["turn"],
+                self.turns.precleared["tool"],
+            )
         key_file = os.environ.get("HANGAR_RUN_KEY_FILE")
         if key_file:
             try:

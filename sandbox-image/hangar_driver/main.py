@@ -27,6 +27,9 @@ Configuration (environment):
 - ``HANGAR_CLI_PATH``       directories (``:``-separated) put first on the agent's PATH.
 - ``HANGAR_CLI_ARGV``       optional JSON list: how to launch the harness CLI (``TurnConfig.argv_prefix``).
 - ``HANGAR_MCP_SERVERS``    optional JSON: the Environment's MCP servers, handed to the CLI (``mcp.py``).
+- ``HANGAR_CHECKPOINT_DIR`` where a ``checkpoint`` given a bare file name writes (the workspace volume's
+                            ``checkpoints/``, root-only).
+- ``HANGAR_PRECLEARED_FILE`` a pre-cleared call for this run (``precleared.py``), read once at start.
 
 Commands (``command`` frames; every one is answered by a ``command_result`` event with ``command_id``,
 ``op``, ``ok``, ``error`` and the fields below):

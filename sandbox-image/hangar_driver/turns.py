@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Set
 
-from . import hardening
+from . import hardening, precleared
 from .commands import CommandError, safe_name, str_field
 from .config import Config
 from .handback import HandbackWatcher
@@ -43,6 +43,8 @@ class TurnRunner:
         self.current_turn: Optional[str] = None  # the turn last started
         self.harness: Optional[Harness] = None
         self.error: Optional[str] = None  # why there is no harness
+        # The call Tower allowed while the session was suspended (precleared.py): allowed once, unasked.
+        self.precleared: Optional[Dict[str, Any]] = None
         try:
             # Imported here: an adapter that cannot even be imported leaves the driver up to say why.
             from .adapters import make_harness
@@ -75,6 +77,20 @@ class TurnRunner:
                 payload.setdefault("home", self.cfg.agent_home)
                 if self.io_dir:
                     payload.setdefault("io", self.io_dir)
+                call = self.precleared
+                if precleared.matches(call, self.current_turn, payload.get("tool"), payload.get("input")):
+                    assert call is not None
+                    self.precleared = None  # once
+                    payload["precleared"] = {
+                        "approval": call.get("approval"),
+                        "tower": call.get("tower"),
+                        "args_hash": call["args_hash"],
+                    }
+                    rid = str(payload.get("request_id") or "")
+                    # Not on this (the adapter's reader) thread: the answer takes the harness lock.
+                    threading.Thread(
+                        target=self._allow_precleared, args=(rid,), name="hangar-precleared", daemon=True
+                    ).start()
             if name in ("steer", "interrupted") and not payload.get("turn") and self.current_turn:
                 # The adapter reports a steer's fate before the next turn can start: it is this turn's.
                 payload = dict(payload)
@@ -90,6 +106,16 @@ class TurnRunner:
             log.exception("bad event from the adapter")
             return
         self._emit_raw(name, payload)
+
+    def _allow_precleared(self, request_id: str) -> None:
+        h = self.harness
+        if h is None:
+            return
+        try:
+            with h.lock:
+                h.answer(request_id, "allow", None)
+        except Exception:
+            log.exception("allowing the pre-cleared call %s", request_id)
 
     def need_harness(self) -> Harness:
         if self.harness is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +50,13 @@ log = logging.getLogger("hangar.operator.approvals")
 # The driver events this module applies besides permission_request.
 EVENTS = frozenset({"permission_cancelled", "tool_use", "tool_result", "command_result", "turn_ended"})
 
+# (namespace, approval name): governance looks at an approval after each reconcile (file it with Tower, time
+# its suspension). (namespace, session, approval): a decision for the call a suspended session waits on.
+Hook = Callable[[str, str], Awaitable[None]]
+HeldDecision = Callable[[str, str, str], Awaitable[None]]
+# (namespace, the Approval as it was, why): a call that no longer waits (Tower is told).
+Withdrawn = Callable[[str, Obj, str], Awaitable[None]]
+
 
 class Approvals:
     def __init__(self, ctx: Context, tainting: Tainting) -> None:
@@ -59,6 +67,10 @@ class Approvals:
         self.tools: dict[tuple[str, str], str] = {}
         # Approvals whose answer this process sent: only the others are re-sent (after a restart).
         self.sent: set[tuple[str, str]] = set()
+        # Set by controllers.py: governance's callbacks (they sit above this module).
+        self.hooks: list[Hook] = []
+        self.on_held_decision: HeldDecision | None = None
+        self.on_withdrawn: Withdrawn | None = None
 
     def stop(self) -> None:
         for t in self.timers.values():
@@ -72,7 +84,7 @@ class Approvals:
         if name == "permission_cancelled" and turn:
             rid = str(p.get("request_id") or "")
             if rid:
-                await self._withdraw_one(ns, approval_name(run, rid), "the agent withdrew the request")
+                await self.withdraw_one(ns, approval_name(run, rid), "the agent withdrew the request")
         elif name == "tool_use":
             tid, tool = str(p.get("id") or ""), str(p.get("tool") or "")
             if tid and tool:
@@ -170,6 +182,17 @@ class Approvals:
             return
         async with self.ctx.lock(ns, session):
             await self._reconcile(ns, session, name)
+        for hook in self.hooks:
+            await hook(ns, name)
+
+    async def held(self, kube: Kube, session: str, name: str) -> bool:
+        """Is ``session`` suspended on this approval (its call was paused, the sandbox given back)? Such an
+        approval waits for Tower past its turn and its sandbox: it is neither withdrawn nor expired."""
+        s_obj = await kube.get("sessions", session)
+        if s_obj is None:
+            return False
+        sus = Session.model_validate(s_obj).status.suspended
+        return sus is not None and sus.approval == name and sus.decision is None
 
     async def _reconcile(self, ns: str, session: str, name: str) -> None:
         kube = self.ctx.kube_in(ns)
@@ -194,9 +217,14 @@ class Approvals:
                 continue
             if ap.spec.decision is not None:
                 by = ap.spec.decided_by or _manager(obj) or "unknown"
-                if await self._decide(ns, obj, ap.spec.decision, by, ap.spec.message, "person"):
+                # Tower's decision comes through the webhook (decidedBy tower:<who>) like a person's.
+                resolver = "tower" if by.startswith("tower:") else "person"
+                if await self._decide(ns, obj, ap.spec.decision, by, ap.spec.message, resolver):
                     return
                 continue
+            if await self.held(kube, session, name):
+                self._disarm(ns, name)  # a suspended call waits for Tower, not for the ask deadline
+                return
             deadline = ap.status.deadline
             if deadline is not None and deadline <= datetime.now(UTC):
                 if await self._expire(ns, obj):
@@ -211,7 +239,10 @@ class Approvals:
         s_obj = await kube.get("sessions", session)
         if s_obj is None:
             return "the session is gone"
-        if Session.model_validate(s_obj).status.sandbox.run != ap.labels.get(L.RUN):
+        st = Session.model_validate(s_obj).status
+        if st.suspended is not None and st.suspended.approval == ap.name and st.suspended.decision is None:
+            return None  # the session gave its sandbox back while Tower decides: the call still waits
+        if st.sandbox.run != ap.labels.get(L.RUN):
             return "the sandbox that asked is gone"
         return None  # a turn that ended withdrew its approvals when its turn_ended was applied
 
@@ -233,13 +264,20 @@ class Approvals:
         }
         if message:
             status["message"] = message
-        if not await self._cas_status(self.ctx.kube_in(ns), obj, status):
+        kube = self.ctx.kube_in(ns)
+        held = await self.held(kube, ap.spec.session or "", ap.name)
+        if not await self._cas_status(kube, obj, status):
             return False
         agent_message = None
         if decision == "deny":
             agent_message = message or f"Denied by {by} (approvals: {ap.spec.policy})"
-        await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, agent_message)
-        await self._resolved(ns, obj, decision, resolver, now)
+        if not held:
+            # (A suspended call's prompt was answered when it was paused: its sandbox is gone. An allow
+            # reaches the resumed turn's driver as a pre-cleared call instead.)
+            await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, agent_message)
+        await self._resolved(ns, obj, decision, resolver, now, by)
+        if held and self.on_held_decision is not None:
+            await self.on_held_decision(ns, ap.spec.session or "", ap.name)
         return True
 
     async def _expire(self, ns: str, obj: Obj) -> bool:
@@ -278,11 +316,16 @@ class Approvals:
         run_pod = ap.labels.get(L.RUN)
         if not run_pod or s_obj is None or Session.model_validate(s_obj).status.sandbox.run != run_pod:
             return
+        sus = Session.model_validate(s_obj).status.suspended
+        if sus is not None and sus.approval == ap.name:
+            return  # its prompt was answered when the call was paused; the resumed run gets the allow
         decision = ap.status.decision or "deny"
         message = ap.status.message if decision == "deny" else None
         await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, message)
 
-    async def _resolved(self, ns: str, obj: Obj, decision: str, resolver: str, at: datetime) -> None:
+    async def _resolved(
+        self, ns: str, obj: Obj, decision: str, resolver: str, at: datetime, by: str | None = None
+    ) -> None:
         ap = Approval.model_validate(obj)
         session = ap.spec.session or ""
         self._disarm(ns, ap.name)
@@ -292,7 +335,7 @@ class Approvals:
             metrics.APPROVAL_PENDING_SECONDS.labels(resolver=resolver).observe(
                 max(0.0, (at - ap.status.requested_at).total_seconds())
             )
-        person = resolver == "person"
+        person = resolver in ("person", "tower")
         await self.ctx.activity(
             ns,
             session,
@@ -303,11 +346,31 @@ class Approvals:
                 "command": ap.spec.command,
                 "decision": decision,
                 "resolved_by": resolver,
-                "by": (ap.spec.decided_by or _manager(obj) or "unknown") if person else "hangar",
+                "by": (by or ap.spec.decided_by or _manager(obj) or "unknown") if person else "hangar",
                 "message": ap.spec.message if person else ap.status.message,
             },
             ap.spec.turn,
         )
+
+    async def tower_decided(self, ns: str, name: str, decision: str, by: str, reason: str | None) -> bool:
+        """Tower's decision read by the operator (kept by the webhook before the receipt was recorded, or
+        re-read): decided like one the webhook wrote, resolved by ``tower``. False when it no longer waits."""
+        kube = self.ctx.kube_in(ns)
+        obj = await kube.get("approvals", name)
+        session = Approval.model_validate(obj).spec.session if obj else None
+        if obj is None or not session:
+            return False
+        async with self.ctx.lock(ns, session):
+            for _ in range(5):
+                obj = await kube.get("approvals", name)
+                if obj is None:
+                    return False
+                ap = Approval.model_validate(obj)
+                if ap.status.phase != "Pending" or ap.spec.decision is not None:
+                    return False
+                if await self._decide(ns, obj, decision, f"tower:{by}", reason, "tower"):
+                    return True
+        return False
 
     # --- withdrawal ---------------------------------------------------------------------------------------
     async def _withdraw(self, ns: str, obj: Obj, why: str) -> bool:
@@ -318,6 +381,8 @@ class Approvals:
         self._disarm(ns, ap.name)
         await self.set_pending(self.ctx.kube_in(ns), ap.spec.session or "", drop=ap.name)
         metrics.APPROVALS.labels(policy=ap.spec.policy, outcome="withdrawn", resolver="none").inc()
+        if self.on_withdrawn is not None:
+            await self.on_withdrawn(ns, obj, why)
         await self.ctx.activity(
             ns,
             ap.spec.session or "",
@@ -327,18 +392,22 @@ class Approvals:
         )
         return True
 
-    async def _withdraw_one(self, ns: str, name: str, why: str) -> None:
+    async def withdraw_one(self, ns: str, name: str, why: str, held: bool = False) -> None:
+        """Withdraw a pending approval; one a suspended session waits on only when ``held`` says so."""
+        kube = self.ctx.kube_in(ns)
         for _ in range(5):
-            obj = await self.ctx.kube_in(ns).get("approvals", name)
+            obj = await kube.get("approvals", name)
             if obj is None or Approval.model_validate(obj).status.phase != "Pending":
                 return
+            if not held and await self.held(kube, Approval.model_validate(obj).spec.session or "", name):
+                return  # its turn ended and its sandbox went on purpose: it waits for Tower
             if await self._withdraw(ns, obj, why):
                 return
 
     async def _withdraw_where(self, ns: str, selector: str, why: str) -> None:
         for obj in await self.ctx.kube_in(ns).list("approvals", label_selector=selector):
             if Approval.model_validate(obj).status.phase == "Pending":
-                await self._withdraw_one(ns, obj["metadata"]["name"], why)
+                await self.withdraw_one(ns, obj["metadata"]["name"], why)
 
     async def withdraw_turn(self, ns: str, turn: str, why: str) -> None:
         """Every approval of ``turn`` still pending is withdrawn (the turn ended, the sandbox went)."""

@@ -6,13 +6,20 @@
   an ``approval_decided`` event and in the metrics (an Approval per harmless call would flood the apiserver).
 - ``ask`` (and ``governed`` for what its rules flag): an ``Approval`` is created, ``Pending``, with a
   deadline; the Approval controller (``controller.py``) delivers its decision or expires it.
+
+Tower (``HANGAR_GOVERNANCE``, kind ``approval``): under ``governed``, what the rules flag, and under ``ask``
+the risky calls (a rule or the taint gate flagged them), are filed with Tower (``spec.tower``). In
+``enforce`` Tower decides the call (a person still may); in ``shadow`` hangar decides as it would without
+Tower (``governed`` as ``deny-risky``) and Tower's answer is only recorded beside it. A call the driver
+reports pre-cleared (Tower allowed it while the session was suspended) was allowed by the driver itself:
+it is recorded, resolved by ``tower``.
 """
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from hangar.approvals import Policy, ToolCall, Verdict, args_hash, decide
 from hangar.approvals import shell_command as call_command
@@ -30,10 +37,15 @@ from .controller import Approvals
 from .policy import AGENT_HOME, approval_name, shown_command
 
 
+class Filer(Protocol):
+    def file(self, ns: str, name: str) -> None: ...
+
+
 class PermissionRequests:
-    def __init__(self, ctx: Context, approvals: Approvals) -> None:
+    def __init__(self, ctx: Context, approvals: Approvals, tower: Filer | None = None) -> None:
         self.ctx = ctx
         self.approvals = approvals
+        self.tower = tower
 
     async def on_permission(self, ns: str, session: str, turn_name: str, p: dict[str, Any]) -> None:
         """The turn's approvals policy answers, or a person does."""
@@ -49,6 +61,9 @@ class PermissionRequests:
             return
         name = approval_name(run.id, request_id)
         policy: Policy = turn.status.policy or "auto"
+        if isinstance(p.get("precleared"), dict):
+            await self._precleared(ns, s_obj, turn_name, run.pod, name, p)
+            return
         if policy == "auto":
             await self.approvals.answer(ns, run.id, name, request_id, "allow", None)
             return
@@ -68,6 +83,14 @@ class PermissionRequests:
         )
         write_tools = {k: v.write_tools for k, v in (env.mcp if env else {}).items() if v.write_tools}
         verdict = decide(policy, call, mcp_write_tools=write_tools)
+        tower_mode = self.ctx.settings.governance_mode("approval")
+        flagged = verdict.governed or (
+            policy == "ask" and verdict.decision == "ask" and verdict.rule != "ask"
+        )
+        tower = tower_mode if flagged and tower_mode != "off" and self.tower is not None else None
+        if verdict.governed and tower_mode == "shadow":
+            # Shadow: nothing waits on Tower; the call is decided as under deny-risky, Tower only asked.
+            verdict = decide("deny-risky", call, mcp_write_tools=write_tools)
         command = shown_command(tool, tool_input, call_command(call))
         record: dict[str, Any] = {
             "session": session,
@@ -82,6 +105,8 @@ class PermissionRequests:
             "rule": verdict.rule,
             "governed": verdict.governed,
         }
+        if tower is not None:
+            record["tower"] = tower
         if verdict.decision in ("allow", "deny"):
             # hangar answers at once: the agent waits on this, the records come after.
             decision = verdict.decision
@@ -89,9 +114,10 @@ class PermissionRequests:
                 ns, run.id, name, request_id, decision, verdict.reason if decision == "deny" else None
             )
             metrics.APPROVAL_DECISION_SECONDS.observe(time.perf_counter() - started)
-            keep = verdict.rule == "handback" or decision == "deny"
+            keep = verdict.rule == "handback" or decision == "deny" or tower is not None
             if keep:
                 await self._record_resolved(kube, s_obj, run.pod, name, record, verdict)
+                await self._governance(ns, name, tower)
             metrics.APPROVALS.labels(policy=policy, outcome=decision, resolver="policy").inc()
             await self.ctx.activity(
                 ns,
@@ -111,6 +137,90 @@ class PermissionRequests:
             )
             return
         await self._request(ns, s_obj, env, run.pod, name, record, verdict)
+        await self._governance(ns, name, tower)
+
+    async def _governance(self, ns: str, name: str, tower: str | None) -> None:
+        """A call for Tower is filed (in the background, retried); a session's call is timed for suspension."""
+        if tower is None or self.tower is None:
+            return
+        self.tower.file(ns, name)
+        for hook in self.approvals.hooks:
+            await hook(ns, name)
+
+    async def _precleared(
+        self, ns: str, s_obj: Obj, turn_name: str, run_pod: str, name: str, p: dict[str, Any]
+    ) -> None:
+        """The driver allowed the call Tower cleared while the session was suspended: recorded once."""
+        kube = self.ctx.kube_in(ns)
+        s = Session.model_validate(s_obj)
+        r = s.status.resuming
+        tool = str(p.get("tool") or "")
+        raw = p.get("input")
+        tool_input: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        h = args_hash(tool, tool_input)
+        matched = r is not None and r.turn == turn_name and r.tool == tool and r.args_hash == h
+        await self.ctx.db.audit(
+            "tower",
+            "governance.precleared_call" if matched else "governance.precleared_unmatched",
+            s.name,
+            turn=turn_name,
+            tool=tool,
+            args_hash=h,
+            approval=r.approval if r else None,
+            tower=r.tower if r else None,
+        )
+        if r is None or not matched:
+            return
+        now = iso()
+        spec = {
+            "session": s.name,
+            "turn": turn_name,
+            "requestId": str(p.get("request_id") or ""),
+            "tool": tool,
+            "command": shown_command(
+                tool, tool_input, p.get("command") if isinstance(p.get("command"), str) else None
+            ),
+            "argsHash": h,
+            "policy": s.status.policy or "governed",
+            "why": f"pre-cleared: Tower allowed approval {r.tower} while the session was suspended",
+            "rule": "precleared",
+            "tower": "enforce",
+        }
+        obj = await self.create(kube, s_obj, run_pod, name, spec)
+        if Approval.model_validate(obj).status.phase is None:
+            await patch_status(
+                kube,
+                "approvals",
+                obj,
+                {
+                    "phase": move(APPROVAL, None, "policy_allowed"),
+                    "decision": "allow",
+                    "by": f"tower:{r.decided_by or ''}",
+                    "resolvedBy": "tower",
+                    "receipt": r.tower,
+                    "requestedAt": now,
+                    "decidedAt": now,
+                    "deliveredAt": now,
+                    "reason": spec["why"],
+                },
+            )
+        s_obj = await kube.get("sessions", s.name) or s_obj
+        await patch_status(kube, "sessions", s_obj, {"resuming": None})
+        await self.ctx.activity(
+            ns,
+            s.name,
+            "approval_decided",
+            {
+                "approval": name,
+                "tool": tool,
+                "command": spec["command"],
+                "decision": "allow",
+                "resolved_by": "tower",
+                "precleared": True,
+                "tower": r.tower,
+            },
+            turn_name,
+        )
 
     # --- records ----------------------------------------------------------------------------------------
     def body(self, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
