@@ -43,6 +43,12 @@ class Repository(Model):
 
 class EnvironmentSpec(Model):
     image: str = Field(min_length=1, description="The sandbox image; it needs python3 3.8+ for the driver")
+    idle_suspend_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds a session without a turn keeps its sandbox before it is checkpointed and "
+        "suspended (the next message resumes it); 0: never. Unset: HANGAR_IDLE_SUSPEND_SECONDS",
+    )
     resources: Resources = Field(default_factory=Resources)
     env: list[EnvVar] = Field(default_factory=list)
     secret_refs: list[SecretRef] = Field(default_factory=list)

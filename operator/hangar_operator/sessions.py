@@ -23,6 +23,7 @@ from hangar.turns import create_turn, turn_index
 from . import metrics
 from .approvals.taint import Tainting
 from .context import Context, resource
+from .governance.idle import IdleSuspension
 from .governance.suspension import Suspensions
 from .lifecycle import SESSION, TURN, after, move
 from .sandbox_objects import pvc_name, workspace_pvc
@@ -51,6 +52,7 @@ class Sessions:
         self.steering = steering
         self.tainting = tainting
         self.suspensions = suspensions
+        self.idle = IdleSuspension(ctx)
 
     async def reconcile(self, ns: str, name: str) -> None:
         async with self.ctx.lock(ns, name):
@@ -123,6 +125,8 @@ class Sessions:
             return
         if st.sandbox.connected and st.current_turn is None and queued:
             await self._start_turn(ns, s_obj, queued[0], policy, env)
+        elif await self.idle.maybe_suspend(ns, s_obj, env, bool(queued)):
+            await self.suspensions.advance(ns, name)  # checkpoint, then release (suspension.py)
 
     @staticmethod
     def _wait_phase(phase: str) -> str:

@@ -222,6 +222,21 @@ class Suspensions:
             return False
         if st.phase != "Suspended":
             return True
+        if sus.reason == "idle":
+            if not await self._queued(ns, session):
+                return False
+            # The next message after an idle suspension: the session comes back on its volume, as it was.
+            await patch_status(
+                kube,
+                "sessions",
+                s_obj,
+                {"phase": move(SESSION, st.phase, "resume"), "suspended": None, "reason": "", "message": ""},
+            )
+            if sus.since is not None:
+                waited = (datetime.now(UTC) - sus.since).total_seconds()
+                metrics.SUSPENDED_SECONDS.labels(reason="idle").observe(max(0.0, waited))
+            await self.ctx.activity(ns, session, "resumed", {"after": "idle"})
+            return True
         if sus.decision == "allowed":
             await self._resume(ns, s_obj)
             return True
@@ -320,7 +335,11 @@ class Suspensions:
             return
         sus = Session.model_validate(s_obj).status.suspended
         assert sus is not None
-        why = f"suspended: waiting for Tower's approval {sus.tower} ({sus.command or sus.tool})"
+        why = (
+            "suspended: idle; the next message resumes it"
+            if sus.reason == "idle"
+            else f"suspended: waiting for Tower's approval {sus.tower} ({sus.command or sus.tool})"
+        )
         await self.sandboxes.release(ns, session, why, event="suspended")
         s_obj = await kube.get("sessions", session)
         if s_obj is not None:
