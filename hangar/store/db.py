@@ -147,6 +147,7 @@ class Database:
     def __init__(self, backend: _Backend, url: str) -> None:
         self.backend = backend
         self.url = url
+        self._purged: dict[str, float] = {}  # kind -> when accept_id last dropped expired ids
 
     async def migrate(self) -> None:
         for stmt in SCHEMA:
@@ -232,8 +233,16 @@ class Database:
 
         The primary key makes this atomic across processes sharing the database: of two api replicas given
         the same id at once, exactly one gets True. Ids older than ``keep_seconds`` are dropped first."""
-        cutoff = _iso(datetime.now(UTC).timestamp() - keep_seconds)
-        await self.backend.execute("DELETE FROM seen_ids WHERE kind = ? AND at < ?", (kind, cutoff))
+        now_ts = datetime.now(UTC).timestamp()
+        cutoff = _iso(now_ts - keep_seconds)
+        # Old ids are dropped at most once a minute (a scan of the table), not on every event.
+        if now_ts - self._purged.get(kind, 0.0) >= min(60.0, keep_seconds):
+            await self.backend.execute("DELETE FROM seen_ids WHERE kind = ? AND at < ?", (kind, cutoff))
+            self._purged[kind] = now_ts
+        elif await self.backend.fetch(
+            "SELECT 1 FROM seen_ids WHERE kind = ? AND id = ? AND at < ?", (kind, item, cutoff)
+        ):
+            await self.backend.execute("DELETE FROM seen_ids WHERE kind = ? AND id = ?", (kind, item))
         return await self.backend.transaction(
             [("INSERT INTO seen_ids (kind, id, at) VALUES (?, ?, ?)", (kind, item, now()))]
         )
