@@ -24,7 +24,7 @@ from hangar.testing.model_server import ScriptedModel, Step
 from hangar.testing.tower import TowerSimulator
 
 from .conftest import Cluster
-from .helpers import Api, clis_installed, namespace_stack, wait
+from .helpers import Api, clis_installed, model_env, namespace_stack, new_session, wait
 
 NS = "gov"
 SECRET = b"gov-webhook-secret"
@@ -256,8 +256,9 @@ def test_tower_down_at_event_time_is_503_then_the_retry_applies_once(
 
 
 @pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)")
+@pytest.mark.parametrize("harness", ["claude", "codex"])
 def test_run_stop_interrupts_the_turn_and_stops_the_session_a_new_message_starts_a_new_run(
-    gov: Stack, cluster: Cluster, tower: TowerSimulator
+    gov: Stack, cluster: Cluster, tower: TowerSimulator, harness: str
 ) -> None:
     store_secret(cluster, SECRET)
     model = ScriptedModel(
@@ -266,37 +267,35 @@ def test_run_stop_interrupts_the_turn_and_stops_the_session_a_new_message_starts
             Step(when="AGAIN", text="FINAL: back at work"),
         ]
     )
-    url = model.start()
+    model.start()
+    name = f"gov-stop-{harness}"
     try:
-        env = environment_object("gov-env", {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-test"})
+        env = environment_object(f"gov-env-{harness}", model_env(harness, model))
         cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(env))
         api = Api(gov)
-        r = api.post("/api/sessions", {"name": "gov-stop", "environment": "gov-env", "message": "LONG task"})
-        assert r.status_code == 201, r.text
-        api.wait_turn("gov-stop", 1, phases=("Running",))
+        new_session(api, name, f"gov-env-{harness}", harness, "LONG task")
+        api.wait_turn(name, 1, phases=("Running",))
         model.wait_for_request(1, timeout=60)
-        d = tower.stop_run(session="gov-stop", by="lee@acme.test", reason="wrong repo")
+        d = tower.stop_run(session=name, by="lee@acme.test", reason="wrong repo")
         assert d.done.wait(30) and d.final == 200, d.attempts
-        t1 = api.wait_turn("gov-stop", 1)
-        assert t1["phase"] == "Interrupted", api.debug("gov-stop")
-        s = wait(
-            lambda: (x := api.session("gov-stop"))["phase"] == "Stopped" and x, 60, "the session stopped"
-        )
+        t1 = api.wait_turn(name, 1)
+        assert t1["phase"] == "Interrupted", api.debug(name)
+        s = wait(lambda: (x := api.session(name))["phase"] == "Stopped" and x, 60, "the session stopped")
         assert "stopped by tower:lee@acme.test: wrong repo" in s["message"], s
-        stops = [e for e in audit(gov, "governance.run_stop") if e["target"] == "gov-stop"]
+        stops = [e for e in audit(gov, "governance.run_stop") if e["target"] == name]
         assert (
             len(stops) == 1
             and stops[0]["stopped_by"] == "lee@acme.test"
             and stops[0]["reason"] == "wrong repo"
         )
-        assert any(e["kind"] == "run_stopped" for e in api.events("gov-stop"))
+        assert any(e["kind"] == "run_stopped" for e in api.events(name))
         # Tower's outbox delivers it again: nothing happens twice.
         assert post(gov.api_url, d.event).json() == {"ignored": "duplicate event"}
         # A person may still send the session a new message: it starts a new run.
-        r = api.post("/api/sessions/gov-stop/messages", {"message": "AGAIN please"})
+        r = api.post(f"/api/sessions/{name}/messages", {"message": "AGAIN please"})
         assert r.status_code == 202, r.text
-        t2 = api.wait_turn("gov-stop", 2, timeout=120)
-        assert t2["phase"] == "Completed" and "back at work" in t2["summary"], api.debug("gov-stop")
+        t2 = api.wait_turn(name, 2, timeout=120)
+        assert t2["phase"] == "Completed" and "back at work" in t2["summary"], api.debug(name)
     finally:
         model.stop()
-        cluster.kubectl("-n", NS, "delete", "session.hangar.dev/gov-stop", "--wait=false", check=False)
+        cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)

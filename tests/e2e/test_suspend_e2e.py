@@ -172,12 +172,13 @@ def test_suspended_on_a_governed_call_then_towers_allow_resumes_it_and_the_call_
         cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
 
 
+@pytest.mark.parametrize("harness", ["claude", "codex"])
 def test_towers_deny_leaves_it_suspended_and_a_new_message_starts_a_new_run(
-    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel
+    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel, harness: str
 ) -> None:
-    name = "sus-deny"
+    name = f"sus-deny-{harness}"
     try:
-        api, receipt, _ = suspend(cluster, stack, gov, tower, model, name, "claude")
+        api, receipt, _ = suspend(cluster, stack, gov, tower, model, name, harness)
         d = tower.decide(receipt, "denied", by="kim@acme.test", reason="not on a Friday")
         assert d.done.wait(30) and d.final == 200, d.attempts
         s = wait(
@@ -197,12 +198,13 @@ def test_towers_deny_leaves_it_suspended_and_a_new_message_starts_a_new_run(
         cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
 
 
+@pytest.mark.parametrize("harness", ["claude", "codex"])
 def test_run_stop_during_a_suspension_withdraws_the_call_and_a_later_allow_resumes_nothing(
-    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel
+    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel, harness: str
 ) -> None:
-    name = "sus-stop"
+    name = f"sus-stop-{harness}"
     try:
-        api, receipt, before = suspend(cluster, stack, gov, tower, model, name, "claude")
+        api, receipt, before = suspend(cluster, stack, gov, tower, model, name, harness)
         d = tower.stop_run(session=name, by="lee@acme.test", reason="wrong repo")
         assert d.done.wait(30) and d.final == 200, d.attempts
         s = wait(lambda: (x := api.session(name))["phase"] == "Stopped" and x, 60, "stopped")
