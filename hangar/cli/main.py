@@ -84,16 +84,40 @@ def _openapi(a: argparse.Namespace) -> None:
     print(json.dumps(create_app(Settings()).openapi(), indent=2))
 
 
+def _dev_tower(a: argparse.Namespace) -> None:
+    from hangar.devcluster.dev import tower_call
+
+    if a.tower_cmd == "list":
+        for x in tower_call("GET", "/sim/approvals")["approvals"]:
+            print(
+                f"{x['id']:8} {x['status']:9} {x.get('session') or '-':20} {x.get('command') or x.get('tool')}"
+            )
+    elif a.tower_cmd in ("allow", "deny"):
+        status = "allowed" if a.tower_cmd == "allow" else "denied"
+        out = tower_call("POST", f"/sim/decide/{a.id}", {"status": status, "by": a.by, "reason": a.reason})
+        print(f"{a.id} {status}: event {out['event']} signed and sent to hangar")
+    else:
+        out = tower_call("POST", "/sim/stop", {"session": a.session, "by": a.by, "reason": a.reason})
+        print(f"run.stop for {a.session}: event {out['event']} signed and sent to hangar")
+
+
 def _dev(a: argparse.Namespace) -> None:
     from hangar.devcluster import dev
 
+    if a.dev_cmd == "tower":
+        _dev_tower(a)
+        return
     if a.dev_cmd == "up":
-        st = dev.up(with_clis=not a.no_clis)
+        st = dev.up(with_clis=not a.no_clis, tower=a.tower)
         print(f"hangar dev is up in {st.get('started_in_seconds', '?')}s")
         print(f"  API       {st['api_url']}  (token in the hangar context file)")
         print(f"  kubectl   export KUBECONFIG={st['kubeconfig']}; kubectl get hangar")
         print('  try       hangar session new demo "list the files and say hello" -e default')
         print("            and steer it while it runs: README.md, Run it")
+        if st.get("tower_url"):
+            print(
+                f"  Tower     {st['tower_url']}  (a simulator: `hangar dev tower list`, docs/governance.md)"
+            )
     elif a.dev_cmd == "down":
         raise SystemExit(dev.down())
     elif a.dev_cmd == "status":
@@ -129,6 +153,21 @@ def build_parser() -> argparse.ArgumentParser:
     ds = d.add_subparsers(dest="dev_cmd", required=True)
     up = ds.add_parser("up", help="start control plane, CRDs, operator, API, pod runner, model server")
     up.add_argument("--no-clis", action="store_true", help="don't install the agent CLIs")
+    up.add_argument(
+        "--tower", action="store_true", help="governance on, with a Tower simulator (`hangar dev tower`)"
+    )
+    tw = ds.add_parser("tower", help="the Tower simulator of `dev up --tower`: list, allow, deny, stop")
+    tws = tw.add_subparsers(dest="tower_cmd", required=True)
+    tws.add_parser("list", help="the approvals filed with Tower")
+    for verb in ("allow", "deny"):
+        v = tws.add_parser(verb, help=f"{verb} an approval as a Tower approver would")
+        v.add_argument("id", help="Tower's id, e.g. A-1")
+        v.add_argument("--reason", default="")
+        v.add_argument("--by", default="dev@tower")
+    st_ = tws.add_parser("stop", help="run.stop a session, as Tower would")
+    st_.add_argument("session")
+    st_.add_argument("--reason", default="")
+    st_.add_argument("--by", default="dev@tower")
     ds.add_parser("down", help="stop everything `up` started")
     ds.add_parser("status", help="what runs")
     ds.add_parser("binaries", help="build or find the control-plane binaries")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def up(with_clis: bool = True) -> dict[str, Any]:
+def up(with_clis: bool = True, tower: bool = False) -> dict[str, Any]:
     root = dev_root()
     if _state_file().exists():
         st = json.loads(_state_file().read_text())
@@ -77,6 +78,9 @@ def up(with_clis: bool = True) -> dict[str, Any]:
             )
         pids["model"] = model.pid
         stack = Stack(root / "hangar", cp.kubeconfig)
+        tower_url = ""
+        if tower:
+            tower_url, pids["tower"] = _start_tower(root, stack, str(cp.kubeconfig))
         stack.start_operator()
         stack.start_api()
         stack.start_runner()
@@ -94,12 +98,80 @@ def up(with_clis: bool = True) -> dict[str, Any]:
         "pids": pids,
         "server": cp.server,
         "model_url": f"http://127.0.0.1:{model_port}",
+        "tower_url": tower_url,
         "started_in_seconds": round(time.monotonic() - t0, 1),
         "root": str(root),
         "kubectl": str(bins.path("kubectl") or "kubectl"),
     }
     write_state(_state_file(), state)
     return state
+
+
+def _start_tower(root: Path, stack: Stack, kubeconfig: str) -> tuple[str, int]:
+    """A Tower simulator (hangar.testing.tower) the dev stack is governed by: its signing secret in the
+    Secret ``tower-webhook``, the operator and api told where it is. ``hangar dev tower`` decides."""
+    port, secret, credential = free_port(), secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    secret_obj = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "tower-webhook", "namespace": stack.namespace},
+        "stringData": {"webhook-secret": secret, "credential": credential},
+    }
+    subprocess.run(  # apply, not create: a cluster kept from an earlier `up` has one already
+        ["kubectl", "--kubeconfig", kubeconfig, "apply", "-f", "-"],
+        input=json.dumps(secret_obj).encode(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PATH": _kubectl_path()},
+    )
+    url = f"http://127.0.0.1:{port}"
+    stack.extra_env.update(
+        {
+            "HANGAR_GOVERNANCE": "enforce",
+            "HANGAR_GOVERNANCE_WEBHOOK_SECRET": "tower-webhook",
+            "HANGAR_GOVERNANCE_URL": url,
+            "HANGAR_GOVERNANCE_CREDENTIAL": credential,
+            "HANGAR_GOVERNANCE_SUSPEND_AFTER_SECONDS": "20",
+        }
+    )
+    with (root / "tower.log").open("ab") as fh:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hangar.testing.tower",
+                "--port",
+                str(port),
+                "--secret",
+                secret,
+                "--credential",
+                credential,
+                "--webhook",
+                f"{stack.api_url}/api/governance/events",
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (root / "tower.json").write_text(json.dumps({"url": url, "credential": credential}))
+    (root / "tower.json").chmod(0o600)
+    return url, proc.pid
+
+
+def tower_call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """A request to the dev stack's Tower simulator (``hangar dev up --tower``)."""
+    import httpx
+
+    conf_file = dev_root() / "tower.json"
+    if not conf_file.exists():
+        raise SystemExit("no Tower simulator: start the dev stack with `hangar dev up --tower`")
+    conf = json.loads(conf_file.read_text())
+    r = httpx.request(
+        method, conf["url"] + path, json=body, headers={"Authorization": f"Bearer {conf['credential']}"}
+    )
+    if r.status_code >= 300:
+        raise SystemExit(f"Tower simulator: {r.status_code} {r.text}")
+    return r.json()
 
 
 def _demo_environment(kubeconfig: str, model_port: int) -> None:
@@ -163,6 +235,7 @@ def down() -> int:
     pids: dict[str, int] = st["pids"]
     for name in sorted(pids, key=lambda n: order.index(n) if n in order else -1):
         stop_process(pids[name], grace=10)
+    (dev_root() / "tower.json").unlink(missing_ok=True)
     killed = kill_under(Path(st["root"]))
     if st.get("runner_root"):
         killed += kill_under(Path(st["runner_root"]))

@@ -831,6 +831,15 @@ DEMO_SCRIPT: list[Step] = [
         repeat=True,
         name="demo-answer",
     ),
+    # `hangar dev up --tower`'s governance demo: a call the deny-risky rules flag, so Tower decides it.
+    Step(
+        when="force-push",
+        text="Force-pushing the branch, as asked.",
+        command="git push --force origin main || echo 'no remote here: nothing was pushed'",
+        description="Force-push the branch",
+        repeat=True,
+        name="demo-force-push",
+    ),
     Step(
         when="say hello",
         text="Hello! Let me have a look at the working directory first.",

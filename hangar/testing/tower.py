@@ -187,6 +187,23 @@ class TowerSimulator:
                 return None
             return {k: a.get(k) for k in ("id", "status", "decided_by", "reason", "decided_at")}
 
+    def listing(self) -> list[dict[str, Any]]:
+        """Every approval filed here, newest first: its id, status and the call (for a person to decide)."""
+        with self._lock:
+            out = []
+            for a in reversed(list(self.approvals.values())):
+                call = a.get("call") or {}
+                out.append(
+                    {
+                        "id": a["id"],
+                        "status": a["status"],
+                        "session": call.get("session"),
+                        "tool": call.get("tool"),
+                        "command": call.get("command"),
+                    }
+                )
+            return out
+
     def withdraw(self, approval_id: str, reason: str) -> bool:
         with self._lock:
             a = self.approvals.get(approval_id)
@@ -222,6 +239,8 @@ class _Handler(JsonHandler):
         if len(parts) == 3 and parts[:2] == ["v1", "decisions"]:
             got = self.tower.decision(unquote(parts[2]))
             self.send_json(200, got) if got else self.send_json(404, {"error": "no such approval"})
+        elif parts == ["sim", "approvals"]:
+            self.send_json(200, {"approvals": self.tower.listing()})
         else:
             self.send_json(404, {"error": "not found"})
 
@@ -234,6 +253,26 @@ class _Handler(JsonHandler):
         elif len(parts) == 4 and parts[:2] == ["v1", "approvals"] and parts[3] == "withdraw":
             ok = self.tower.withdraw(unquote(parts[2]), str(self._body().get("reason", "")))
             self.send_json(200, {"ok": True}) if ok else self.send_json(404, {"error": "no such approval"})
+        elif len(parts) == 3 and parts[:2] == ["sim", "decide"]:
+            # What Tower's people do, for `hangar dev tower allow|deny` (not part of Tower's API).
+            b = self._body()
+            status = str(b.get("status", ""))
+            if status not in ("allowed", "denied") or unquote(parts[2]) not in self.tower.approvals:
+                self.send_json(400, {"error": "status must be allowed or denied, for an approval filed here"})
+                return
+            d = self.tower.decide(
+                unquote(parts[2]), status, str(b.get("by") or "dev"), str(b.get("reason") or "")
+            )
+            self.send_json(200, {"event": d.event["id"]})
+        elif parts == ["sim", "stop"]:
+            b = self._body()
+            d = self.tower.stop_run(
+                session=b.get("session"),
+                job=b.get("job"),
+                by=str(b.get("by") or "dev"),
+                reason=str(b.get("reason") or ""),
+            )
+            self.send_json(200, {"event": d.event["id"]})
         else:
             self.send_json(404, {"error": "not found"})
 

@@ -70,12 +70,14 @@ def test_readme_demo_is_what_the_test_runs() -> None:
 def test_dev_up_runs_the_readme_demo_and_down_leaves_nothing_behind(tmp_path: Path) -> None:
     root = tmp_path / "dev"
     env = {**os.environ, "HANGAR_DEV_ROOT": str(root), "XDG_STATE_HOME": str(tmp_path / "state")}
-    up = hangar(env, "dev", "up")
+    # `make dev` is `hangar dev up`; --tower adds governance and a Tower simulator, which the demo's
+    # sessions (approvals auto) never reach: the README's demo runs the same, then a governed session.
+    up = hangar(env, "dev", "up", "--tower")
     assert up.returncode == 0, up.stdout + up.stderr
-    assert "hangar dev is up" in up.stdout
+    assert "hangar dev is up" in up.stdout and "Tower" in up.stdout
     state = json.loads((root / "state.json").read_text())
     pids = state["pids"]
-    assert {"etcd", "kube-apiserver", "operator", "api", "runner", "model"} <= set(pids)
+    assert {"etcd", "kube-apiserver", "operator", "api", "runner", "model", "tower"} <= set(pids)
     try:
         for url in (state["operator_url"] + "/healthz", state["api_url"] + "/readyz"):
             with urllib.request.urlopen(url, timeout=5) as r:
@@ -86,6 +88,7 @@ def test_dev_up_runs_the_readme_demo_and_down_leaves_nothing_behind(tmp_path: Pa
         assert st.returncode == 0, st.stdout
         assert "operator health" in st.stdout and "NOT RUNNING" not in st.stdout
         run_readme_demo(env, state)
+        run_governed_demo(env)
     finally:
         down = hangar(env, "dev", "down")
     assert down.returncode == 0, down.stdout + down.stderr
@@ -93,6 +96,37 @@ def test_dev_up_runs_the_readme_demo_and_down_leaves_nothing_behind(tmp_path: Pa
     assert not (root / "state.json").exists()
     st = hangar(env, "dev", "status")
     assert st.returncode == 1 and "down" in st.stdout
+
+
+def run_governed_demo(env: dict[str, str]) -> None:
+    """docs/governance.md's dev demo: a governed call waits on Tower; `hangar dev tower allow` lets it run."""
+    out = hangar(
+        env, "session", "new", "gov-demo", "force-push the branch", "-e", "default", "--approvals", "governed"
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    deadline = time.monotonic() + 120
+    while not (
+        line := next(
+            (
+                x
+                for x in hangar(env, "dev", "tower", "list").stdout.splitlines()
+                if "gov-demo" in x and "pending" in x
+            ),
+            None,
+        )
+    ):
+        assert time.monotonic() < deadline, hangar(env, "session", "get", "gov-demo").stdout
+        time.sleep(1)
+    assert "git push --force" in line, line
+    tower_id = line.split()[0]
+    out = hangar(env, "dev", "tower", "allow", tower_id, "--by", "lee@acme.test")
+    assert out.returncode == 0 and f"{tower_id} allowed" in out.stdout, out.stdout + out.stderr
+    out = hangar(env, "session", "wait", "gov-demo")
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = hangar(env, "session", "get", "gov-demo").stdout
+    assert "Completed" in got, got
+    approvals = hangar(env, "session", "approvals", "gov-demo").stdout
+    assert "tower" in approvals, approvals
 
 
 def run_readme_demo(env: dict[str, str], state: dict[str, object]) -> None:

@@ -37,7 +37,9 @@ async def test_an_idle_session_is_checkpointed_and_gives_its_sandbox_back(tmp_pa
     [ck] = st["checkpoints"]
     assert ck["reason"] == "idle" and ck["size"] == 7
     assert rig.kube.peek("pods", "s1-r1") is None and rig.kube.peek("secrets", "s1-r1-key") is None
-    assert await rig.c.sandboxes.in_use("default", "other") == 0  # the slot count shows running sandboxes only
+    assert (
+        await rig.c.sandboxes.in_use("default", "other") == 0
+    )  # the slot count shows running sandboxes only
     # Nothing more happens until someone needs the agent.
     await rig.reconcile("s1")
     assert rig.status("sessions", "s1")["phase"] == "Suspended"
