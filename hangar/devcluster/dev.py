@@ -62,20 +62,7 @@ def up(with_clis: bool = True, tower: bool = False) -> dict[str, Any]:
     try:
         # A scripted model server so the demo runs the real CLIs with no model account and no network.
         model_port = free_port()
-        with (root / "model.log").open("ab") as fh:
-            model = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "hangar.testing.model_server",
-                    "--anthropic",
-                    "--port",
-                    str(model_port),
-                ],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        model = _serve(root, "model", "hangar.testing.model_server", "--anthropic", "--port", str(model_port))
         pids["model"] = model.pid
         stack = Stack(root / "hangar", cp.kubeconfig)
         tower_url = ""
@@ -107,6 +94,17 @@ def up(with_clis: bool = True, tower: bool = False) -> dict[str, Any]:
     return state
 
 
+def _serve(root: Path, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
+    """``python -m module args`` in a session of its own, logging to ``root/<name>.log``."""
+    with (root / f"{name}.log").open("ab") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def _start_tower(root: Path, stack: Stack, kubeconfig: str) -> tuple[str, int]:
     """A Tower simulator (hangar.testing.tower) the dev stack is governed by: its signing secret in the
     Secret ``tower-webhook``, the operator and api told where it is. ``hangar dev tower`` decides."""
@@ -134,25 +132,13 @@ def _start_tower(root: Path, stack: Stack, kubeconfig: str) -> tuple[str, int]:
             "HANGAR_GOVERNANCE_SUSPEND_AFTER_SECONDS": "20",
         }
     )
-    with (root / "tower.log").open("ab") as fh:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hangar.testing.tower",
-                "--port",
-                str(port),
-                "--secret",
-                secret,
-                "--credential",
-                credential,
-                "--webhook",
-                f"{stack.api_url}/api/governance/events",
-            ],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = _serve(
+        root,
+        "tower",
+        "hangar.testing.tower",
+        *("--port", str(port), "--secret", secret, "--credential", credential),
+        *("--webhook", f"{stack.api_url}/api/governance/events"),
+    )
     (root / "tower.json").write_text(json.dumps({"url": url, "credential": credential}))
     (root / "tower.json").chmod(0o600)
     return url, proc.pid
