@@ -276,6 +276,8 @@ def test_cli_job_new_approvals_interrupt_follow_up_cancel(
         Step(text="Writing.", command="echo hi > cli.txt"),
         Step(when="tool_result", text="Now the slow part.", command=SLOW.format(s=30)),
         Step(when="still with me", text="FINAL: yes, continuing."),
+        # The job cancelled while it starts runs long: the cancel lands on it however slow the machine.
+        Step(when="never mind", text="Thinking it over.", command=SLOW.format(s=60)),
     )
     claude_env(cluster, "jobs-cli-env", model)
     alice = As(stack, "alice")
