@@ -38,8 +38,8 @@ async def session_changed(name: str, namespace: str | None, memo: Any, **_: Any)
 
 @kopf.timer(GROUP, VERSION, "sessions", interval=5.0, idle=5.0)
 async def session_tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
     """Retries what waits on something outside the session: a free slot, an environment, a lost pod."""
+    assert namespace is not None  # every kind served is namespaced
     c = _c(memo)
     await c.sandboxes.check(namespace, name)
     await c.sessions.reconcile(namespace, name)
@@ -48,8 +48,8 @@ async def session_tick(name: str, namespace: str | None, memo: Any, **_: Any) ->
 @kopf.on.resume(GROUP, VERSION, "turns")
 @kopf.on.create(GROUP, VERSION, "turns")
 async def turn_created(body: kopf.Body, name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
     """A new Turn may start now."""
+    assert namespace is not None  # every kind served is namespaced
     c = _c(memo)
     session = (body.get("spec") or {}).get("session")
     if session:
@@ -64,10 +64,10 @@ async def _reconcile_turn(c: Controllers, ns: str, session: str, turn: str) -> N
 
 @kopf.on.event(GROUP, VERSION, "turns")
 async def turn_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
     """Requests written into a Turn's spec (steers, withdrawals, interrupts, classes: REST, the CLI,
     kubectl) are delivered (turns/steering.py). A raw event handler: a burst of steers costs no kopf
     bookkeeping writes on the Turn, and events that ask for nothing new are dropped without an API call."""
+    assert namespace is not None  # every kind served is namespaced
     if event["type"] == "DELETED":
         return
     c = _c(memo)
@@ -104,11 +104,11 @@ async def sandbox_pod_event(event: kopf.RawEvent, namespace: str | None, memo: A
 
 @kopf.on.event(GROUP, VERSION, "approvals")
 async def approval_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
     """A decision in spec.decision (REST, the CLI, kubectl patch) is delivered; a pending one is timed.
 
     A raw event handler: no kopf bookkeeping is written to Approvals, and the listing at start-up is the
     resume (re-arms deadlines, re-sends decisions recorded but not confirmed by the driver)."""
+    assert namespace is not None  # every kind served is namespaced
     if event["type"] == "DELETED":
         return
     c = _c(memo)
@@ -133,16 +133,16 @@ async def job_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> 
     when=lambda status, **_: status.get("state") not in JOB_FINAL,
 )
 async def job_tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
     """A backstop for changes no attempt session event showed (a turn's question, say)."""
+    assert namespace is not None  # every kind served is namespaced
     await _c(memo).jobs.reconcile(namespace, name)
 
 
 @kopf.on.event(GROUP, VERSION, "sessions", labels={L.JOB: kopf.PRESENT})
 async def attempt_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
     """Any change of a job's attempt session (phase, pending approvals, taint, turn ends) re-summarises the
     job. A raw event handler: nothing is written to the session for it."""
+    assert namespace is not None  # every kind served is namespaced
     job = ((event["object"].get("metadata") or {}).get("labels") or {}).get(L.JOB)
     if job:
         c = _c(memo)
@@ -159,6 +159,6 @@ async def environment_changed(name: str, namespace: str | None, memo: Any, **_: 
 
 @kopf.timer(GROUP, VERSION, "environments", interval=30.0, idle=10.0)
 async def environment_tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
     """Keeps the count of sessions that use the environment current."""
+    assert namespace is not None  # every kind served is namespaced
     await _c(memo).environments.reconcile(namespace, name)
