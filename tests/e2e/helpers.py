@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ import httpx
 from hangar.devcluster import scripted_envs
 from hangar.devcluster.stack import Stack, environment_object
 from hangar.paths import cli_dir
+from hangar.store import open_database
 from hangar.testing.model_server import ScriptedModel
 
 DONE = ("Completed", "Failed", "Interrupted", "NeedsInput")
@@ -157,3 +159,16 @@ def namespace_stack(cluster: Any, namespace: str, prefix: str, **kw: Any) -> Ite
     finally:
         s.stop_all()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def audit(stack: Stack, action: str) -> list[dict[str, Any]]:
+    """The stack's audit entries of ``action``, read from its database."""
+
+    async def read() -> list[dict[str, Any]]:
+        db = await open_database(stack.database_url)
+        try:
+            return await db.audit_entries(action, limit=1000)
+        finally:
+            await db.close()
+
+    return asyncio.run(read())

@@ -4,7 +4,6 @@ sharing one database, Tower down at event time (503, retried, applied once), and
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import tempfile
@@ -19,12 +18,11 @@ import pytest
 
 from hangar.devcluster.stack import Stack, environment_object
 from hangar.governance import signature
-from hangar.store import open_database
 from hangar.testing.model_server import ScriptedModel, Step
 from hangar.testing.tower import TowerSimulator
 
 from .conftest import Cluster
-from .helpers import Api, clis_installed, model_env, namespace_stack, new_session, wait
+from .helpers import Api, audit, clis_installed, model_env, namespace_stack, new_session, wait
 
 NS = "gov"
 SECRET = b"gov-webhook-secret"
@@ -50,17 +48,6 @@ def post(
         h["X-AW-Event-Id"] = event_id if event_id is not None else str(event["id"])  # type: ignore[index]
     h.update(headers or {})
     return httpx.post(url + ROUTE, content=body, headers=h, timeout=30)
-
-
-def audit(stack: Stack, action: str) -> list[dict[str, Any]]:
-    async def read() -> list[dict[str, Any]]:
-        db = await open_database(stack.database_url)
-        try:
-            return await db.audit_entries(action, limit=1000)
-        finally:
-            await db.close()
-
-    return asyncio.run(read())
 
 
 @pytest.fixture(scope="module")

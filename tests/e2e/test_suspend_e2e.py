@@ -9,7 +9,6 @@ during the suspension withdraws the call at Tower and a later allow resumes noth
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -19,12 +18,11 @@ from typing import Any
 import pytest
 
 from hangar.devcluster.stack import Stack, environment_object
-from hangar.store import open_database
 from hangar.testing.model_server import ScriptedModel, Step
 from hangar.testing.tower import TowerSimulator
 
 from .conftest import Cluster
-from .helpers import Api, approvals, clis_installed, model_env, namespace_stack, new_session, wait
+from .helpers import Api, approvals, audit, clis_installed, model_env, namespace_stack, new_session, wait
 
 pytestmark = [
     pytest.mark.e2e,
@@ -36,17 +34,6 @@ SECRET = b"gov-sus-webhook-secret"
 CREDENTIAL = "gov-sus-credential"
 # A call the deny-risky rules flag (force-push) whose running leaves a trace: git fails, echo appends.
 PUSH = "git push --force origin main || echo ran >> ran.txt"
-
-
-def audit(stack: Stack, action: str) -> list[dict[str, Any]]:
-    async def read() -> list[dict[str, Any]]:
-        db = await open_database(stack.database_url)
-        try:
-            return await db.audit_entries(action, limit=1000)
-        finally:
-            await db.close()
-
-    return asyncio.run(read())
 
 
 @pytest.fixture(scope="module")
