@@ -178,6 +178,13 @@ class Settings(BaseSettings):
     storage_class: str | None = setting(
         None, "HANGAR_WORKSPACE_STORAGE_CLASS", "StorageClass of workspace volumes; unset: the cluster's."
     )
+    snapshot_class: str | None = setting(
+        None,
+        "HANGAR_WORKSPACE_SNAPSHOT_CLASS",
+        "VolumeSnapshotClass of the workspace snapshots taken with each checkpoint (clusters with the CSI "
+        "snapshot API); unset: the cluster's default class.",
+        chart="sandbox.snapshotClassName",
+    )
     interrupt_grace: float = setting(
         10.0,
         "HANGAR_INTERRUPT_GRACE_SECONDS",

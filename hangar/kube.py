@@ -16,7 +16,7 @@ Obj = dict[str, Any]
 JsonPatch = list[Obj]
 Objs = list[Obj]  # spelt once here: inside Kube, ``list`` is the method
 
-__all__ = ["Answer", "ApiException", "Kube", "Obj", "merge_patch"]
+__all__ = ["EXT", "SNAPSHOT_GROUP", "Answer", "ApiException", "Kube", "Obj", "merge_patch"]
 
 
 class Answer:
@@ -162,6 +162,45 @@ class Kube:
         items: Objs = self.api.sanitize_for_serialization(out).get("items", [])
         return items
 
+    # other API groups' objects hangar makes: VolumeSnapshots (``EXT``) -------------------------------------
+    async def served(self, group: str, version: str) -> set[str]:
+        """API discovery: the resources (plurals) the cluster serves in ``group/version``; empty if none."""
+        with Answer(404) as absent:
+            found = await self.custom.get_api_resources(group, version)
+        if absent.given:
+            return set()
+        return {r.name for r in found.resources or [] if "/" not in r.name}
+
+    async def get_ext(self, plural: str, name: str) -> Obj | None:
+        group, version, _ = EXT[plural]
+        with Answer(404):
+            out: Obj = await self.custom.get_namespaced_custom_object(
+                group, version, self.namespace, plural, name
+            )
+            return out
+        return None
+
+    async def list_ext(self, plural: str, label_selector: str | None = None) -> Objs:
+        group, version, _ = EXT[plural]
+        kw: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        out = await self.custom.list_namespaced_custom_object(group, version, self.namespace, plural, **kw)
+        items: Objs = out.get("items", [])
+        return items
+
+    async def create_ext(self, plural: str, body: Obj) -> bool:
+        """Creates the object; False when one of that name exists already (409)."""
+        group, version, _ = EXT[plural]
+        with Answer(409) as exists:
+            await self.custom.create_namespaced_custom_object(group, version, self.namespace, plural, body)
+        return not exists.given
+
+    async def delete_ext(self, plural: str, name: str) -> bool:
+        """Deletes the object; False when it was gone already (404)."""
+        group, version, _ = EXT[plural]
+        with Answer(404) as gone:
+            await self.custom.delete_namespaced_custom_object(group, version, self.namespace, plural, name)
+        return not gone.given
+
     async def watch(self, plural: str, resource_version: str | None = None) -> AsyncIterator[Obj]:
         """Yields watch events ({"type", "object"}) for one plural, forever, re-listing after expiry."""
         while True:
@@ -190,6 +229,11 @@ _CORE = {
     "persistentvolumeclaims": "persistent_volume_claim",
     "events": "event",
 }
+
+
+# Objects of other API groups hangar makes: plural → (group, version, kind).
+SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
+EXT = {"volumesnapshots": (SNAPSHOT_GROUP, "v1", "VolumeSnapshot")}
 
 
 def owner_ref(obj: Obj, controller: bool = True) -> Obj:

@@ -11,6 +11,7 @@ JOB = "hangar.dev/job"
 ATTEMPT = "hangar.dev/attempt"
 CREATED_BY = "hangar.dev/created-by"
 SUBMITTER = "hangar.dev/submitter"
+CHECKPOINT = "hangar.dev/checkpoint"
 # Tower's receipt for a governed call (the webhook finds the Approval by it), and an annotation the webhook
 # sets to tell the operator Tower answered (shadow: the answer is recorded, not applied).
 TOWER_APPROVAL = "hangar.dev/tower-approval"

@@ -55,6 +55,19 @@ class Taint(Model):
     since: datetime | None = None
 
 
+class CheckpointSnapshot(Model):
+    """The VolumeSnapshot of the workspace volume taken with a checkpoint, on a cluster with the CSI snapshot
+    API (``snapshot.storage.k8s.io/v1``): a lost volume is restored from the newest ready one."""
+
+    name: str | None = Field(default=None, description="The VolumeSnapshot; unset when none was taken")
+    ready_to_use: bool = Field(default=False, description="The snapshot's status.readyToUse, as last read")
+    error: str | None = Field(
+        default=None, description="The snapshot's status.error, or why creating it failed"
+    )
+    pruned: bool = Field(default=False, description="Deleted: only the newest few snapshots are kept")
+    skipped: str | None = Field(default=None, description="Why none was taken (no CSI snapshot API here)")
+
+
 class Checkpoint(Model):
     id: str
     turn: str | None = None
@@ -64,6 +77,7 @@ class Checkpoint(Model):
     reason: str = Field(default="", description="Why it was taken (approval, idle)")
     size: int = 0
     sha256: str = ""
+    snapshot: CheckpointSnapshot | None = None
 
 
 SuspendReason = Literal["approval", "idle"]

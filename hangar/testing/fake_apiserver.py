@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hangar.kube import ApiException, Obj, Objs
+from hangar.kube import EXT, ApiException, Obj, Objs
 from hangar.models import API_VERSION, KINDS, Resource
 
 from .kube_patch import api_error, json_patch, label_matcher, merge_patch
@@ -128,6 +128,8 @@ class FakeApiServer:
     writes: list[Write] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # API discovery: (group, version) → the plurals served there (e.g. the CSI snapshot API, when installed).
+    served: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     # requests --------------------------------------------------------------------------------------
     def fault(self, verb: str, resource: str, name: str | None) -> None:
@@ -306,6 +308,10 @@ class FakeApiServer:
                 )
             meta["generation"] = 1
             obj = prune_and_default(resource, obj)
+        elif resource in EXT:
+            group, version, kind = EXT[resource]
+            obj.setdefault("apiVersion", f"{group}/{version}")
+            obj.setdefault("kind", kind)
         else:
             obj.setdefault("apiVersion", "v1")
             obj.setdefault("kind", CORE_KINDS[resource])

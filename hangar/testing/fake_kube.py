@@ -20,7 +20,7 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
-from hangar.kube import Answer, ApiException, JsonPatch, Kube, Obj, Objs
+from hangar.kube import EXT, SNAPSHOT_GROUP, Answer, ApiException, JsonPatch, Kube, Obj, Objs
 
 from .fake_apiserver import CORE_KINDS, MODELS, FakeApiServer, Fault, Key, Write
 from .kube_patch import api_error, merge_patch
@@ -40,14 +40,22 @@ class FakeKube(Kube):
         *,
         validate: bool = True,
         graceful_pods: bool = False,
+        snapshot_api: bool = False,
         server: FakeApiServer | None = None,
     ):
         """``validate``: check hangar objects against the pydantic models (422 if not). ``graceful_pods``:
         deleting a pod bound to a node (``spec.nodeName``) with a grace period leaves it terminating
         (``deletionTimestamp``) until ``finish_pod`` says its kubelet is done, as on a real node; else
-        pods go at once, as with the local pod runner."""
+        pods go at once, as with the local pod runner. ``snapshot_api``: the cluster serves the CSI snapshot
+        API (``snapshot.storage.k8s.io/v1``), so VolumeSnapshots can be made."""
         self.namespace = namespace
         self.server = server or FakeApiServer(validate=validate, graceful_pods=graceful_pods)
+        if snapshot_api:
+            self.server.served[(SNAPSHOT_GROUP, "v1")] = {
+                "volumesnapshots",
+                "volumesnapshotcontents",
+                "volumesnapshotclasses",
+            }
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, namespace: str | None = None) -> FakeKube:
@@ -152,6 +160,29 @@ class FakeKube(Kube):
     async def list_core(self, kind: str, label_selector: str | None = None) -> Objs:
         return self._list("list_core", self._core(kind), label_selector)
 
+    # other API groups' objects ----------------------------------------------------------------------
+    async def served(self, group: str, version: str) -> set[str]:
+        self.server.fault("served", group, None)
+        return set(self.server.served.get((group, version), set()))
+
+    async def get_ext(self, plural: str, name: str) -> Obj | None:
+        with Answer(404):
+            return self._read("get_ext", self._ext(plural), name)
+        return None
+
+    async def list_ext(self, plural: str, label_selector: str | None = None) -> Objs:
+        return self._list("list_ext", self._ext(plural), label_selector)
+
+    async def create_ext(self, plural: str, body: Obj) -> bool:
+        with Answer(409) as exists:
+            self._create("create_ext", self._ext(plural), body)
+        return not exists.given
+
+    async def delete_ext(self, plural: str, name: str) -> bool:
+        with Answer(404) as gone:
+            self._delete("delete_ext", self._ext(plural), name, None)
+        return not gone.given
+
     async def watch(self, plural: str, resource_version: str | None = None) -> AsyncIterator[Obj]:
         resource = self._custom(plural)
         try:
@@ -181,6 +212,13 @@ class FakeKube(Kube):
         if kind not in CORE_KINDS:
             raise KeyError(kind)  # as Kube: only the kinds it maps
         return kind
+
+    def _ext(self, plural: str) -> str:
+        group, version, _ = EXT[plural]
+        if plural not in self.server.served.get((group, version), set()):
+            # As the apiserver answers for a resource whose CRD is not installed.
+            raise api_error(404, f"the server could not find the requested resource ({plural})")
+        return plural
 
     def _key(self, resource: str, name: str) -> Key:
         return (resource, self.namespace, name)

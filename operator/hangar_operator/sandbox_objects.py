@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from hangar.config import Settings
-from hangar.kube import Obj, owner_ref
+from hangar.kube import SNAPSHOT_GROUP, Obj, owner_ref
 from hangar.models import labels as L
 from hangar.models.environment import EnvironmentSpec
 from hangar_driver import precleared as pre
@@ -65,12 +65,17 @@ def run_key_secret(session: Obj, run: Run, precleared: dict[str, Any] | None = N
     return secret, key
 
 
-def workspace_pvc(session: Obj, settings: Settings, clone_of: Obj | None = None) -> Obj:
+def workspace_pvc(
+    session: Obj, settings: Settings, clone_of: Obj | None = None, restore_from: Obj | None = None
+) -> Obj:
     """One volume per session, kept across sandboxes: the checkout and the agent's HOME (conversation).
 
     ``clone_of``: a fork's parent's PVC. The new volume is a CSI clone of it (``dataSource``), so the fork
     starts with the parent's checkout and the CLI's conversation files. A clone needs the source's storage
-    class and at least its size, so both are taken from it."""
+    class and at least its size, so both are taken from it.
+
+    ``restore_from``: a VolumeSnapshot of the session's lost volume (``snapshots.py``). The new volume starts
+    as that snapshot (``dataSource``), at its ``restoreSize``, which a restore must request at least."""
     name = session["metadata"]["name"]
     spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
@@ -86,6 +91,12 @@ def workspace_pvc(session: Obj, settings: Settings, clone_of: Obj | None = None)
             spec["resources"] = {"requests": {"storage": size}}
         if src.get("storageClassName"):
             spec["storageClassName"] = src["storageClassName"]
+    if restore_from is not None:
+        snap = restore_from["metadata"]["name"]
+        spec["dataSource"] = {"apiGroup": SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": snap}
+        size = (restore_from.get("status") or {}).get("restoreSize")
+        if size:
+            spec["resources"] = {"requests": {"storage": str(size)}}
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",

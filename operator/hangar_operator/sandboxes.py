@@ -26,7 +26,8 @@ from .approvals.controller import Approvals
 from .context import Context
 from .lifecycle import SESSION, after, move
 from .runs import parse_run
-from .sandbox_objects import run_key_secret, sandbox_pod, workspace_pvc
+from .sandbox_objects import run_key_secret, sandbox_pod
+from .snapshots import Snapshots
 from .status import patch_status
 from .turns.ending import failed
 from .turns.outcomes import TurnOutcomes
@@ -42,6 +43,7 @@ class Sandboxes:
         self.ctx = ctx
         self.outcomes = outcomes
         self.approvals = approvals
+        self.snapshots = Snapshots(ctx)
         self.reconcile_session: Reconcile | None = None
 
     # --- the gateway's view -----------------------------------------------------------------------------
@@ -114,6 +116,18 @@ class Sandboxes:
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
+        # The workspace volume first: a lost one is made again from its newest ready snapshot, or waited for.
+        ws = await self.snapshots.workspace(ns, s_obj)
+        if ws.wait:
+            if st.message != ws.wait:
+                phase = move(SESSION, st.phase, "wait")
+                await patch_status(
+                    kube,
+                    "sessions",
+                    s_obj,
+                    {"phase": phase, "reason": "RestoringWorkspace", "message": ws.wait},
+                )
+            return
         async with self.ctx.slot_lock:
             in_use = await self.in_use(ns, name)
             limit = self.ctx.settings.max_sandboxes
@@ -147,7 +161,8 @@ class Sandboxes:
                 self.ctx.run_keys[run.id] = key.encode()
             # (an earlier attempt made it: its key is read on the driver's hello)
             # A fork's volume exists already: it was cloned when the fork was recorded.
-            await kube.create_core("persistentvolumeclaims", workspace_pvc(s_obj, self.ctx.settings))
+            if ws.claim is not None:
+                await kube.create_core("persistentvolumeclaims", ws.claim)
             await kube.create_core(
                 "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
             )
@@ -167,6 +182,14 @@ class Sandboxes:
             )
             metrics.SANDBOXES_STARTED.inc()
         await self.ctx.activity(ns, name, "sandbox_starting", {"pod": run.pod})
+        if ws.restored_from:
+            why = f"the workspace volume was lost: restored from VolumeSnapshot {ws.restored_from}"
+            await self.ctx.activity(ns, name, "workspace_restored", {"snapshot": ws.restored_from})
+            await self.ctx.events.emit(kube, written, "Normal", "WorkspaceRestored", why)
+        elif ws.lost:
+            why = "the workspace volume was lost and no snapshot restores it: the run starts on an empty one"
+            await self.ctx.activity(ns, name, "workspace_lost", {"reason": why})
+            await self.ctx.events.emit(kube, written, "Warning", "WorkspaceLost", why)
         await self.ctx.events.emit(
             kube, written, "Normal", "SandboxStarted", f"started sandbox pod {run.pod}"
         )

@@ -68,6 +68,8 @@ class Sessions:
         st = s.status
         if st.phase == "Failed":
             return
+        # The checkpoints' snapshot records follow their VolumeSnapshots (a no-op once each is ready).
+        s_obj = await self.sandboxes.snapshots.refresh(ns, s_obj)
         if s.spec.stopped:
             if st.phase != "Stopped":
                 await self._stop(ns, s_obj)

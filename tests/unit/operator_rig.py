@@ -98,7 +98,8 @@ class Rig:
         return f"{session}-1"
 
 
-async def make_rig(tmp_path: Path, **settings: Any) -> Rig:
+async def make_rig(tmp_path: Path, *, snapshot_api: bool = False, **settings: Any) -> Rig:
+    """``snapshot_api``: the cluster serves VolumeSnapshots (the CSI snapshot API)."""
     base = {
         "namespace": "default",
         "watch_namespaces": ("default",),
@@ -107,7 +108,7 @@ async def make_rig(tmp_path: Path, **settings: Any) -> Rig:
         "max_sandboxes": 10,
     }
     base.update(settings)
-    kube = FakeKube("default")
+    kube = FakeKube("default", snapshot_api=snapshot_api)
     db = await open_database(str(base["database_url"]))
     c = build(kube, db, Settings(**base), Retrier(first_delay=0.05, max_delay=0.2))
     return Rig(c, kube)

@@ -189,6 +189,8 @@ the same values; only the api gets the API tokens.
   value: {{ .Values.sandbox.runtimeClassName | default "" | quote }}
 - name: HANGAR_SANDBOX_SERVICE_ACCOUNT
   value: {{ include "hangar.sandboxServiceAccountName" . | quote }}
+- name: HANGAR_WORKSPACE_SNAPSHOT_CLASS
+  value: {{ .Values.sandbox.snapshotClassName | default "" | quote }}
 - name: HANGAR_GOVERNANCE
   value: {{ include "hangar.governanceMode" . | quote }}
 {{- with .Values.governance.modes }}

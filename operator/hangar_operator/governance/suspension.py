@@ -318,11 +318,16 @@ class Suspensions:
                 size=int(p.get("size") or 0),
                 sha256=str(p.get("sha256") or ""),
             )
+            # The volume itself too, where the cluster can snapshot it: a lost volume comes back from it.
+            ck.snapshot = await self.sandboxes.snapshots.take(ns, s_obj, cid)
             kept = [c.dump() for c in s.status.checkpoints][-(KEEP_CHECKPOINTS - 1) :]
-            await patch_status(
+            s_obj = await patch_status(
                 kube, "sessions", s_obj, {"checkpoints": [*kept, ck.dump()], "suspended": {"checkpoint": cid}}
             )
             await self.ctx.activity(ns, session, "checkpoint", ck.dump(), sus.turn)
+            if ck.snapshot.name:
+                pruned = await self.sandboxes.snapshots.prune(ns, session)
+                await self.sandboxes.snapshots.refresh(ns, s_obj, pruned)
         else:
             await patch_status(kube, "sessions", s_obj, {"suspended": {"checkpoint": "failed"}})
             await self.ctx.activity(ns, session, "checkpoint_failed", {"reason": str(p.get("error") or "")})
