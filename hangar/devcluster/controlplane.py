@@ -140,9 +140,12 @@ class ControlPlane:
         if crds:
             import asyncio
 
+            from .snapshots import install_at
             from .stack import install_crds
 
             asyncio.run(install_crds(str(self.kubeconfig)))
+            # The CSI snapshot API the local pod runner emulates: known to the garbage collector from the start.
+            asyncio.run(install_at(str(self.kubeconfig)))
         if run_kcm:
             self._spawn(
                 "kube-controller-manager",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import os
 import shutil
@@ -25,6 +26,8 @@ from typing import Any
 
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from .snapshots import SnapshotEmulator
 
 log = logging.getLogger("hangar.podrunner")
 
@@ -85,6 +88,10 @@ class PodRunner:
     pods: dict[str, PodProcess] = field(default_factory=dict)
     clone_retries: set[str] = field(default_factory=set)  # PVC uids whose clone source is awaited
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @functools.cached_property
+    def snapshots(self) -> SnapshotEmulator:  # VolumeSnapshots, emulated as clones are (snapshots.py)
+        return SnapshotEmulator(self.api, self.root)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -178,12 +185,14 @@ class PodRunner:
         await self.register_node()
         beat = asyncio.create_task(self.heartbeat())
         volumes = asyncio.create_task(self._provision())
+        snapshots = asyncio.create_task(self.snapshots.run())
         try:
             await self._fail_orphans()
             await self._watch()
         finally:
             beat.cancel()
             volumes.cancel()
+            snapshots.cancel()
             await self.stop_all()
 
     # --- volumes: a tiny provisioner, so PVCs bind and the scheduler places pods that use them ----------
@@ -216,6 +225,12 @@ class PodRunner:
         if source.get("kind") == "PersistentVolumeClaim" and not source.get("apiGroup"):
             if not await self._clone(pvc, source["name"], path):
                 return  # stays Pending; retried
+        elif source.get("kind") == "VolumeSnapshot":
+            why = await self.snapshots.restore(pvc, source["name"], path)
+            if why:
+                await self._pvc_event(pvc, "ProvisioningFailed", f"cannot restore: {why}; retrying")
+                self._retry_bind(meta["namespace"], meta["name"], meta["uid"])
+                return
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, 0o755)
         size = ((pvc["spec"].get("resources") or {}).get("requests") or {}).get("storage", "1Gi")

@@ -212,3 +212,52 @@ def test_run_stop_during_a_suspension_withdraws_the_call_and_a_later_allow_resum
         assert [t["index"] for t in api.get(f"/api/sessions/{name}").json()["turns"]] == [1]
     finally:
         cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
+
+
+def test_a_volume_lost_while_suspended_is_restored_from_its_snapshot_and_the_resumed_agent_sees_its_files(
+    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel
+) -> None:
+    """The checkpoint also snapshotted the workspace volume (the local runner emulates the CSI snapshot API);
+    the volume is deleted while the session is suspended; Tower's allow resumes it on a volume made again
+    from that snapshot: turn 1's file, the conversation and the checkpoint archive are all back."""
+    name = "sus-lost-claude"
+    try:
+        api, receipt, before = suspend(cluster, stack, gov, tower, model, name, "claude")
+        ck = before["checkpoints"][-1]
+        snap = f"{name}-{ck['id']}"
+        assert ck["snapshot"]["name"] == snap, ck
+        vs = json.loads(cluster.kubectl("-n", NS, "get", "volumesnapshot", snap, "-o", "json").stdout)
+        assert vs["spec"]["source"] == {"persistentVolumeClaimName": f"{name}-workspace"}
+        assert vs["metadata"]["ownerReferences"][0]["name"] == name
+        wait(
+            lambda: api.session(name)["checkpoints"][-1]["snapshot"]["ready_to_use"],
+            60,
+            "the snapshot recorded ready",
+            lambda: api.debug(name),
+        )
+        # The volume is lost: the claim deleted, its directory gone with it.
+        cluster.kubectl("-n", NS, "delete", "pvc", f"{name}-workspace", "--timeout=60s")
+        wait(lambda: not workspace(stack, name).exists(), 30, "the volume's directory gone")
+        model.add(
+            Step(when="was approved by", text="Pushing again.", command=PUSH),
+            Step(when="tool_result", text="FINAL: pushed."),
+        )
+        d = tower.decide(receipt, "allowed", by="lee@acme.test")
+        assert d.done.wait(30) and d.final == 200, d.attempts
+        t2 = api.wait_turn(name, 2, timeout=180)
+        assert t2["phase"] == "Completed" and "pushed" in t2["summary"], api.debug(name)
+        pvc = json.loads(cluster.kubectl("-n", NS, "get", "pvc", f"{name}-workspace", "-o", "json").stdout)
+        assert pvc["spec"]["dataSource"] == {
+            "apiGroup": "snapshot.storage.k8s.io",
+            "kind": "VolumeSnapshot",
+            "name": snap,
+        }
+        ws = workspace(stack, name)
+        assert (ws / "workspace" / "notes.txt").read_text() == "draft\n", "turn 1's file is back"
+        assert (ws / "workspace" / "ran.txt").read_text() == "ran\n", "the call ran exactly once"
+        assert (ws / "checkpoints" / f"{ck['id']}.tar.gz").stat().st_size == ck["size"]
+        resumed = next(r for r in model.requests if r.contains("was approved by"))
+        assert resumed.contains("FIRST write notes"), "the agent remembers the conversation"
+        assert "workspace_restored" in [e["kind"] for e in api.events(name)]
+    finally:
+        cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
