@@ -34,6 +34,7 @@ VERSION = "v1"
 DRIVER = "hangar.dev/local-runner"
 DEFAULT_CLASS = "hangar-local"
 RETRY_SECONDS = 3.0
+MERGE = "application/merge-patch+json"
 
 _ERROR = {
     "type": "object",
@@ -384,6 +385,7 @@ class SnapshotEmulator:
             "volumesnapshotcontents",
             content,
             {"status": {"readyToUse": True, "snapshotHandle": str(dst), "creationTime": time.time_ns()}},
+            _content_type=MERGE,
         )
         status: dict[str, Any] = {
             "boundVolumeSnapshotContentName": content,
@@ -423,7 +425,7 @@ class SnapshotEmulator:
     async def _status(self, ns: str, name: str, status: dict[str, Any]) -> None:
         try:
             await self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, ns, "volumesnapshots", name, {"status": status}
+                GROUP, VERSION, ns, "volumesnapshots", name, {"status": status}, _content_type=MERGE
             )
         except ApiException as e:
             if e.status != 404:
