@@ -1,7 +1,8 @@
 """Figures of Tower's signed events webhook (spec 002): verified events per second and latency, fresh and
 duplicate, beside their floors.
 
-Run: .venv/bin/python bench/governance.py [--events N] [--json] [--keep-logs]
+Run: .venv/bin/python bench/governance.py [--events N] [--resumes N] [--skip-http] [--skip-resume] [--json]
+[--keep-logs]
 
 **the checks alone** (in this process): ``hangar.governance.webhook.receive`` on N signed ``run.stop``
 bodies, each with a fresh id (signature, freshness, parsing, id check and the accept-once insert into a
@@ -13,6 +14,11 @@ signing secret from a Kubernetes Secret, its SQLite database): N signed deliveri
 events for a session hangar does not have (the route verifies, accepts the id, looks the session up and
 audits), one after another, then the same N again (duplicates). Floor: ``GET /healthz`` on the same api,
 the HTTP round trip any route costs.
+
+**resume** (``bench/_resume.py``, everything real with the Claude Code CLI): Tower's decision → the
+resumed turn running (the signed event, hangar's re-read, the resume, a slot, a new sandbox on the volume, the
+driver's hello, the turn started), p50 and p99 over ``--resumes`` runs. Floor: a bare pod create → Running in
+the same run; the ratio of the medians is the figure to compare on a shared machine.
 
 Progress goes to stderr; the table (or, with --json, one JSON document) to stdout.
 """
@@ -29,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _resume import resume_latency
 from _stack import bench_run, header, print_result
 from _stats import log, summary
 
@@ -167,20 +174,35 @@ def table(out: dict[str, Any]) -> str:
                 f"  {label:14} {s['per_second']:9.0f}/s  p50 {s['p50'] * 1e3:7.3f} ms  p99 {s['p99'] * 1e3:7.3f} ms"
             )
         lines.append("")
+    res = out.get("resume")
+    if res and "skipped" in res:
+        lines.append(f"resume: skipped ({res['skipped']})")
+    elif res:
+        r, f = res["resume"], res["floor_pod"]
+        lines.append(f"resume ({r['n']} runs):")
+        lines.append(f"  Tower decision → resumed turn running  p50 {r['p50']:6.2f} s  p99 {r['p99']:6.2f} s")
+        lines.append(f"  bare pod create → Running (floor)      p50 {f['p50']:6.2f} s  p99 {f['p99']:6.2f} s")
+        lines.append(f"  ratio of the medians                   {r['p50'] / f['p50']:6.1f}x")
+        for k, v in res["where_p50"].items():
+            lines.append(f"  p50 decision → {k:18} {v:6.2f} s")
     return "\n".join(lines)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--events", type=int, default=2000)
-    ap.add_argument("--skip-http", action="store_true", help="only the checks in this process")
+    ap.add_argument("--resumes", type=int, default=5, help="decision → resumed turn samples")
+    ap.add_argument("--skip-http", action="store_true", help="not the events over HTTP")
+    ap.add_argument("--skip-resume", action="store_true", help="not the decision → resumed turn")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
-    out = header({"events": a.events})
+    out = header({"events": a.events, "resumes": a.resumes})
     out["in_process"] = in_process(a.events)
     if not a.skip_http:
         out["http"] = over_http(a.events, a.keep_logs)
+    if not a.skip_resume:
+        out["resume"] = resume_latency(a.resumes, a.keep_logs)
     return print_result(out, a.json, table)
 
 

@@ -65,9 +65,11 @@ class TowerClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _json(
+        self, method: str, path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> Any:
         try:
-            r = await self._http.request(method, path, json=body)
+            r = await self._http.request(method, path, json=body, headers=headers)
         except httpx.HTTPError as e:
             raise TowerUnavailable(f"{method} {path}: {type(e).__name__}: {e}") from None
         if r.status_code >= 300:
@@ -77,9 +79,14 @@ class TowerClient:
         except ValueError:
             raise TowerUnavailable(f"{method} {path}: Tower's answer is not JSON") from None
 
-    async def file(self, call: Call) -> Receipt:
+    async def file(self, call: Call, idempotency_key: str) -> Receipt:
+        """Files the call. ``idempotency_key`` (the Approval's uid) makes a repeat of the request (after a
+        restart between Tower's answer and hangar recording it) answer the same receipt, never a second filing."""
+        headers = {"Idempotency-Key": idempotency_key}
         try:
-            return Receipt.model_validate(await self._json("POST", "/v1/approvals", call.model_dump()))
+            return Receipt.model_validate(
+                await self._json("POST", "/v1/approvals", call.model_dump(), headers=headers)
+            )
         except ValueError as e:
             raise TowerUnavailable(f"Tower's receipt is not one: {e}") from None
 

@@ -2,7 +2,7 @@
 
 * The decisions API hangar calls (``Authorization: Bearer <credential>`` checked on every request):
   ``POST /v1/approvals`` files a governed call and answers its receipt ``{"id": "A-1", "status":
-  "pending"}``; ``GET /v1/decisions/{id}`` answers ``{"id", "status": pending|allowed|denied|withdrawn,
+  "pending"}`` (201; with an ``Idempotency-Key`` seen before, that call's receipt again, 200); ``GET /v1/decisions/{id}`` answers ``{"id", "status": pending|allowed|denied|withdrawn,
   "decided_by", "reason", "decided_at"}``; ``POST /v1/approvals/{id}/withdraw``.
 * An outbox that delivers events to hangar's ``POST /api/governance/events`` the way Tower's does: each
   body signed ``X-AW-Signature: t=…,v1=…`` with every secret it holds (several while one rotates), with
@@ -38,6 +38,10 @@ from hangar.governance import signature
 from .json_handler import JsonHandler
 
 
+# What makes a repeat of a filing the same call (the taint or who started it may have grown meanwhile).
+SAME_CALL = ("tool", "args_hash", "namespace", "session", "turn", "run", "approval")
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -70,6 +74,7 @@ class TowerSimulator:
         self.max_attempts = max_attempts
         self.available = True
         self.approvals: dict[str, dict[str, Any]] = {}
+        self.keys: dict[str, tuple[str, dict[str, Any]]] = {}  # idempotency key → (receipt, the call)
         self.filed: list[dict[str, Any]] = []
         self.withdrawn: list[tuple[str, str]] = []
         self.deliveries: dict[str, Delivery] = {}
@@ -170,15 +175,24 @@ class TowerSimulator:
         d.done.set()
 
     # --- the decisions API --------------------------------------------------------------------------------
-    def file(self, call: dict[str, Any]) -> dict[str, Any]:
+    def file(self, call: dict[str, Any], key: str | None = None) -> tuple[int, dict[str, Any]]:
+        """Files a call: (201, its receipt). With an idempotency key seen before, the same receipt again
+        (200), nothing filed twice; the same key with another call is refused (422), as Tower does."""
         with self._lock:
+            if key is not None and key in self.keys:
+                aid, first = self.keys[key]
+                if any(first.get(k) != call.get(k) for k in SAME_CALL):
+                    return 422, {"error": "this Idempotency-Key was used for another call"}
+                return 200, {"id": aid, "status": self.approvals[aid]["status"]}
             aid = f"A-{next(self._ids)}"
+            if key is not None:
+                self.keys[key] = (aid, call)
             corr = {"source": "hangar", "session": call.get("session"), "job": call.get("job")}
             corr["turn"] = call.get("turn")
             self.approvals[aid] = {"id": aid, "status": "pending", "call": call, "corr": corr}
             self.filed.append({"id": aid, **call})
         self.emit({"kind": "approval.created", "approval": {"id": aid}, "corr": corr})
-        return {"id": aid, "status": "pending"}
+        return 201, {"id": aid, "status": "pending"}
 
     def decision(self, approval_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -249,7 +263,7 @@ class _Handler(JsonHandler):
             return
         parts = self.path.split("?")[0].strip("/").split("/")
         if parts == ["v1", "approvals"]:
-            self.send_json(201, self.tower.file(self._body()))
+            self.send_json(*self.tower.file(self._body(), self.headers.get("Idempotency-Key")))
         elif len(parts) == 4 and parts[:2] == ["v1", "approvals"] and parts[3] == "withdraw":
             ok = self.tower.withdraw(unquote(parts[2]), str(self._body().get("reason", "")))
             self.send_json(200, {"ok": True}) if ok else self.send_json(404, {"error": "no such approval"})

@@ -137,3 +137,69 @@ async def test_a_harmless_governed_call_is_not_filed(tmp_path: Path, tower: Towe
     rig = await governed_rig(tmp_path, tower)
     await risky_call(rig, "s1", command="ls -la")
     assert tower.filed == []
+
+
+async def test_a_restart_between_towers_receipt_and_recording_it_does_not_file_twice(
+    tmp_path: Path, tower: TowerSimulator
+) -> None:
+    """The filing carries the Approval's uid as its idempotency key: the operator that comes back files the
+    call again (it has no receipt) and Tower answers the receipt it gave, filing nothing new."""
+    from hangar_operator.controllers import build
+    from hangar_operator.retry import Retrier
+
+    rig = await governed_rig(tmp_path, tower)
+    rig.kube.fail_next(
+        "patch", "approvals", 500, times=10_000
+    )  # the receipt is never recorded: as if it died
+    name = await risky_call(rig, "s1")
+    await until(lambda: tower.filed, "Tower's receipt")
+    rig.c.tower_calls.stop()  # the operator is gone
+    rig.kube.server.faults.clear()
+    assert not rig.status("approvals", name).get("receipt")
+    [first] = tower.filed
+    # A new operator on the same cluster and database: at start it files what has no receipt.
+    again = build(rig.kube, rig.ctx.db, rig.ctx.settings, Retrier(first_delay=0.05, max_delay=0.2))
+    again.tower_calls.first_backoff = 0.05
+    again.tower_calls.start()
+    try:
+        receipt = await filed(rig, name)
+    finally:
+        again.tower_calls.stop()
+    assert receipt == first["id"] and len(tower.filed) == 1
+    assert rig.get("approvals", name)["metadata"]["labels"]["hangar.dev/tower-approval"] == receipt
+
+
+async def test_the_simulator_answers_a_repeated_filing_with_its_receipt(tower: TowerSimulator) -> None:
+    """Over HTTP through hangar's client: the same key, the same receipt (nothing filed or announced again);
+    another key, a new filing; the same key for another call, refused."""
+    from hangar.governance.tower import Call, TowerClient, TowerUnavailable
+
+    from .governance_rig import CREDENTIAL
+
+    client = TowerClient(tower.url, CREDENTIAL)
+    call = Call(
+        tool="Bash",
+        command="git push --force",
+        args_hash="h1",
+        namespace="default",
+        session="s1",
+        turn="s1-1",
+        run="s1-r1",
+        approval="ap-1",
+        policy="governed",
+    )
+    try:
+        a = await client.file(call, "uid-1")
+        b = await client.file(call.model_copy(update={"taint": {"tainted": True}}), "uid-1")
+        assert (a.id, a.status) == (b.id, b.status) == ("A-1", "pending")
+        assert len(tower.filed) == 1 and tower.keys["uid-1"][0] == "A-1"
+        created = [d for d in tower.deliveries.values() if d.event["kind"] == "approval.created"]
+        assert len(created) == 1
+        tower.decide("A-1", "allowed")
+        assert (await client.file(call, "uid-1")).status == "allowed"
+        c = await client.file(call.model_copy(update={"approval": "ap-2", "turn": "s1-2"}), "uid-2")
+        assert c.id == "A-2" and len(tower.filed) == 2
+        with pytest.raises(TowerUnavailable, match="422"):
+            await client.file(call.model_copy(update={"args_hash": "h2"}), "uid-1")
+    finally:
+        await client.close()

@@ -130,7 +130,9 @@ class TowerCalls:
         ap = Approval.model_validate(obj)
         if ap.status.receipt or not self._waits(ap):
             return True
-        receipt = await tower.file(await self._call(ns, obj))
+        # The Approval's uid makes the filing idempotent: a restart before the receipt is recorded files it
+        # again, and Tower answers the receipt it gave.
+        receipt = await tower.file(await self._call(ns, obj), obj["metadata"]["uid"])
         metrics.TOWER_CALLS.labels(outcome="filed").inc()
         session = ap.spec.session or ""
         async with self.ctx.lock(ns, session):
