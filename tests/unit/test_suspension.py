@@ -232,3 +232,51 @@ async def test_the_webhook_keeps_towers_decision_for_a_call_it_cannot_find(
     assert out["body"]["applied"] == 0
     kept = await rig.ctx.db.tower_decision("A-77")
     assert kept is not None and kept["status"] == "allowed" and json.dumps(kept)
+
+
+@pytest.mark.parametrize("idle_suspended", [False, True])
+async def test_run_stop_of_an_idle_session_stops_it_without_an_interrupt(
+    tmp_path: Path, tower: TowerSimulator, idle_suspended: bool
+) -> None:
+    """Tower's run.stop for a session between turns (Idle, or suspended for being idle): no turn to
+    interrupt, the session is Stopped with who and why, its sandbox released, audited once."""
+    from datetime import UTC, datetime, timedelta
+
+    from hangar_api.governance import _run_stop
+
+    rig = await governed_rig(tmp_path, tower, idle_suspend_after=60)
+    rig.env()
+    turn = await rig.running("s1")
+    await rig.event("s1", "turn_ended", turn=turn, outcome="completed", summary="done")
+    assert rig.status("sessions", "s1")["phase"] == "Idle"
+    if idle_suspended:
+        long_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+        rig.kube.set_status("turns", turn, {"finishedAt": long_ago})
+        rig.kube.set_status("sessions", "s1", {"sandbox": {"startedAt": long_ago}})
+        await rig.reconcile("s1")
+        [cid] = [c for c in rig.commands("s1-r1") if c.startswith("checkpoint-")]
+        await rig.event("s1", "command_result", op="checkpoint", ok=True, command_id=cid, size=1)
+        assert rig.status("sessions", "s1")["phase"] == "Suspended"
+    client = TowerClient(tower.url, CREDENTIAL)
+    g = Governance(rig.kube, rig.ctx.db, WebhookSecrets(rig.kube, "x"), client)
+    event = Event.model_validate(
+        {
+            "id": "ev-9",
+            "kind": "run.stop",
+            "run": {"session": "s1", "stopped_by": "lee", "reason": "done here"},
+        }
+    )
+    out = await _run_stop(g, event)
+    await client.close()
+    assert out["body"] == {"ok": True, "stopped": ["s1"]}
+    await rig.reconcile("s1")
+    st = rig.status("sessions", "s1")
+    assert st["phase"] == "Stopped" and not st.get("suspended") and st["sandbox"].get("pod") is None
+    assert "tower:lee" in st["message"] and "done here" in st["message"]
+    assert rig.kube.peek("pods", "s1-r1") is None
+    assert not rig.get("turns", turn)["spec"].get("interrupts")  # nothing was running: nothing interrupted
+    assert rig.status("turns", turn)["phase"] == "Completed"
+    [audited] = await rig.ctx.db.audit_entries("governance.run_stop")
+    assert audited["target"] == "s1" and audited["stopped_by"] == "lee"
+    kinds = [e.kind for e in await rig.ctx.db.events("session/s1")]
+    assert "run_stopped" in kinds
