@@ -186,7 +186,13 @@ def resume_latency(n: int, keep_logs: bool) -> dict[str, Any]:
             r.stack.start_runner()
             tower.webhook_url = r.stack.api_url + "/api/governance/events"
             env = scripted_envs.environment(ENVIRONMENT, model.base_url, ("claude",))
-            subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(env), text=True, check=True)
+            subprocess.run(
+                [*kubectl, "apply", "-f", "-"],
+                input=json.dumps(env),
+                text=True,
+                check=True,
+                capture_output=True,
+            )
             bench = Resumes(r.stack, kubectl, tower, model)
             log("resume: one warm-up of each side, not counted")
             bench.floor(-1)
