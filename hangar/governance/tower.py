@@ -66,7 +66,11 @@ class TowerClient:
         await self._http.aclose()
 
     async def _json(
-        self, method: str, path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         try:
             r = await self._http.request(method, path, json=body, headers=headers)

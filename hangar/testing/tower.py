@@ -37,7 +37,6 @@ from hangar.governance import signature
 
 from .json_handler import JsonHandler
 
-
 # What makes a repeat of a filing the same call (the taint or who started it may have grown meanwhile).
 SAME_CALL = ("tool", "args_hash", "namespace", "session", "turn", "run", "approval")
 
@@ -51,6 +50,7 @@ class Delivery:
     event: dict[str, Any]
     attempts: list[int | str] = field(default_factory=list)  # hangar's status codes, or the error
     done: threading.Event = field(default_factory=threading.Event)
+    answer: bytes = b""  # hangar's body of the 2xx that ended it
 
     @property
     def final(self) -> int | str | None:
@@ -76,6 +76,9 @@ class TowerSimulator:
         self.approvals: dict[str, dict[str, Any]] = {}
         self.keys: dict[str, tuple[str, dict[str, Any]]] = {}  # idempotency key → (receipt, the call)
         self.filed: list[dict[str, Any]] = []
+        # (status, by): every call filed is decided at once, and that decision delivered before the receipt
+        # (no approval.created is sent for it).
+        self.decide_on_filing: tuple[str, str] | None = None
         self.withdrawn: list[tuple[str, str]] = []
         self.deliveries: dict[str, Delivery] = {}
         self._ids = itertools.count(1)
@@ -164,6 +167,7 @@ class TowerSimulator:
             try:
                 with urllib.request.urlopen(req, timeout=10) as r:
                     d.attempts.append(r.status)
+                    d.answer = r.read()
                     break
             except urllib.error.HTTPError as e:
                 d.attempts.append(e.code)
@@ -191,6 +195,14 @@ class TowerSimulator:
             corr["turn"] = call.get("turn")
             self.approvals[aid] = {"id": aid, "status": "pending", "call": call, "corr": corr}
             self.filed.append({"id": aid, **call})
+        early = self.decide_on_filing
+        if early is not None:
+            # Its person decides at once and the outbox delivers that before the filing's answer (pending, as
+            # composed before the decision) reaches hangar: a "decided" before hangar knows the receipt.
+            # Its approval.created is not sent at all: only the decision hangar kept decides the call then.
+            d = self.decide(aid, early[0], by=early[1])
+            d.done.wait(30)
+            return 201, {"id": aid, "status": "pending"}
         self.emit({"kind": "approval.created", "approval": {"id": aid}, "corr": corr})
         return 201, {"id": aid, "status": "pending"}
 

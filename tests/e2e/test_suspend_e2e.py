@@ -261,3 +261,40 @@ def test_a_volume_lost_while_suspended_is_restored_from_its_snapshot_and_the_res
         assert "workspace_restored" in [e["kind"] for e in api.events(name)]
     finally:
         cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
+
+
+def test_a_decision_delivered_before_the_receipt_is_applied_once_the_call_is_filed(
+    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel
+) -> None:
+    """Tower decides the moment the call is filed and its outbox delivers "decided" before the filing's
+    answer reaches hangar (and no approval.created follows): the webhook finds no Approval with that receipt yet
+    and keeps the decision; the operator applies it once it records the receipt (or, at worst, its minute's
+    re-read does). The call runs once, unasked, without a suspension."""
+    name = "sus-early-claude"
+    model.add(
+        Step(when="EARLY", text="Pushing.", command=PUSH),
+        Step(when="tool_result", text="FINAL: pushed."),
+    )
+    env = environment_object(f"{name}-env", model_env("claude", model))
+    cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(env))
+    api = Api(gov)
+    tower.decide_on_filing = ("allowed", "lee@acme.test")
+    try:
+        new_session(api, name, f"{name}-env", "claude", "EARLY: push the branch", approvals="governed")
+        t1 = api.wait_turn(name, 1, timeout=180)
+        assert t1["phase"] == "Completed" and "pushed" in t1["summary"], api.debug(name)
+        [filed] = [f for f in tower.filed if f["session"] == name]
+        receipt = filed["id"]
+        [decided] = [d for d in tower.deliveries.values() if d.event.get("approval", {}).get("id") == receipt]
+        assert decided.event["kind"] == "approval.decided" and decided.final == 200, decided.attempts
+        # The webhook had no Approval with that receipt to apply it to: it kept it, and the operator applied it.
+        assert json.loads(decided.answer) == {"ok": True, "decision": "allowed", "applied": 0}
+        [ap] = [a for a in approvals(api, name)["recent"] if a["receipt"] == receipt]
+        assert ap["phase"] == "Allowed" and ap["resolved_by"] == "tower" and ap["by"] == "tower:lee@acme.test"
+        reads = [e for e in audit(gov, "governance.decision_read") if e["target"] == receipt]
+        assert [(e["kind"], e["status"]) for e in reads] == [("approval.decided", "allowed")]
+        assert (workspace(stack, name) / "workspace" / "ran.txt").read_text() == "ran\n"
+        assert "suspending" not in [e["kind"] for e in api.events(name)]
+    finally:
+        tower.decide_on_filing = None
+        cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
