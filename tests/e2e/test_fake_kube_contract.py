@@ -313,3 +313,52 @@ async def test_fake_kube_behaves_like_the_apiserver(cluster: Cluster) -> None:
         if got != want
     ]
     assert differ == [], "\n".join(differ)
+
+
+async def snapshot_scenario(k: Kube) -> list[tuple[str, Any]]:
+    """The CSI snapshot API's part (the local control plane installs its CRDs): discovery, and a
+    VolumeSnapshot made, found by its label, refused twice, deleted."""
+    body = {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": "vs1", "labels": {"hangar.dev/session": "s1"}},
+        "spec": {"source": {"persistentVolumeClaimName": "s1-workspace"}},
+    }
+    other = {**body, "metadata": {"name": "vs2", "labels": {"hangar.dev/session": "s2"}}}
+    out: list[tuple[str, Any]] = []
+    out.append(("served", "volumesnapshots" in await k.served("snapshot.storage.k8s.io", "v1")))
+    out.append(("not served", await k.served("snapshot.storage.k8s.io", "v9")))
+    out.append(("create", await k.create_ext("volumesnapshots", body)))
+    out.append(("create again", await k.create_ext("volumesnapshots", body)))
+    await k.create_ext("volumesnapshots", other)
+    got = await k.get_ext("volumesnapshots", "vs1")
+    assert got is not None
+    out.append(("get", (got["apiVersion"], got["kind"], got["spec"], got["metadata"]["labels"])))
+    listed = await k.list_ext("volumesnapshots", label_selector="hangar.dev/session=s1")
+    out.append(("list by label", [o["metadata"]["name"] for o in listed]))
+    out.append(("delete", await k.delete_ext("volumesnapshots", "vs1")))
+    out.append(("delete again", await k.delete_ext("volumesnapshots", "vs1")))
+    out.append(("get gone", await k.get_ext("volumesnapshots", "vs1")))
+    return out
+
+
+async def test_fake_kube_serves_volume_snapshots_like_the_apiserver(cluster: Cluster) -> None:
+    ns = f"contract-vs-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", ns)
+    fake = await snapshot_scenario(FakeKube(ns, snapshot_api=True))
+    real_kube = await Kube.connect(str(cluster.kubeconfig), ns)
+    try:
+        real = await snapshot_scenario(real_kube)
+    finally:
+        await real_kube.close()
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    assert real == fake
+    # Without the API (a cluster with no snapshot CRDs), FakeKube answers as the apiserver does then.
+    plain = FakeKube(ns)
+    assert await plain.served("snapshot.storage.k8s.io", "v1") == set()
+    assert await plain.get_ext("volumesnapshots", "vs1") is None
+    try:
+        await plain.create_ext("volumesnapshots", {"metadata": {"name": "vs1"}, "spec": {}})
+        raise AssertionError("creating a resource the cluster does not serve is a 404")
+    except ApiException as e:
+        assert e.status == 404
