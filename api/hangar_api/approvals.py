@@ -17,10 +17,13 @@ from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import GROUP, VERSION
+from hangar.models.base import utf8_max
 from hangar.store import Database
 
+from . import names
 from .auth import Caller
 from .deps import Admin, DbDep, KubeDep, get_session
+from .errors import api_error
 
 router = APIRouter(prefix="/api/sessions", tags=["approvals"])
 
@@ -29,7 +32,9 @@ MESSAGE_MAX = 8192
 
 class DecisionBody(BaseModel):
     decision: Literal["allow", "deny", "allow_always"]
-    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    message: Annotated[str, Field(max_length=MESSAGE_MAX), utf8_max(MESSAGE_MAX)] | None = Field(
+        default=None, description=f"What the agent is told (at most {MESSAGE_MAX} bytes in UTF-8)"
+    )
 
 
 def approval_view(a: Obj) -> dict[str, Any]:
@@ -144,13 +149,13 @@ async def get_approval(k: Kube, ref: str, approval: str) -> Obj:
 
 async def approval_in(k: Kube, sessions: Collection[str], approval: str, where: str) -> Obj:
     """Approval ``approval`` if one of ``sessions`` requested it, else 404 naming ``where``."""
-    a = await k.get("approvals", approval) if len(approval) <= 253 else None
+    a = await k.get("approvals", approval) if names.valid("approval", approval) else None
     if (
         a is None
         or (a.get("spec") or {}).get("session") not in sessions
         or not (a.get("status") or {}).get("phase")
     ):
-        raise HTTPException(404, f"{where} has no approval {approval!r}")
+        raise HTTPException(404, f"{where} has no approval {names.shown(approval)}")
     return a
 
 
@@ -209,8 +214,8 @@ async def decide(
                 # The apiserver's decide-once rule: it left Pending in between.
                 raise HTTPException(409, f"approval {approval} is no longer pending") from None
             if e.status == 404:
-                raise HTTPException(404, f"{where} has no approval {approval!r}") from None
-            raise
+                raise HTTPException(404, f"{where} has no approval {names.shown(approval)}") from None
+            raise api_error(e, f"approval {approval} can't be decided") from None
         audit.setdefault("session", (a.get("spec") or {}).get("session"))
         await d.audit(who.subject, "approval.decide", approval, decision=body.decision, **audit)
         return approval_view(out)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, HTTPException, Request
+from fastapi import APIRouter, Body, HTTPException, Path, Request
 from fastapi.responses import JSONResponse
 
 from hangar.kube import ApiException, Kube, Obj
 
 from . import steering
-from .deps import DbDep, KubeDep
+from .deps import TURN_MAX, DbDep, KubeDep
+from .errors import api_error
 from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state, job_turns, refuse_final
 from .views import turn_view
 
@@ -154,7 +155,12 @@ async def classify_steer(
 
 @router.post("/{job_id}/turns/{n}/class")
 async def classify_turn(
-    job_id: str, n: int, body: steering.ClassBody, who: JobsCaller, k: KubeDep, d: DbDep
+    job_id: str,
+    n: Annotated[int, Path(ge=1, le=TURN_MAX)],
+    body: steering.ClassBody,
+    who: JobsCaller,
+    k: KubeDep,
+    d: DbDep,
 ) -> dict[str, Any]:
     """Say what a follow-up was (``n``: the 1-based index in the job's ``turns``)."""
     j = await get_job(k, who, job_id)
@@ -182,7 +188,7 @@ async def classify_turn(
     except ApiException as e:
         if e.status == 409:
             raise HTTPException(409, f"turn {name} changed meanwhile: try again") from None
-        raise
+        raise api_error(e, f"turn {name} can't be classified") from None
     await d.append_event(
         f"session/{session}",
         "progress",

@@ -25,12 +25,13 @@ from hangar.kube import ApiException
 from hangar.models import LIVE_HARNESSES
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.models.job import ATTEMPTS_MAX, JOB_FINAL, JOB_NAME_MAX, JobSpec, attempt_session
-from hangar.models.turn import MESSAGE_MAX
 from hangar.turns import create_turn
 
 from . import steering
 from .auth import owns
-from .deps import DbDep, KubeDep, events_page, reason
+from .deps import SEQ_MAX, DbDep, KubeDep, events_page
+from .errors import api_error
+from .fields import EnvironmentName, MessageText, ModelId
 from .job_attempts import (
     JobsCaller,
     attempt_sessions,
@@ -51,12 +52,12 @@ SteerClassGiven = Literal["correction", "redirect", "new_info"]
 class NewJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=MESSAGE_MAX, description="What the agent is to do")
-    environment: str = Field(min_length=1, max_length=253)
+    prompt: MessageText = Field(description="What the agent is to do")
+    environment: EnvironmentName
     repository: str = Field(default="", max_length=2048)
     base_branch: str = Field(default="main", min_length=1, max_length=255)
     harness: Harness = "claude"
-    model: str | None = Field(default=None, min_length=1, max_length=253)
+    model: ModelId | None = None
     approvals: ApprovalPolicy | None = Field(
         default=None, description="Overrides the environment's and the deployment's; every attempt keeps it"
     )
@@ -75,7 +76,7 @@ class NewJob(BaseModel):
 class FollowUp(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText
     klass: SteerClassGiven | None = Field(
         default=None,
         alias="class",
@@ -130,9 +131,7 @@ async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dic
     except ApiException as e:
         if e.status == 409:
             raise HTTPException(409, f"job {name!r} already exists: pick another name") from None
-        if e.status == 422:
-            raise HTTPException(422, reason(e)) from None
-        raise
+        raise api_error(e, f"job {name!r} can't be created") from None
     await d.audit(
         who.subject,
         "job.create",
@@ -182,7 +181,7 @@ async def cancel_job(job_id: str, who: JobsCaller, k: KubeDep, d: DbDep) -> dict
                 continue  # the operator wrote its status meanwhile: look again
             if e.status == 404:
                 raise no_job(job_id) from None
-            raise
+            raise api_error(e, f"job {job_id!r} can't be cancelled") from None
         await d.audit(who.subject, "job.cancel", job_id, state=state)
         return job_view(updated)
     raise HTTPException(409, f"job {job_id!r} kept changing: try again")
@@ -254,7 +253,7 @@ async def read_events(
     k: KubeDep,
     d: DbDep,
     response: Response,
-    since: Annotated[int, Query(ge=0)] = 0,
+    since: Annotated[int, Query(ge=0, le=SEQ_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     """The job's own events (state changes the operator recorded), numbered; read on with ``?since=``."""

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube
 from hangar.models.base import LIVE_HARNESSES, NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
-from hangar.models.turn import MESSAGE_MAX
 from hangar.store import Database
 
 from . import steering
 from .auth import Caller
-from .deps import Admin, DbDep, KubeDep, events_page, get_session, reason, session_turns
+from .deps import SEQ_MAX, TURN_MAX, Admin, DbDep, KubeDep, events_page, get_session, session_turns
+from .errors import api_error
+from .fields import EnvironmentName, MessageText, ModelId
 from .views import session_view, turn_view
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
@@ -23,21 +24,21 @@ router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 
 class NewSession(BaseModel):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-    environment: str = Field(min_length=1, max_length=253)
-    message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
+    environment: EnvironmentName
+    message: MessageText | None = None
     harness: Harness = "claude"
     approvals: ApprovalPolicy | None = None
-    model: str | None = None
+    model: ModelId | None = None
     tainted: bool = False
 
 
 class Message(BaseModel):
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText
 
 
 class Fork(BaseModel):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-    message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText | None = None
     approvals: ApprovalPolicy | None = Field(default=None, description="Overrides the parent's policy")
 
 
@@ -73,9 +74,7 @@ async def _create(k: Kube, name: str, spec: dict[str, Any], who: Caller) -> dict
     except ApiException as e:
         if e.status == 409:
             raise HTTPException(409, f"session {name!r} already exists") from None
-        if e.status == 422:
-            raise HTTPException(422, reason(e)) from None
-        raise
+        raise api_error(e, f"session {name!r} can't be created") from None
 
 
 @router.post("/{ref}/fork", status_code=201)
@@ -164,7 +163,9 @@ async def list_turns(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
 
 
 @router.get("/{ref}/turns/{n}")
-async def read_turn(ref: str, n: int, _: Admin, k: KubeDep) -> dict[str, Any]:
+async def read_turn(
+    ref: str, n: Annotated[int, Path(ge=1, le=TURN_MAX)], _: Admin, k: KubeDep
+) -> dict[str, Any]:
     await get_session(k, ref)
     t = await k.get("turns", f"{ref}-{n}")
     if t is None or t["spec"].get("session") != ref:
@@ -179,7 +180,7 @@ async def read_events(
     k: KubeDep,
     d: DbDep,
     response: Response,
-    since: Annotated[int, Query(ge=0)] = 0,
+    since: Annotated[int, Query(ge=0, le=SEQ_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     await get_session(k, ref)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import secrets
 import time
 from collections.abc import Callable
@@ -28,27 +27,26 @@ from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES
-from hangar.models.turn import MESSAGE_MAX
 
+from . import names
 from .deps import Admin, DbDep, KubeDep, get_session, session_turns
+from .errors import api_error
+from .fields import MessageText
 from .views import interrupt_view, item_state, steer_view
 
 router = APIRouter(prefix="/api/sessions", tags=["steering"])
 log = logging.getLogger("hangar.api.steering")
 
 WITHDRAW_WAIT = 20.0  # seconds a withdraw waits for the driver's verdict before answering 202
-ID_RE = re.compile(r"^[a-z0-9][-a-z0-9]{0,63}$")
 
 
 class SteerBody(BaseModel):
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX, description="Added to the running turn")
+    message: MessageText = Field(description="Added to the running turn")
 
 
 class InterruptBody(BaseModel):
-    message: str | None = Field(
+    message: MessageText | None = Field(
         default=None,
-        min_length=1,
-        max_length=MESSAGE_MAX,
         description="Stop, then go on with this: in the same turn when it is live, else as the next turn",
     )
 
@@ -67,13 +65,7 @@ def new_id(prefix: str) -> str:
 
 # --- writing the Turn's spec ---------------------------------------------------------------------------
 def _api_error(e: ApiException) -> HTTPException:
-    import json
-
-    try:
-        reason = str(json.loads(e.body or b"{}").get("message", e.reason))
-    except Exception:
-        reason = str(e.reason)
-    return HTTPException(422 if e.status == 422 else 409, reason)
+    return api_error(e)
 
 
 class _TurnWriter:
@@ -385,8 +377,7 @@ def _nothing_running(ref: str, s: Obj, what: str) -> HTTPException:
 
 
 def _check_id(item_id: str, what: str) -> None:
-    if not ID_RE.match(item_id):
-        raise HTTPException(404, f"no {what} {item_id!r}")
+    names.check_path("steer", item_id, f"no {what} {names.shown(item_id)}")
 
 
 # --- a resolved session's requests (the session routes, and the job routes once per attempt) ----------
