@@ -35,7 +35,12 @@ class ApiRig:
     def env(self, name: str = "default") -> None:
         self.kube.seed(
             "environments",
-            {"apiVersion": API_VERSION, "kind": "Environment", "metadata": {"name": name}, "spec": {"image": "i"}},
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Environment",
+                "metadata": {"name": name},
+                "spec": {"image": "i"},
+            },
         )
 
     def post(self, path: str, body: Any = None, token: str | None = ADMIN, **kw: Any) -> Any:
