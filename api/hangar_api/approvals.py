@@ -21,11 +21,13 @@ from hangar.models.base import utf8_max
 from hangar.store import Database
 
 from . import names
+from . import schemas as S
 from .auth import Caller
 from .deps import Admin, DbDep, KubeDep, get_session
 from .errors import api_error
+from .routing import Route
 
-router = APIRouter(prefix="/api/sessions", tags=["approvals"])
+router = APIRouter(prefix="/api/sessions", tags=["approvals"], route_class=Route)
 
 MESSAGE_MAX = 8192
 
@@ -122,7 +124,7 @@ def refusal(a: Obj) -> str | None:
     return f"approval {name} is not pending"
 
 
-@router.get("/{ref}/approvals")
+@router.get("/{ref}/approvals", response_model=S.SessionApprovals)
 async def list_approvals(
     ref: str, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> dict[str, Any]:
@@ -159,13 +161,13 @@ async def approval_in(k: Kube, sessions: Collection[str], approval: str, where: 
     return a
 
 
-@router.get("/{ref}/approvals/{approval}")
+@router.get("/{ref}/approvals/{approval}", response_model=S.ApprovalView)
 async def read_approval(ref: str, approval: str, _: Admin, k: KubeDep) -> dict[str, Any]:
     await get_session(k, ref)
     return approval_view(await get_approval(k, ref, approval))
 
 
-@router.post("/{ref}/approvals/{approval}")
+@router.post("/{ref}/approvals/{approval}", response_model=S.ApprovalView)
 async def decide_approval(
     ref: str, approval: str, body: DecisionBody, who: Admin, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:

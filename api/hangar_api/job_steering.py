@@ -11,13 +11,15 @@ from fastapi.responses import JSONResponse
 
 from hangar.kube import ApiException, Kube, Obj
 
+from . import schemas as S
 from . import steering
 from .deps import TURN_MAX, DbDep, KubeDep
 from .errors import api_error
 from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state, job_turns, refuse_final
+from .routing import Route
 from .views import turn_view
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 
 
 async def _running(k: Kube, sessions: list[Obj]) -> list[tuple[Obj, Obj]]:
@@ -61,7 +63,7 @@ def _fanned(kind: str, results: list[dict[str, Any]], errors: list[dict[str, Any
     }
 
 
-@router.post("/{job_id}/steer", status_code=202)
+@router.post("/{job_id}/steer", status_code=202, response_model=S.JobSteerAnswer)
 async def steer(
     job_id: str, body: steering.SteerBody, who: JobsCaller, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
@@ -89,7 +91,7 @@ async def steer(
     return {"job": job_id, **_fanned("steer", results, errors)}
 
 
-@router.post("/{job_id}/steers/{steer_id}/withdraw")
+@router.post("/{job_id}/steers/{steer_id}/withdraw", responses=S.WITHDRAW_ANSWERS)
 async def withdraw(
     job_id: str, steer_id: str, who: JobsCaller, k: KubeDep, d: DbDep, request: Request
 ) -> JSONResponse:
@@ -103,7 +105,7 @@ async def withdraw(
     return resp
 
 
-@router.post("/{job_id}/interrupt", status_code=202)
+@router.post("/{job_id}/interrupt", status_code=202, response_model=S.JobInterruptAnswer)
 async def interrupt(
     job_id: str,
     who: JobsCaller,
@@ -141,7 +143,7 @@ async def interrupt(
     return {"job": job_id, **_fanned("interrupt", results, errors)}
 
 
-@router.post("/{job_id}/steers/{steer_id}/class")
+@router.post("/{job_id}/steers/{steer_id}/class", response_model=S.ClassAnswer)
 async def classify_steer(
     job_id: str, steer_id: str, body: steering.ClassBody, who: JobsCaller, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
@@ -153,7 +155,7 @@ async def classify_steer(
     return out
 
 
-@router.post("/{job_id}/turns/{n}/class")
+@router.post("/{job_id}/turns/{n}/class", response_model=S.JobTurnClassAnswer)
 async def classify_turn(
     job_id: str,
     n: Annotated[int, Path(ge=1, le=TURN_MAX)],

@@ -27,6 +27,7 @@ from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.models.job import ATTEMPTS_MAX, JOB_FINAL, JOB_NAME_MAX, JobSpec, attempt_session
 from hangar.turns import create_turn
 
+from . import schemas as S
 from . import steering
 from .auth import owns
 from .deps import SEQ_MAX, DbDep, KubeDep, events_page
@@ -42,9 +43,10 @@ from .job_attempts import (
     no_job,
     refuse_final,
 )
+from .routing import Route
 from .views import job_view
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 
 SteerClassGiven = Literal["correction", "redirect", "new_info"]
 
@@ -86,7 +88,7 @@ class FollowUp(BaseModel):
 
 
 # --- routes ------------------------------------------------------------------------------------------------
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=S.JobView)
 async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Submit a job. ``submitter`` is the caller; the operator starts ``attempts`` sessions ``<job>-a<i>``."""
     if await k.get("environments", body.environment) is None:
@@ -143,7 +145,7 @@ async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dic
     return job_view(created, [])
 
 
-@router.get("")
+@router.get("", response_model=S.JobList)
 async def list_jobs(who: JobsCaller, k: KubeDep) -> dict[str, Any]:
     """Admins: every job; a jobs token: its own."""
     items = [j for j in await k.list("jobs") if owns(who, str((j.get("spec") or {}).get("submitter", "")))]
@@ -151,13 +153,13 @@ async def list_jobs(who: JobsCaller, k: KubeDep) -> dict[str, Any]:
     return {"jobs": [job_view(j) for j in items]}
 
 
-@router.get("/{job_id}")
+@router.get("/{job_id}", response_model=S.JobView)
 async def read_job(job_id: str, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
     j = await get_job(k, who, job_id)
     return job_view(j, await job_turns(k, j, await attempt_sessions(k, j)))
 
 
-@router.post("/{job_id}/cancel", status_code=202)
+@router.post("/{job_id}/cancel", status_code=202, response_model=S.JobView)
 async def cancel_job(job_id: str, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Cancel: the operator stops the attempts and the job ends ``cancelled``."""
     for _ in range(5):
@@ -187,7 +189,7 @@ async def cancel_job(job_id: str, who: JobsCaller, k: KubeDep, d: DbDep) -> dict
     raise HTTPException(409, f"job {job_id!r} kept changing: try again")
 
 
-@router.post("/{job_id}/follow_up", status_code=202)
+@router.post("/{job_id}/follow_up", status_code=202, response_model=S.FollowUpAnswer)
 async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """A new turn on each attempt that has not failed, in the same conversation. On an attempt whose
     Claude Code or Codex turn is running it is a steer instead (as a message to a busy session is)."""
@@ -246,7 +248,7 @@ async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d:
     }
 
 
-@router.get("/{job_id}/events")
+@router.get("/{job_id}/events", response_model=S.EventPage)
 async def read_events(
     job_id: str,
     who: JobsCaller,

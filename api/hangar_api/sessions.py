@@ -12,14 +12,16 @@ from hangar.kube import ApiException, Kube
 from hangar.models.base import LIVE_HARNESSES, NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.store import Database
 
+from . import schemas as S
 from . import steering
 from .auth import Caller
 from .deps import SEQ_MAX, TURN_MAX, Admin, DbDep, KubeDep, events_page, get_session, session_turns
 from .errors import api_error
 from .fields import EnvironmentName, MessageText, ModelId
+from .routing import Route
 from .views import session_view, turn_view
 
-router = APIRouter(prefix="/api/sessions", tags=["sessions"])
+router = APIRouter(prefix="/api/sessions", tags=["sessions"], route_class=Route)
 
 
 class NewSession(BaseModel):
@@ -42,7 +44,7 @@ class Fork(BaseModel):
     approvals: ApprovalPolicy | None = Field(default=None, description="Overrides the parent's policy")
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=S.SessionView)
 async def create_session(body: NewSession, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     if await k.get("environments", body.environment) is None:
         raise HTTPException(
@@ -77,7 +79,7 @@ async def _create(k: Kube, name: str, spec: dict[str, Any], who: Caller) -> dict
         raise api_error(e, f"session {name!r} can't be created") from None
 
 
-@router.post("/{ref}/fork", status_code=201)
+@router.post("/{ref}/fork", status_code=201, response_model=S.SessionView)
 async def fork_session(ref: str, body: Fork, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """A new session that starts from this one: its conversation, a clone of its workspace, its policy
     and its taint. The operator takes them from the parent (``spec.forkOf``), as for a kubectl fork."""
@@ -99,19 +101,19 @@ async def fork_session(ref: str, body: Fork, who: Admin, k: KubeDep, d: DbDep) -
     return session_view(created, [])
 
 
-@router.get("")
+@router.get("", response_model=S.SessionList)
 async def list_sessions(_: Admin, k: KubeDep) -> dict[str, Any]:
     items = await k.list("sessions")
     return {"sessions": [session_view(s) for s in sorted(items, key=lambda s: s["metadata"]["name"])]}
 
 
-@router.get("/{ref}")
+@router.get("/{ref}", response_model=S.SessionView)
 async def read_session(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
     s = await get_session(k, ref)
     return session_view(s, await session_turns(k, ref))
 
 
-@router.delete("/{ref}", status_code=202)
+@router.delete("/{ref}", status_code=202, response_model=S.Deleted)
 async def delete_session(ref: str, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     await get_session(k, ref)
     await k.delete("sessions", ref)
@@ -119,7 +121,7 @@ async def delete_session(ref: str, who: Admin, k: KubeDep, d: DbDep) -> dict[str
     return {"deleted": ref}
 
 
-@router.post("/{ref}/messages", status_code=202)
+@router.post("/{ref}/messages", status_code=202, response_model=S.SendAnswer)
 async def send_message(
     ref: str, body: Message, who: Admin, request: Request, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
@@ -155,14 +157,14 @@ async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message:
     return {"turn": turn_view(t) if t else {"name": turn}, "kind": "turn"}
 
 
-@router.get("/{ref}/turns")
+@router.get("/{ref}/turns", response_model=S.TurnList)
 async def list_turns(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
     await get_session(k, ref)
     turns = sorted(await session_turns(k, ref), key=lambda t: int(t["spec"].get("index", 0)))
     return {"turns": [turn_view(t) for t in turns]}
 
 
-@router.get("/{ref}/turns/{n}")
+@router.get("/{ref}/turns/{n}", response_model=S.TurnView)
 async def read_turn(
     ref: str, n: Annotated[int, Path(ge=1, le=TURN_MAX)], _: Admin, k: KubeDep
 ) -> dict[str, Any]:
@@ -173,7 +175,7 @@ async def read_turn(
     return turn_view(t)
 
 
-@router.get("/{ref}/events")
+@router.get("/{ref}/events", response_model=S.EventPage)
 async def read_events(
     ref: str,
     _: Admin,

@@ -29,12 +29,14 @@ from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES
 
 from . import names
+from . import schemas as S
 from .deps import Admin, DbDep, KubeDep, get_session, session_turns
 from .errors import api_error
 from .fields import MessageText
+from .routing import Route
 from .views import interrupt_view, item_state, steer_view
 
-router = APIRouter(prefix="/api/sessions", tags=["steering"])
+router = APIRouter(prefix="/api/sessions", tags=["steering"], route_class=Route)
 log = logging.getLogger("hangar.api.steering")
 
 WITHDRAW_WAIT = 20.0  # seconds a withdraw waits for the driver's verdict before answering 202
@@ -439,7 +441,7 @@ async def classify_in(
 
 
 # --- routes ----------------------------------------------------------------------------------------------
-@router.post("/{ref}/steer", status_code=202)
+@router.post("/{ref}/steer", status_code=202, response_model=S.SteerAnswer)
 async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Add a message to the running turn (Claude Code: with the next tool result; Codex: turn/steer)."""
     s = await get_session(k, ref)
@@ -448,7 +450,7 @@ async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> 
     return out
 
 
-@router.post("/{ref}/steers/{steer_id}/withdraw")
+@router.post("/{ref}/steers/{steer_id}/withdraw", responses=S.WITHDRAW_ANSWERS)
 async def withdraw(
     ref: str, steer_id: str, who: Admin, k: KubeDep, d: DbDep, request: Request
 ) -> JSONResponse:
@@ -459,7 +461,7 @@ async def withdraw(
     return resp
 
 
-@router.post("/{ref}/interrupt", status_code=202)
+@router.post("/{ref}/interrupt", status_code=202, response_model=S.InterruptAnswer)
 async def interrupt(
     ref: str,
     who: Admin,
@@ -476,7 +478,7 @@ async def interrupt(
     return out
 
 
-@router.post("/{ref}/steers/{steer_id}/class")
+@router.post("/{ref}/steers/{steer_id}/class", response_model=S.ClassAnswer)
 async def classify_steer(
     ref: str, steer_id: str, body: ClassBody, who: Admin, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
