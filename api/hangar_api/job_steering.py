@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, HTTPException, Path, Request
+from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from hangar.kube import ApiException, Kube, Obj
 
 from . import schemas as S
 from . import steering
-from .deps import TURN_MAX, DbDep, KubeDep
+from .deps import DbDep, KubeDep
 from .errors import api_error
 from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state, job_turns, refuse_final
 from .routing import Route
@@ -158,7 +158,7 @@ async def classify_steer(
 @router.post("/{job_id}/turns/{n}/class", response_model=S.JobTurnClassAnswer)
 async def classify_turn(
     job_id: str,
-    n: Annotated[int, Path(ge=1, le=TURN_MAX)],
+    n: int,
     body: steering.ClassBody,
     who: JobsCaller,
     k: KubeDep,

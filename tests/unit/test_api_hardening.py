@@ -115,10 +115,12 @@ def test_since_is_bounded(rig: ApiRig) -> None:
     assert r.json()["events"] == []
 
 
-def test_a_turn_index_out_of_range_is_422(rig: ApiRig) -> None:
+def test_a_turn_index_out_of_range_is_404_and_not_a_number_422(rig: ApiRig) -> None:
     assert new_session(rig).status_code == 201
     for n in ("0", "-1", str(10**7), str(2**70)):
-        assert rig.get(f"/api/sessions/s1/turns/{n}").status_code == 422
+        assert rig.get(f"/api/sessions/s1/turns/{n}").status_code == 404, n
+    for n in ("x", "1.5", "NaN", "%00"):
+        assert rig.get(f"/api/sessions/s1/turns/{n}").status_code == 422, n
 
 
 def test_a_model_id_is_limited_in_bytes(rig: ApiRig) -> None:
