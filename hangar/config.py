@@ -235,6 +235,13 @@ class Settings(BaseSettings):
         gt=0,
         le=100000,
     )
+    api_withdraw_wait: float = setting(
+        20.0,
+        "HANGAR_API_WITHDRAW_WAIT_SECONDS",
+        "Seconds a withdraw waits for the sandbox's verdict before it answers 202 (asked, not yet answered).",
+        gt=0,
+        le=300,
+    )
     api_write_burst: int = setting(
         200,
         "HANGAR_API_WRITE_BURST",

@@ -25,6 +25,7 @@ from . import schemas as S
 from .auth import Caller
 from .deps import Admin, DbDep, KubeDep, get_session
 from .errors import api_error
+from .names import ApprovalId, SessionRef
 from .routing import Route
 
 router = APIRouter(prefix="/api/sessions", tags=["approvals"], route_class=Route)
@@ -126,7 +127,7 @@ def refusal(a: Obj) -> str | None:
 
 @router.get("/{ref}/approvals", response_model=S.SessionApprovals)
 async def list_approvals(
-    ref: str, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    ref: SessionRef, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> dict[str, Any]:
     """The running turn's policy (else the session's), the approvals the agent waits on, and recent ones."""
     s = await get_session(k, ref)
@@ -162,14 +163,14 @@ async def approval_in(k: Kube, sessions: Collection[str], approval: str, where: 
 
 
 @router.get("/{ref}/approvals/{approval}", response_model=S.ApprovalView)
-async def read_approval(ref: str, approval: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+async def read_approval(ref: SessionRef, approval: ApprovalId, _: Admin, k: KubeDep) -> dict[str, Any]:
     await get_session(k, ref)
     return approval_view(await get_approval(k, ref, approval))
 
 
 @router.post("/{ref}/approvals/{approval}", response_model=S.ApprovalView)
 async def decide_approval(
-    ref: str, approval: str, body: DecisionBody, who: Admin, k: KubeDep, d: DbDep
+    ref: SessionRef, approval: ApprovalId, body: DecisionBody, who: Admin, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Decide a pending approval: allow, deny (the message reaches the agent) or allow_always (calls like
     this one for the rest of the turn). 409 when it can't take a decision any more; nothing changes then."""

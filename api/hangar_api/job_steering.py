@@ -16,6 +16,7 @@ from . import steering
 from .deps import DbDep, KubeDep
 from .errors import api_error
 from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state, job_turns, refuse_final
+from .names import JobId, SteerId
 from .routing import Route
 from .views import turn_view
 
@@ -65,7 +66,7 @@ def _fanned(kind: str, results: list[dict[str, Any]], errors: list[dict[str, Any
 
 @router.post("/{job_id}/steer", status_code=202, response_model=S.JobSteerAnswer)
 async def steer(
-    job_id: str, body: steering.SteerBody, who: JobsCaller, k: KubeDep, d: DbDep
+    job_id: JobId, body: steering.SteerBody, who: JobsCaller, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Add a message to the running turn of every attempt that has one."""
     j = await get_job(k, who, job_id)
@@ -93,7 +94,7 @@ async def steer(
 
 @router.post("/{job_id}/steers/{steer_id}/withdraw", responses=S.WITHDRAW_ANSWERS)
 async def withdraw(
-    job_id: str, steer_id: str, who: JobsCaller, k: KubeDep, d: DbDep, request: Request
+    job_id: JobId, steer_id: SteerId, who: JobsCaller, k: KubeDep, d: DbDep, request: Request
 ) -> JSONResponse:
     """Take back a steer still sending (200); once the agent has it, 409; the sandbox silent, 202."""
     j = await get_job(k, who, job_id)
@@ -107,7 +108,7 @@ async def withdraw(
 
 @router.post("/{job_id}/interrupt", status_code=202, response_model=S.JobInterruptAnswer)
 async def interrupt(
-    job_id: str,
+    job_id: JobId,
     who: JobsCaller,
     k: KubeDep,
     d: DbDep,
@@ -145,7 +146,7 @@ async def interrupt(
 
 @router.post("/{job_id}/steers/{steer_id}/class", response_model=S.ClassAnswer)
 async def classify_steer(
-    job_id: str, steer_id: str, body: steering.ClassBody, who: JobsCaller, k: KubeDep, d: DbDep
+    job_id: JobId, steer_id: SteerId, body: steering.ClassBody, who: JobsCaller, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Say what a steer (or an interrupt) of one of the job's attempts was."""
     j = await get_job(k, who, job_id)
@@ -157,7 +158,7 @@ async def classify_steer(
 
 @router.post("/{job_id}/turns/{n}/class", response_model=S.JobTurnClassAnswer)
 async def classify_turn(
-    job_id: str,
+    job_id: JobId,
     n: int,
     body: steering.ClassBody,
     who: JobsCaller,

@@ -43,6 +43,7 @@ from .job_attempts import (
     no_job,
     refuse_final,
 )
+from .names import JobId
 from .routing import Route
 from .views import job_view
 
@@ -154,13 +155,13 @@ async def list_jobs(who: JobsCaller, k: KubeDep) -> dict[str, Any]:
 
 
 @router.get("/{job_id}", response_model=S.JobView)
-async def read_job(job_id: str, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
+async def read_job(job_id: JobId, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
     j = await get_job(k, who, job_id)
     return job_view(j, await job_turns(k, j, await attempt_sessions(k, j)))
 
 
 @router.post("/{job_id}/cancel", status_code=202, response_model=S.JobView)
-async def cancel_job(job_id: str, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
+async def cancel_job(job_id: JobId, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Cancel: the operator stops the attempts and the job ends ``cancelled``."""
     for _ in range(5):
         j = await get_job(k, who, job_id)
@@ -190,7 +191,7 @@ async def cancel_job(job_id: str, who: JobsCaller, k: KubeDep, d: DbDep) -> dict
 
 
 @router.post("/{job_id}/follow_up", status_code=202, response_model=S.FollowUpAnswer)
-async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
+async def follow_up(job_id: JobId, body: FollowUp, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """A new turn on each attempt that has not failed, in the same conversation. On an attempt whose
     Claude Code or Codex turn is running it is a steer instead (as a message to a busy session is)."""
     j = await get_job(k, who, job_id)
@@ -250,7 +251,7 @@ async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d:
 
 @router.get("/{job_id}/events", response_model=S.EventPage)
 async def read_events(
-    job_id: str,
+    job_id: JobId,
     who: JobsCaller,
     k: KubeDep,
     d: DbDep,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Path
 from pydantic import Field
 
 from hangar.models.base import NAME_MAX, NAME_PATTERN
@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[str, int]] = {
     "environment": (DNS_LABEL, DNS_LABEL_MAX),
     "steer": (ITEM_ID, 64),
 }
+EXAMPLES = {"environment": ["default"], "session": ["demo"], "job": ["demo-job"]}
 _COMPILED = {kind: (re.compile(p), n) for kind, (p, n) in KINDS.items()}
 SHOWN_MAX = 64
 
@@ -73,7 +74,23 @@ def check_body(kind: str, value: str) -> str:
 def body_field(kind: str, description: str = "") -> Any:
     """The pydantic ``Field`` of a ``kind`` name in a request body (422 on anything else)."""
     pattern, longest = KINDS[kind]
-    return Field(min_length=1, max_length=longest, pattern=pattern, description=description)
+    return Field(
+        min_length=1,
+        max_length=longest,
+        pattern=pattern,
+        description=description,
+        examples=EXAMPLES.get(kind),
+    )
 
 
 EnvironmentName = Annotated[str, body_field("environment", "An Environment's name (a DNS label)")]
+
+
+# Path parameters: described, with an example (the fuzzer's examples phase and /docs use them); no pattern
+# here, so a name that can't be one is the route's 404, not a validation 422.
+SessionRef = Annotated[str, Path(description="A session's name", examples=["demo"])]
+JobId = Annotated[str, Path(description="A job's id (its name)", examples=["demo-job"])]
+ApprovalId = Annotated[str, Path(description="An approval's id (ap-<12 hex>)", examples=["ap-0123456789ab"])]
+SteerId = Annotated[
+    str, Path(description="A steer's or interrupt's id (st-…, in-…)", examples=["st-0123456789ab"])
+]

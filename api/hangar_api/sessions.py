@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube
@@ -18,6 +18,7 @@ from .auth import Caller
 from .deps import SEQ_MAX, TURN_MAX, Admin, DbDep, KubeDep, events_page, get_session, session_turns
 from .errors import api_error
 from .fields import EnvironmentName, MessageText, ModelId
+from .names import SessionRef
 from .routing import Route
 from .views import session_view, turn_view
 
@@ -80,7 +81,7 @@ async def _create(k: Kube, name: str, spec: dict[str, Any], who: Caller) -> dict
 
 
 @router.post("/{ref}/fork", status_code=201, response_model=S.SessionView)
-async def fork_session(ref: str, body: Fork, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+async def fork_session(ref: SessionRef, body: Fork, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """A new session that starts from this one: its conversation, a clone of its workspace, its policy
     and its taint. The operator takes them from the parent (``spec.forkOf``), as for a kubectl fork."""
     parent = await get_session(k, ref)
@@ -108,13 +109,18 @@ async def list_sessions(_: Admin, k: KubeDep) -> dict[str, Any]:
 
 
 @router.get("/{ref}", response_model=S.SessionView)
-async def read_session(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+async def read_session(ref: SessionRef, _: Admin, k: KubeDep) -> dict[str, Any]:
     s = await get_session(k, ref)
     return session_view(s, await session_turns(k, ref))
 
 
 @router.delete("/{ref}", status_code=202, response_model=S.Deleted)
-async def delete_session(ref: str, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+async def delete_session(
+    ref: Annotated[str, Path(description="A session's name", examples=["old-demo"])],
+    who: Admin,
+    k: KubeDep,
+    d: DbDep,
+) -> dict[str, Any]:
     await get_session(k, ref)
     await k.delete("sessions", ref)
     await d.audit(who.subject, "session.delete", ref)
@@ -123,7 +129,7 @@ async def delete_session(ref: str, who: Admin, k: KubeDep, d: DbDep) -> dict[str
 
 @router.post("/{ref}/messages", status_code=202, response_model=S.SendAnswer)
 async def send_message(
-    ref: str, body: Message, who: Admin, request: Request, k: KubeDep, d: DbDep
+    ref: SessionRef, body: Message, who: Admin, request: Request, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Starts a turn when the session is idle. While a Claude Code or Codex turn runs, the message steers
     it (``kind: steer``; it starts the next turn if that turn ends first). On a busy one-shot session the
@@ -158,14 +164,14 @@ async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message:
 
 
 @router.get("/{ref}/turns", response_model=S.TurnList)
-async def list_turns(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+async def list_turns(ref: SessionRef, _: Admin, k: KubeDep) -> dict[str, Any]:
     await get_session(k, ref)
     turns = sorted(await session_turns(k, ref), key=lambda t: int(t["spec"].get("index", 0)))
     return {"turns": [turn_view(t) for t in turns]}
 
 
 @router.get("/{ref}/turns/{n}", response_model=S.TurnView)
-async def read_turn(ref: str, n: int, _: Admin, k: KubeDep) -> dict[str, Any]:
+async def read_turn(ref: SessionRef, n: int, _: Admin, k: KubeDep) -> dict[str, Any]:
     await get_session(k, ref)
     t = await k.get("turns", f"{ref}-{n}") if 1 <= n <= TURN_MAX else None
     if t is None or t["spec"].get("session") != ref:
@@ -175,7 +181,7 @@ async def read_turn(ref: str, n: int, _: Admin, k: KubeDep) -> dict[str, Any]:
 
 @router.get("/{ref}/events", response_model=S.EventPage)
 async def read_events(
-    ref: str,
+    ref: SessionRef,
     _: Admin,
     k: KubeDep,
     d: DbDep,

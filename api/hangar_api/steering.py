@@ -33,13 +33,12 @@ from . import schemas as S
 from .deps import Admin, DbDep, KubeDep, get_session, session_turns
 from .errors import api_error
 from .fields import MessageText
+from .names import SessionRef, SteerId
 from .routing import Route
 from .views import interrupt_view, item_state, steer_view
 
 router = APIRouter(prefix="/api/sessions", tags=["steering"], route_class=Route)
 log = logging.getLogger("hangar.api.steering")
-
-WITHDRAW_WAIT = 20.0  # seconds a withdraw waits for the driver's verdict before answering 202
 
 
 class SteerBody(BaseModel):
@@ -154,8 +153,9 @@ class TurnWatch:
     subscriptions, ``hangar_api/mcp/subscriptions.py``). One watch, not one per request: a burst of
     withdraws on one busy turn would otherwise have the apiserver send every change of it to each."""
 
-    def __init__(self, k: Kube) -> None:
+    def __init__(self, k: Kube, withdraw_wait: float = 20.0) -> None:
         self.k = k
+        self.withdraw_wait = withdraw_wait  # seconds a withdraw waits for the driver's verdict, then 202
         self.waiters: dict[str, list[tuple[Callable[[Obj], bool], asyncio.Future[Obj]]]] = {}
         self.listeners: list[Callable[[Obj], None]] = []
         self.task: asyncio.Task[None] | None = None
@@ -236,7 +236,7 @@ def turn_watch_of(state: Any) -> TurnWatch:
     """The app's one Turn watch (made on first use; started by its first waiter or listener)."""
     w: TurnWatch | None = getattr(state, "turn_watch", None)
     if w is None:
-        w = state.turn_watch = TurnWatch(state.kube)
+        w = state.turn_watch = TurnWatch(state.kube, state.settings.api_withdraw_wait)
     return w
 
 
@@ -329,7 +329,7 @@ async def withdraw_steer(k: Kube, watcher: TurnWatch, turn: Obj, index: int, sid
         st = item_state(t, "steers", sid)
         return st.get("status", "sending") != "sending" or st.get("withdraw") in ("withdrawn", "too_late")
 
-    turn = await watcher.wait(turn, decided, WITHDRAW_WAIT)
+    turn = await watcher.wait(turn, decided, watcher.withdraw_wait)
     req = turn["spec"]["steers"][index]
     view = steer_view(turn, req)
     if view["status"] == "cancelled":
@@ -442,7 +442,7 @@ async def classify_in(
 
 # --- routes ----------------------------------------------------------------------------------------------
 @router.post("/{ref}/steer", status_code=202, response_model=S.SteerAnswer)
-async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+async def steer(ref: SessionRef, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Add a message to the running turn (Claude Code: with the next tool result; Codex: turn/steer)."""
     s = await get_session(k, ref)
     out = await steer_session(k, s, body.message, who.subject)
@@ -452,7 +452,7 @@ async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> 
 
 @router.post("/{ref}/steers/{steer_id}/withdraw", responses=S.WITHDRAW_ANSWERS)
 async def withdraw(
-    ref: str, steer_id: str, who: Admin, k: KubeDep, d: DbDep, request: Request
+    ref: SessionRef, steer_id: SteerId, who: Admin, k: KubeDep, d: DbDep, request: Request
 ) -> JSONResponse:
     """Take back a steer that is still sending (200, status cancelled); once the agent has it, 409."""
     s = await get_session(k, ref)
@@ -463,7 +463,7 @@ async def withdraw(
 
 @router.post("/{ref}/interrupt", status_code=202, response_model=S.InterruptAnswer)
 async def interrupt(
-    ref: str,
+    ref: SessionRef,
     who: Admin,
     k: KubeDep,
     d: DbDep,
@@ -480,7 +480,7 @@ async def interrupt(
 
 @router.post("/{ref}/steers/{steer_id}/class", response_model=S.ClassAnswer)
 async def classify_steer(
-    ref: str, steer_id: str, body: ClassBody, who: Admin, k: KubeDep, d: DbDep
+    ref: SessionRef, steer_id: SteerId, body: ClassBody, who: Admin, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Say what a steer (or an interrupt) was: correction, redirect or new_info."""
     s = await get_session(k, ref)
