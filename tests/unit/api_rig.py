@@ -65,7 +65,7 @@ class ApiRig:
 
 
 @contextmanager
-def api_rig(tmp_path: Path, **settings: Any) -> Iterator[ApiRig]:
+def api_rig(tmp_path: Path, kube: FakeKube | None = None, **settings: Any) -> Iterator[ApiRig]:
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(
         json.dumps(
@@ -78,7 +78,7 @@ def api_rig(tmp_path: Path, **settings: Any) -> Iterator[ApiRig]:
     )
     url = f"sqlite:///{tmp_path / 'api.db'}"
     s = load(api_tokens_file=tokens, database_url=url, **settings)
-    kube = FakeKube()
+    kube = kube or FakeKube()
     app = create_app(s, kube=kube)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield ApiRig(client, kube, url)

@@ -60,8 +60,21 @@ def test_an_environment_that_is_not_a_name_is_422_before_the_apiserver_is_asked(
 
 
 @pytest.mark.parametrize("approval", ["%25", "%2e", "%2e%2e", "a%2Fb", "AP-1", "x" * 300])
-def test_an_approval_id_that_is_not_a_name_is_404(rig: ApiRig, approval: str) -> None:
-    assert new_session(rig).status_code == 201
+def test_an_approval_id_that_is_not_a_name_is_404_before_the_apiserver_is_asked(
+    tmp_path: Path, approval: str
+) -> None:
+    kube = CountingKube()
+    with api_rig(tmp_path, kube=kube) as rig:
+        rig.env()
+        assert new_session(rig).status_code == 201
+        assert (
+            rig.post("/api/jobs", {"prompt": "p", "environment": "default", "name": "j1"}).status_code == 201
+        )
+        check_approval_refs(rig, approval)
+        assert ("get", "approvals") not in kube.reads, "a refused approval id reached the apiserver"
+
+
+def check_approval_refs(rig: ApiRig, approval: str) -> None:
     for path in (f"/api/sessions/s1/approvals/{approval}", f"/api/jobs/j1/approvals/{approval}"):
         r = rig.get(path)
         assert r.status_code == 404, (path, r.text)
