@@ -48,7 +48,9 @@ async def events_page(d: Database, scope: str, since: int, limit: int, response:
     events = await d.events(scope, since, limit)
     last = events[-1].seq if events else since
     response.headers["X-Hangar-Last-Seq"] = str(last)
-    return {"events": [e.dump() for e in events], "last_seq": last}
+    # The event's own keys win over its payload's (a driver's payload is the sandbox's to fill).
+    page = [{**e.dump(), "seq": e.seq, "turn": e.turn, "kind": e.kind, "at": e.at} for e in events]
+    return {"events": page, "last_seq": last}
 
 
 def reason(e: ApiException) -> str:
