@@ -226,6 +226,36 @@ class Settings(BaseSettings):
         "HANGAR_MCP_ALLOWED_HOSTS",
         "Comma-separated Host values for the MCP server's DNS-rebinding check; unset: off.",
     )
+    # --- the api's limits (docs/limits.md) -------------------------------------------------------------
+    api_body_max: int = setting(
+        1048576,
+        "HANGAR_API_BODY_MAX_BYTES",
+        "Largest REST request body, in bytes; a larger one is refused (413) without being read.",
+        ge=1024,
+        le=16777216,
+    )
+    api_write_rate: float = setting(
+        20.0,
+        "HANGAR_API_WRITE_RATE",
+        "Writes (POST, PUT, PATCH, DELETE) a second each token earns back on the REST routes; past its "
+        "burst a write is refused (429, Retry-After).",
+        gt=0,
+        le=100000,
+    )
+    api_withdraw_wait: float = setting(
+        20.0,
+        "HANGAR_API_WITHDRAW_WAIT_SECONDS",
+        "Seconds a withdraw waits for the sandbox's verdict before it answers 202 (asked, not yet answered).",
+        gt=0,
+        le=300,
+    )
+    api_write_burst: int = setting(
+        200,
+        "HANGAR_API_WRITE_BURST",
+        "Writes a token may make at once before HANGAR_API_WRITE_RATE applies.",
+        ge=1,
+        le=100000,
+    )
     # --- governance by Tower (spec 002) -----------------------------------------------------------------
     governance: GovernanceMode = setting(
         "off",

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.responses import Response
 
@@ -17,8 +17,10 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import approvals, governance, job_approvals, job_steering, jobs, mcp, sessions, steering
+from . import approvals, errors, governance, job_approvals, job_steering, jobs, mcp, sessions, steering
 from .auth import Tokens
+from .guard import Guard
+from .ratelimit import RateLimiter
 
 log = logging.getLogger("hangar.api")
 
@@ -34,16 +36,15 @@ class TurnFactory:
         return await create_turn(self.kube, session, message, by=by)
 
 
-def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
+def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube | None = None) -> FastAPI:
     """The app. Raises :class:`hangar.config.SettingsError` at once (not when it starts serving) when the
-    tokens are not right."""
+    tokens are not right. ``kube``: use this one instead of connecting (the unit tier's fake)."""
     tokens = Tokens.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.kube = await Kube.connect(kubeconfig, settings.namespace)
+        app.state.kube = kube if kube is not None else await Kube.connect(kubeconfig, settings.namespace)
         app.state.db = await open_database(settings.database_url)
-        app.state.tokens = tokens
         app.state.turns = TurnFactory(app.state.kube)
         app.state.governance = _governance(settings, app.state.kube, app.state.db)
         app.state.ready = True
@@ -66,6 +67,9 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.ready = False
+    app.state.tokens = tokens
+    app.state.body_max = settings.api_body_max
+    app.state.rate_limiter = RateLimiter(settings.api_write_rate, settings.api_write_burst)
     app.include_router(sessions.router)
     app.include_router(approvals.router)
     app.include_router(steering.router)
@@ -75,6 +79,8 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     app.include_router(governance.router)
     app.state.settings = settings
     mcp_server = mcp.mount(app)
+    errors.install(app)
+    app.add_middleware(Guard)  # inside the metrics middleware below, so its refusals are counted
 
     @app.middleware("http")
     async def metrics_mw(request: Request, call_next: Any) -> Response:
@@ -97,11 +103,6 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
     return app
 

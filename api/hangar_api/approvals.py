@@ -17,19 +17,27 @@ from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import GROUP, VERSION
+from hangar.models.base import utf8_max
 from hangar.store import Database
 
+from . import names
+from . import schemas as S
 from .auth import Caller
 from .deps import Admin, DbDep, KubeDep, get_session
+from .errors import api_error
+from .names import ApprovalId, SessionRef
+from .routing import Route
 
-router = APIRouter(prefix="/api/sessions", tags=["approvals"])
+router = APIRouter(prefix="/api/sessions", tags=["approvals"], route_class=Route)
 
 MESSAGE_MAX = 8192
 
 
 class DecisionBody(BaseModel):
     decision: Literal["allow", "deny", "allow_always"]
-    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    message: Annotated[str, Field(max_length=MESSAGE_MAX), utf8_max(MESSAGE_MAX)] | None = Field(
+        default=None, description=f"What the agent is told (at most {MESSAGE_MAX} bytes in UTF-8)"
+    )
 
 
 def approval_view(a: Obj) -> dict[str, Any]:
@@ -117,9 +125,9 @@ def refusal(a: Obj) -> str | None:
     return f"approval {name} is not pending"
 
 
-@router.get("/{ref}/approvals")
+@router.get("/{ref}/approvals", response_model=S.SessionApprovals)
 async def list_approvals(
-    ref: str, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    ref: SessionRef, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> dict[str, Any]:
     """The running turn's policy (else the session's), the approvals the agent waits on, and recent ones."""
     s = await get_session(k, ref)
@@ -144,25 +152,25 @@ async def get_approval(k: Kube, ref: str, approval: str) -> Obj:
 
 async def approval_in(k: Kube, sessions: Collection[str], approval: str, where: str) -> Obj:
     """Approval ``approval`` if one of ``sessions`` requested it, else 404 naming ``where``."""
-    a = await k.get("approvals", approval) if len(approval) <= 253 else None
+    a = await k.get("approvals", approval) if names.valid("approval", approval) else None
     if (
         a is None
         or (a.get("spec") or {}).get("session") not in sessions
         or not (a.get("status") or {}).get("phase")
     ):
-        raise HTTPException(404, f"{where} has no approval {approval!r}")
+        raise HTTPException(404, f"{where} has no approval {names.shown(approval)}")
     return a
 
 
-@router.get("/{ref}/approvals/{approval}")
-async def read_approval(ref: str, approval: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+@router.get("/{ref}/approvals/{approval}", response_model=S.ApprovalView)
+async def read_approval(ref: SessionRef, approval: ApprovalId, _: Admin, k: KubeDep) -> dict[str, Any]:
     await get_session(k, ref)
     return approval_view(await get_approval(k, ref, approval))
 
 
-@router.post("/{ref}/approvals/{approval}")
+@router.post("/{ref}/approvals/{approval}", response_model=S.ApprovalView)
 async def decide_approval(
-    ref: str, approval: str, body: DecisionBody, who: Admin, k: KubeDep, d: DbDep
+    ref: SessionRef, approval: ApprovalId, body: DecisionBody, who: Admin, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Decide a pending approval: allow, deny (the message reaches the agent) or allow_always (calls like
     this one for the rest of the turn). 409 when it can't take a decision any more; nothing changes then."""
@@ -209,8 +217,8 @@ async def decide(
                 # The apiserver's decide-once rule: it left Pending in between.
                 raise HTTPException(409, f"approval {approval} is no longer pending") from None
             if e.status == 404:
-                raise HTTPException(404, f"{where} has no approval {approval!r}") from None
-            raise
+                raise HTTPException(404, f"{where} has no approval {names.shown(approval)}") from None
+            raise api_error(e, f"approval {approval} can't be decided") from None
         audit.setdefault("session", (a.get("spec") or {}).get("session"))
         await d.audit(who.subject, "approval.decide", approval, decision=body.decision, **audit)
         return approval_view(out)

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Request, Security
+from fastapi.security import HTTPBearer
 
 from hangar.config import Settings, SettingsError
 
@@ -100,15 +101,24 @@ def _read_tokens_file(path: Path) -> list[tuple[str, Caller]]:
     return out
 
 
-def caller(request: Request) -> Caller:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    tokens: Tokens = request.app.state.tokens
-    found = tokens.lookup(token.strip())
-    if found is None:
-        raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+BEARER = HTTPBearer(
+    auto_error=False,
+    description="A hangar API token (HANGAR_API_TOKENS_FILE or HANGAR_ADMIN_TOKEN): admin, jobs or mcp",
+)
+
+
+def caller(request: Request, _: Any = Security(BEARER)) -> Caller:
+    """The caller the guard authenticated before the body was read (``hangar_api/guard.py``); the
+    ``Security`` parameter declares the bearer scheme in the OpenAPI document."""
+    found: Caller | None = request.scope.get("hangar.caller")
+    if found is None:  # a route the guard does not cover: look the token up here, as it would
+        scheme, _s, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+        tokens: Tokens = request.app.state.tokens
+        found = tokens.lookup(token.strip())
+        if found is None:
+            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
     return found
 
 

@@ -4,17 +4,16 @@ turns, a page of events, the apiserver's reason for a refusal. Its own module so
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, Response
 
 from hangar.kube import ApiException, Kube
-from hangar.models.base import NAME_MAX, NAME_PATTERN
 from hangar.store import Database
 
+from . import names
 from .auth import Caller, admin
+from .errors import apiserver_reason
 
 
 def kube(request: Request) -> Kube:
@@ -33,11 +32,10 @@ DbDep = Annotated[Database, Depends(db)]
 
 
 async def get_session(k: Kube, ref: str) -> dict[str, Any]:
-    if not re.fullmatch(NAME_PATTERN, ref) or len(ref) > NAME_MAX:
-        raise HTTPException(404, f"no session {ref!r}")
+    names.check_path("session", ref)
     s = await k.get("sessions", ref)
     if s is None or s["metadata"].get("deletionTimestamp"):
-        raise HTTPException(404, f"no session {ref!r}")
+        raise HTTPException(404, f"no session {names.shown(ref)}")
     return s
 
 
@@ -50,12 +48,17 @@ async def events_page(d: Database, scope: str, since: int, limit: int, response:
     events = await d.events(scope, since, limit)
     last = events[-1].seq if events else since
     response.headers["X-Hangar-Last-Seq"] = str(last)
-    return {"events": [e.dump() for e in events], "last_seq": last}
+    # The event's own keys win over its payload's (a driver's payload is the sandbox's to fill).
+    page = [{**e.dump(), "seq": e.seq, "turn": e.turn, "kind": e.kind, "at": e.at} for e in events]
+    return {"events": page, "last_seq": last}
 
 
 def reason(e: ApiException) -> str:
     """The apiserver's own words for a refusal (a CEL rule's message, a schema error)."""
-    try:
-        return str(json.loads(e.body or b"{}").get("message", e.reason))
-    except Exception:
-        return str(e.reason)
+    return apiserver_reason(e)
+
+
+# ``?since=``: a sequence number; the store's columns are 64-bit.
+SEQ_MAX = 2**63 - 1
+# A turn's index in a URL: more than any session runs, few enough digits to stay a valid name.
+TURN_MAX = 10**6

@@ -35,6 +35,9 @@ from hangar.models import labels as L
 from hangar.models.base import NAME_MAX, NAME_PATTERN
 from hangar.store import Database
 
+from .errors import Problem
+from .schemas import GovernanceAnswer
+
 __all__ = ["Governance", "TowerClient", "WebhookSecrets", "router"]
 
 log = logging.getLogger("hangar.api.governance")
@@ -127,13 +130,19 @@ async def _refuse(g: Governance, request: Request, status: int, reason: str) -> 
 
 @router.post(
     "/api/governance/events",
+    response_model=GovernanceAnswer,
     responses={
         200: {"description": "Accepted, or ignored (a duplicate, or a run hangar does not have)"},
-        400: {"description": "Not an event, or X-AW-Event-Id is not the body's id"},
-        401: {"description": "Missing, wrong or stale signature"},
-        404: {"description": "Governance is off"},
-        413: {"description": "Body over the limit"},
-        503: {"description": "The webhook secret is not stored, or Tower could not be asked"},
+        400: {"model": Problem, "description": "Not an event, or X-AW-Event-Id is not the body's id"},
+        401: {"model": Problem, "description": "Missing, wrong or stale signature"},
+        404: {"model": Problem, "description": "Governance is off"},
+        409: {"model": Problem, "description": "The run's resources changed meanwhile; Tower retries"},
+        413: {"model": Problem, "description": "Body over the limit"},
+        422: {"model": Problem, "description": "The apiserver refused what the event asked for"},
+        503: {
+            "model": Problem,
+            "description": "The webhook secret is not stored, or Tower could not be asked",
+        },
     },
 )
 async def governance_events(request: Request) -> JSONResponse:

@@ -9,16 +9,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from . import approvals as ap
+from . import schemas as S
 from .deps import DbDep, KubeDep
 from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state
+from .names import ApprovalId, JobId
+from .routing import Route
 from .views import job_view
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 
 
-@router.get("/{job_id}/approvals")
+@router.get("/{job_id}/approvals", response_model=S.JobApprovals)
 async def list_approvals(
-    job_id: str, who: JobsCaller, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    job_id: JobId, who: JobsCaller, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> dict[str, Any]:
     """The job's policy, the approvals its attempts wait on, and recent ones, across all attempts."""
     j = await get_job(k, who, job_id)
@@ -48,16 +51,16 @@ async def list_approvals(
     }
 
 
-@router.get("/{job_id}/approvals/{approval}")
-async def read_approval(job_id: str, approval: str, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
+@router.get("/{job_id}/approvals/{approval}", response_model=S.ApprovalView)
+async def read_approval(job_id: JobId, approval: ApprovalId, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
     j = await get_job(k, who, job_id)
     names = [s["metadata"]["name"] for s in await attempt_sessions(k, j)]
     return ap.approval_view(await ap.approval_in(k, names, approval, f"job {job_id!r}"))
 
 
-@router.post("/{job_id}/approvals/{approval}")
+@router.post("/{job_id}/approvals/{approval}", response_model=S.ApprovalView)
 async def decide_approval(
-    job_id: str, approval: str, body: ap.DecisionBody, who: JobsCaller, k: KubeDep, d: DbDep
+    job_id: JobId, approval: ApprovalId, body: ap.DecisionBody, who: JobsCaller, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Decide an approval one of the job's attempts waits on (404 if it is not the job's)."""
     j = await get_job(k, who, job_id)

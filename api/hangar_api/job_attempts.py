@@ -8,15 +8,14 @@ there); any other role gets 403 (:func:`hangar_api.auth.jobs_caller`).
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from fastapi import Depends, HTTPException
 
 from hangar.kube import Kube, Obj
-from hangar.models.base import NAME_PATTERN
-from hangar.models.job import JOB_FINAL, JOB_NAME_MAX, attempt_session
+from hangar.models.job import JOB_FINAL, attempt_session
 
+from . import names
 from .auth import Caller, jobs_caller, owns
 
 JobsCaller = Annotated[Caller, Depends(jobs_caller)]
@@ -24,12 +23,12 @@ JobsCaller = Annotated[Caller, Depends(jobs_caller)]
 
 # --- resolving a job and its attempts ----------------------------------------------------------------------
 def no_job(job_id: str) -> HTTPException:
-    return HTTPException(404, f"no job {job_id!r}")
+    return HTTPException(404, f"no job {names.shown(job_id)}")
 
 
 async def get_job(k: Kube, who: Caller, job_id: str) -> Obj:
     """The job, if ``who`` may see it. Someone else's job is a 404, like a missing one."""
-    if len(job_id) > JOB_NAME_MAX or not re.fullmatch(NAME_PATTERN, job_id):
+    if not names.valid("job", job_id):
         raise no_job(job_id)
     j = await k.get("jobs", job_id)
     if j is None or j["metadata"].get("deletionTimestamp"):

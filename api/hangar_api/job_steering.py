@@ -11,12 +11,16 @@ from fastapi.responses import JSONResponse
 
 from hangar.kube import ApiException, Kube, Obj
 
+from . import schemas as S
 from . import steering
 from .deps import DbDep, KubeDep
+from .errors import api_error
 from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state, job_turns, refuse_final
+from .names import JobId, SteerId
+from .routing import Route
 from .views import turn_view
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 
 
 async def _running(k: Kube, sessions: list[Obj]) -> list[tuple[Obj, Obj]]:
@@ -60,9 +64,9 @@ def _fanned(kind: str, results: list[dict[str, Any]], errors: list[dict[str, Any
     }
 
 
-@router.post("/{job_id}/steer", status_code=202)
+@router.post("/{job_id}/steer", status_code=202, response_model=S.JobSteerAnswer)
 async def steer(
-    job_id: str, body: steering.SteerBody, who: JobsCaller, k: KubeDep, d: DbDep
+    job_id: JobId, body: steering.SteerBody, who: JobsCaller, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Add a message to the running turn of every attempt that has one."""
     j = await get_job(k, who, job_id)
@@ -88,9 +92,9 @@ async def steer(
     return {"job": job_id, **_fanned("steer", results, errors)}
 
 
-@router.post("/{job_id}/steers/{steer_id}/withdraw")
+@router.post("/{job_id}/steers/{steer_id}/withdraw", responses=S.WITHDRAW_ANSWERS)
 async def withdraw(
-    job_id: str, steer_id: str, who: JobsCaller, k: KubeDep, d: DbDep, request: Request
+    job_id: JobId, steer_id: SteerId, who: JobsCaller, k: KubeDep, d: DbDep, request: Request
 ) -> JSONResponse:
     """Take back a steer still sending (200); once the agent has it, 409; the sandbox silent, 202."""
     j = await get_job(k, who, job_id)
@@ -102,9 +106,9 @@ async def withdraw(
     return resp
 
 
-@router.post("/{job_id}/interrupt", status_code=202)
+@router.post("/{job_id}/interrupt", status_code=202, response_model=S.JobInterruptAnswer)
 async def interrupt(
-    job_id: str,
+    job_id: JobId,
     who: JobsCaller,
     k: KubeDep,
     d: DbDep,
@@ -140,9 +144,9 @@ async def interrupt(
     return {"job": job_id, **_fanned("interrupt", results, errors)}
 
 
-@router.post("/{job_id}/steers/{steer_id}/class")
+@router.post("/{job_id}/steers/{steer_id}/class", response_model=S.ClassAnswer)
 async def classify_steer(
-    job_id: str, steer_id: str, body: steering.ClassBody, who: JobsCaller, k: KubeDep, d: DbDep
+    job_id: JobId, steer_id: SteerId, body: steering.ClassBody, who: JobsCaller, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Say what a steer (or an interrupt) of one of the job's attempts was."""
     j = await get_job(k, who, job_id)
@@ -152,9 +156,14 @@ async def classify_steer(
     return out
 
 
-@router.post("/{job_id}/turns/{n}/class")
+@router.post("/{job_id}/turns/{n}/class", response_model=S.JobTurnClassAnswer)
 async def classify_turn(
-    job_id: str, n: int, body: steering.ClassBody, who: JobsCaller, k: KubeDep, d: DbDep
+    job_id: JobId,
+    n: int,
+    body: steering.ClassBody,
+    who: JobsCaller,
+    k: KubeDep,
+    d: DbDep,
 ) -> dict[str, Any]:
     """Say what a follow-up was (``n``: the 1-based index in the job's ``turns``)."""
     j = await get_job(k, who, job_id)
@@ -182,7 +191,7 @@ async def classify_turn(
     except ApiException as e:
         if e.status == 409:
             raise HTTPException(409, f"turn {name} changed meanwhile: try again") from None
-        raise
+        raise api_error(e, f"turn {name} can't be classified") from None
     await d.append_event(
         f"session/{session}",
         "progress",

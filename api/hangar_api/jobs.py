@@ -25,12 +25,14 @@ from hangar.kube import ApiException
 from hangar.models import LIVE_HARNESSES
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.models.job import ATTEMPTS_MAX, JOB_FINAL, JOB_NAME_MAX, JobSpec, attempt_session
-from hangar.models.turn import MESSAGE_MAX
 from hangar.turns import create_turn
 
+from . import schemas as S
 from . import steering
 from .auth import owns
-from .deps import DbDep, KubeDep, events_page, reason
+from .deps import SEQ_MAX, DbDep, KubeDep, events_page
+from .errors import api_error
+from .fields import EnvironmentName, MessageText, ModelId
 from .job_attempts import (
     JobsCaller,
     attempt_sessions,
@@ -41,9 +43,11 @@ from .job_attempts import (
     no_job,
     refuse_final,
 )
+from .names import JobId
+from .routing import Route
 from .views import job_view
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 
 SteerClassGiven = Literal["correction", "redirect", "new_info"]
 
@@ -51,12 +55,12 @@ SteerClassGiven = Literal["correction", "redirect", "new_info"]
 class NewJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=MESSAGE_MAX, description="What the agent is to do")
-    environment: str = Field(min_length=1, max_length=253)
+    prompt: MessageText = Field(description="What the agent is to do")
+    environment: EnvironmentName
     repository: str = Field(default="", max_length=2048)
     base_branch: str = Field(default="main", min_length=1, max_length=255)
     harness: Harness = "claude"
-    model: str | None = Field(default=None, min_length=1, max_length=253)
+    model: ModelId | None = None
     approvals: ApprovalPolicy | None = Field(
         default=None, description="Overrides the environment's and the deployment's; every attempt keeps it"
     )
@@ -75,7 +79,7 @@ class NewJob(BaseModel):
 class FollowUp(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText
     klass: SteerClassGiven | None = Field(
         default=None,
         alias="class",
@@ -85,7 +89,7 @@ class FollowUp(BaseModel):
 
 
 # --- routes ------------------------------------------------------------------------------------------------
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=S.JobView)
 async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Submit a job. ``submitter`` is the caller; the operator starts ``attempts`` sessions ``<job>-a<i>``."""
     if await k.get("environments", body.environment) is None:
@@ -130,9 +134,7 @@ async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dic
     except ApiException as e:
         if e.status == 409:
             raise HTTPException(409, f"job {name!r} already exists: pick another name") from None
-        if e.status == 422:
-            raise HTTPException(422, reason(e)) from None
-        raise
+        raise api_error(e, f"job {name!r} can't be created") from None
     await d.audit(
         who.subject,
         "job.create",
@@ -144,7 +146,7 @@ async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dic
     return job_view(created, [])
 
 
-@router.get("")
+@router.get("", response_model=S.JobList)
 async def list_jobs(who: JobsCaller, k: KubeDep) -> dict[str, Any]:
     """Admins: every job; a jobs token: its own."""
     items = [j for j in await k.list("jobs") if owns(who, str((j.get("spec") or {}).get("submitter", "")))]
@@ -152,14 +154,14 @@ async def list_jobs(who: JobsCaller, k: KubeDep) -> dict[str, Any]:
     return {"jobs": [job_view(j) for j in items]}
 
 
-@router.get("/{job_id}")
-async def read_job(job_id: str, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
+@router.get("/{job_id}", response_model=S.JobView)
+async def read_job(job_id: JobId, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
     j = await get_job(k, who, job_id)
     return job_view(j, await job_turns(k, j, await attempt_sessions(k, j)))
 
 
-@router.post("/{job_id}/cancel", status_code=202)
-async def cancel_job(job_id: str, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
+@router.post("/{job_id}/cancel", status_code=202, response_model=S.JobView)
+async def cancel_job(job_id: JobId, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Cancel: the operator stops the attempts and the job ends ``cancelled``."""
     for _ in range(5):
         j = await get_job(k, who, job_id)
@@ -182,14 +184,14 @@ async def cancel_job(job_id: str, who: JobsCaller, k: KubeDep, d: DbDep) -> dict
                 continue  # the operator wrote its status meanwhile: look again
             if e.status == 404:
                 raise no_job(job_id) from None
-            raise
+            raise api_error(e, f"job {job_id!r} can't be cancelled") from None
         await d.audit(who.subject, "job.cancel", job_id, state=state)
         return job_view(updated)
     raise HTTPException(409, f"job {job_id!r} kept changing: try again")
 
 
-@router.post("/{job_id}/follow_up", status_code=202)
-async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
+@router.post("/{job_id}/follow_up", status_code=202, response_model=S.FollowUpAnswer)
+async def follow_up(job_id: JobId, body: FollowUp, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """A new turn on each attempt that has not failed, in the same conversation. On an attempt whose
     Claude Code or Codex turn is running it is a steer instead (as a message to a busy session is)."""
     j = await get_job(k, who, job_id)
@@ -247,14 +249,14 @@ async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d:
     }
 
 
-@router.get("/{job_id}/events")
+@router.get("/{job_id}/events", response_model=S.EventPage)
 async def read_events(
-    job_id: str,
+    job_id: JobId,
     who: JobsCaller,
     k: KubeDep,
     d: DbDep,
     response: Response,
-    since: Annotated[int, Query(ge=0)] = 0,
+    since: Annotated[int, Query(ge=0, le=SEQ_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     """The job's own events (state changes the operator recorded), numbered; read on with ``?since=``."""

@@ -5,43 +5,47 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube
 from hangar.models.base import LIVE_HARNESSES, NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
-from hangar.models.turn import MESSAGE_MAX
 from hangar.store import Database
 
+from . import schemas as S
 from . import steering
 from .auth import Caller
-from .deps import Admin, DbDep, KubeDep, events_page, get_session, reason, session_turns
+from .deps import SEQ_MAX, TURN_MAX, Admin, DbDep, KubeDep, events_page, get_session, session_turns
+from .errors import api_error
+from .fields import EnvironmentName, MessageText, ModelId
+from .names import SessionRef
+from .routing import Route
 from .views import session_view, turn_view
 
-router = APIRouter(prefix="/api/sessions", tags=["sessions"])
+router = APIRouter(prefix="/api/sessions", tags=["sessions"], route_class=Route)
 
 
 class NewSession(BaseModel):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-    environment: str = Field(min_length=1, max_length=253)
-    message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
+    environment: EnvironmentName
+    message: MessageText | None = None
     harness: Harness = "claude"
     approvals: ApprovalPolicy | None = None
-    model: str | None = None
+    model: ModelId | None = None
     tainted: bool = False
 
 
 class Message(BaseModel):
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText
 
 
 class Fork(BaseModel):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-    message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText | None = None
     approvals: ApprovalPolicy | None = Field(default=None, description="Overrides the parent's policy")
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=S.SessionView)
 async def create_session(body: NewSession, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     if await k.get("environments", body.environment) is None:
         raise HTTPException(
@@ -73,13 +77,11 @@ async def _create(k: Kube, name: str, spec: dict[str, Any], who: Caller) -> dict
     except ApiException as e:
         if e.status == 409:
             raise HTTPException(409, f"session {name!r} already exists") from None
-        if e.status == 422:
-            raise HTTPException(422, reason(e)) from None
-        raise
+        raise api_error(e, f"session {name!r} can't be created") from None
 
 
-@router.post("/{ref}/fork", status_code=201)
-async def fork_session(ref: str, body: Fork, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+@router.post("/{ref}/fork", status_code=201, response_model=S.SessionView)
+async def fork_session(ref: SessionRef, body: Fork, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """A new session that starts from this one: its conversation, a clone of its workspace, its policy
     and its taint. The operator takes them from the parent (``spec.forkOf``), as for a kubectl fork."""
     parent = await get_session(k, ref)
@@ -100,29 +102,34 @@ async def fork_session(ref: str, body: Fork, who: Admin, k: KubeDep, d: DbDep) -
     return session_view(created, [])
 
 
-@router.get("")
+@router.get("", response_model=S.SessionList)
 async def list_sessions(_: Admin, k: KubeDep) -> dict[str, Any]:
     items = await k.list("sessions")
     return {"sessions": [session_view(s) for s in sorted(items, key=lambda s: s["metadata"]["name"])]}
 
 
-@router.get("/{ref}")
-async def read_session(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+@router.get("/{ref}", response_model=S.SessionView)
+async def read_session(ref: SessionRef, _: Admin, k: KubeDep) -> dict[str, Any]:
     s = await get_session(k, ref)
     return session_view(s, await session_turns(k, ref))
 
 
-@router.delete("/{ref}", status_code=202)
-async def delete_session(ref: str, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+@router.delete("/{ref}", status_code=202, response_model=S.Deleted)
+async def delete_session(
+    ref: Annotated[str, Path(description="A session's name", examples=["old-demo"])],
+    who: Admin,
+    k: KubeDep,
+    d: DbDep,
+) -> dict[str, Any]:
     await get_session(k, ref)
     await k.delete("sessions", ref)
     await d.audit(who.subject, "session.delete", ref)
     return {"deleted": ref}
 
 
-@router.post("/{ref}/messages", status_code=202)
+@router.post("/{ref}/messages", status_code=202, response_model=S.SendAnswer)
 async def send_message(
-    ref: str, body: Message, who: Admin, request: Request, k: KubeDep, d: DbDep
+    ref: SessionRef, body: Message, who: Admin, request: Request, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Starts a turn when the session is idle. While a Claude Code or Codex turn runs, the message steers
     it (``kind: steer``; it starts the next turn if that turn ends first). On a busy one-shot session the
@@ -156,30 +163,30 @@ async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message:
     return {"turn": turn_view(t) if t else {"name": turn}, "kind": "turn"}
 
 
-@router.get("/{ref}/turns")
-async def list_turns(ref: str, _: Admin, k: KubeDep) -> dict[str, Any]:
+@router.get("/{ref}/turns", response_model=S.TurnList)
+async def list_turns(ref: SessionRef, _: Admin, k: KubeDep) -> dict[str, Any]:
     await get_session(k, ref)
     turns = sorted(await session_turns(k, ref), key=lambda t: int(t["spec"].get("index", 0)))
     return {"turns": [turn_view(t) for t in turns]}
 
 
-@router.get("/{ref}/turns/{n}")
-async def read_turn(ref: str, n: int, _: Admin, k: KubeDep) -> dict[str, Any]:
+@router.get("/{ref}/turns/{n}", response_model=S.TurnView)
+async def read_turn(ref: SessionRef, n: int, _: Admin, k: KubeDep) -> dict[str, Any]:
     await get_session(k, ref)
-    t = await k.get("turns", f"{ref}-{n}")
+    t = await k.get("turns", f"{ref}-{n}") if 1 <= n <= TURN_MAX else None
     if t is None or t["spec"].get("session") != ref:
         raise HTTPException(404, f"session {ref!r} has no turn {n}")
     return turn_view(t)
 
 
-@router.get("/{ref}/events")
+@router.get("/{ref}/events", response_model=S.EventPage)
 async def read_events(
-    ref: str,
+    ref: SessionRef,
     _: Admin,
     k: KubeDep,
     d: DbDep,
     response: Response,
-    since: Annotated[int, Query(ge=0)] = 0,
+    since: Annotated[int, Query(ge=0, le=SEQ_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     await get_session(k, ref)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import secrets
 import time
 from collections.abc import Callable
@@ -28,27 +27,27 @@ from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES
-from hangar.models.turn import MESSAGE_MAX
 
+from . import names
+from . import schemas as S
 from .deps import Admin, DbDep, KubeDep, get_session, session_turns
+from .errors import api_error
+from .fields import MessageText
+from .names import SessionRef, SteerId
+from .routing import Route
 from .views import interrupt_view, item_state, steer_view
 
-router = APIRouter(prefix="/api/sessions", tags=["steering"])
+router = APIRouter(prefix="/api/sessions", tags=["steering"], route_class=Route)
 log = logging.getLogger("hangar.api.steering")
-
-WITHDRAW_WAIT = 20.0  # seconds a withdraw waits for the driver's verdict before answering 202
-ID_RE = re.compile(r"^[a-z0-9][-a-z0-9]{0,63}$")
 
 
 class SteerBody(BaseModel):
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX, description="Added to the running turn")
+    message: MessageText = Field(description="Added to the running turn")
 
 
 class InterruptBody(BaseModel):
-    message: str | None = Field(
+    message: MessageText | None = Field(
         default=None,
-        min_length=1,
-        max_length=MESSAGE_MAX,
         description="Stop, then go on with this: in the same turn when it is live, else as the next turn",
     )
 
@@ -67,13 +66,7 @@ def new_id(prefix: str) -> str:
 
 # --- writing the Turn's spec ---------------------------------------------------------------------------
 def _api_error(e: ApiException) -> HTTPException:
-    import json
-
-    try:
-        reason = str(json.loads(e.body or b"{}").get("message", e.reason))
-    except Exception:
-        reason = str(e.reason)
-    return HTTPException(422 if e.status == 422 else 409, reason)
+    return api_error(e)
 
 
 class _TurnWriter:
@@ -160,8 +153,9 @@ class TurnWatch:
     subscriptions, ``hangar_api/mcp/subscriptions.py``). One watch, not one per request: a burst of
     withdraws on one busy turn would otherwise have the apiserver send every change of it to each."""
 
-    def __init__(self, k: Kube) -> None:
+    def __init__(self, k: Kube, withdraw_wait: float = 20.0) -> None:
         self.k = k
+        self.withdraw_wait = withdraw_wait  # seconds a withdraw waits for the driver's verdict, then 202
         self.waiters: dict[str, list[tuple[Callable[[Obj], bool], asyncio.Future[Obj]]]] = {}
         self.listeners: list[Callable[[Obj], None]] = []
         self.task: asyncio.Task[None] | None = None
@@ -242,7 +236,7 @@ def turn_watch_of(state: Any) -> TurnWatch:
     """The app's one Turn watch (made on first use; started by its first waiter or listener)."""
     w: TurnWatch | None = getattr(state, "turn_watch", None)
     if w is None:
-        w = state.turn_watch = TurnWatch(state.kube)
+        w = state.turn_watch = TurnWatch(state.kube, state.settings.api_withdraw_wait)
     return w
 
 
@@ -335,7 +329,7 @@ async def withdraw_steer(k: Kube, watcher: TurnWatch, turn: Obj, index: int, sid
         st = item_state(t, "steers", sid)
         return st.get("status", "sending") != "sending" or st.get("withdraw") in ("withdrawn", "too_late")
 
-    turn = await watcher.wait(turn, decided, WITHDRAW_WAIT)
+    turn = await watcher.wait(turn, decided, watcher.withdraw_wait)
     req = turn["spec"]["steers"][index]
     view = steer_view(turn, req)
     if view["status"] == "cancelled":
@@ -385,8 +379,7 @@ def _nothing_running(ref: str, s: Obj, what: str) -> HTTPException:
 
 
 def _check_id(item_id: str, what: str) -> None:
-    if not ID_RE.match(item_id):
-        raise HTTPException(404, f"no {what} {item_id!r}")
+    names.check_path("steer", item_id, f"no {what} {names.shown(item_id)}")
 
 
 # --- a resolved session's requests (the session routes, and the job routes once per attempt) ----------
@@ -448,8 +441,8 @@ async def classify_in(
 
 
 # --- routes ----------------------------------------------------------------------------------------------
-@router.post("/{ref}/steer", status_code=202)
-async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
+@router.post("/{ref}/steer", status_code=202, response_model=S.SteerAnswer)
+async def steer(ref: SessionRef, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Add a message to the running turn (Claude Code: with the next tool result; Codex: turn/steer)."""
     s = await get_session(k, ref)
     out = await steer_session(k, s, body.message, who.subject)
@@ -457,9 +450,9 @@ async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> 
     return out
 
 
-@router.post("/{ref}/steers/{steer_id}/withdraw")
+@router.post("/{ref}/steers/{steer_id}/withdraw", responses=S.WITHDRAW_ANSWERS)
 async def withdraw(
-    ref: str, steer_id: str, who: Admin, k: KubeDep, d: DbDep, request: Request
+    ref: SessionRef, steer_id: SteerId, who: Admin, k: KubeDep, d: DbDep, request: Request
 ) -> JSONResponse:
     """Take back a steer that is still sending (200, status cancelled); once the agent has it, 409."""
     s = await get_session(k, ref)
@@ -468,9 +461,9 @@ async def withdraw(
     return resp
 
 
-@router.post("/{ref}/interrupt", status_code=202)
+@router.post("/{ref}/interrupt", status_code=202, response_model=S.InterruptAnswer)
 async def interrupt(
-    ref: str,
+    ref: SessionRef,
     who: Admin,
     k: KubeDep,
     d: DbDep,
@@ -485,9 +478,9 @@ async def interrupt(
     return out
 
 
-@router.post("/{ref}/steers/{steer_id}/class")
+@router.post("/{ref}/steers/{steer_id}/class", response_model=S.ClassAnswer)
 async def classify_steer(
-    ref: str, steer_id: str, body: ClassBody, who: Admin, k: KubeDep, d: DbDep
+    ref: SessionRef, steer_id: SteerId, body: ClassBody, who: Admin, k: KubeDep, d: DbDep
 ) -> dict[str, Any]:
     """Say what a steer (or an interrupt) was: correction, redirect or new_info."""
     s = await get_session(k, ref)

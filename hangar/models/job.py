@@ -8,11 +8,23 @@ is a summary of its attempts that the operator keeps current.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import NAME_MAX, ApprovalPolicy, Condition, Harness, Model, Resource, ResourceInfo, col, name_rule
+from .base import (
+    MODEL_MAX,
+    NAME_MAX,
+    ApprovalPolicy,
+    Condition,
+    Harness,
+    Model,
+    Resource,
+    ResourceInfo,
+    col,
+    name_rule,
+    utf8_max,
+)
 from .session import PendingApproval, Taint
 
 JobState = Literal[
@@ -67,7 +79,7 @@ class JobSpec(Model):
     prompt: str = Field(min_length=1, max_length=262144)
     environment: str = Field(min_length=1, max_length=253)
     harness: Harness = "claude"
-    model: str | None = None
+    model: Annotated[str, Field(max_length=MODEL_MAX), utf8_max(MODEL_MAX)] | None = None
     approvals: ApprovalPolicy | None = Field(
         default=None,
         description="Overrides the environment's and the deployment's policy; every attempt keeps it",

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import ApprovalPolicy, Condition, Harness, Model, Resource, ResourceInfo, col, name_rule
+from .base import (
+    MODEL_MAX,
+    ApprovalPolicy,
+    Condition,
+    Harness,
+    Model,
+    Resource,
+    ResourceInfo,
+    col,
+    name_rule,
+    utf8_max,
+)
 
 SessionPhase = Literal[
     "Pending", "Starting", "Idle", "Running", "Suspending", "Suspended", "Stopped", "Failed"
@@ -20,7 +31,7 @@ class SessionSpec(Model):
     approvals: ApprovalPolicy | None = Field(
         default=None, description="Overrides the environment's and the deployment's policy"
     )
-    model: str | None = None
+    model: Annotated[str, Field(max_length=MODEL_MAX), utf8_max(MODEL_MAX)] | None = None
     prompt: str | None = Field(
         default=None,
         max_length=262144,

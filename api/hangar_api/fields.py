@@ -1,0 +1,28 @@
+"""The request-body field types the routes share. Strings that end up stored (in a resource, in etcd) are
+limited in bytes of UTF-8, not characters: 262,144 emoji are ~1 MiB (docs/limits.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from hangar.models.base import MODEL_MAX, utf8_max
+from hangar.models.turn import MESSAGE_MAX
+
+from .names import EnvironmentName
+
+__all__ = ["MESSAGE_MAX", "MODEL_MAX", "EnvironmentName", "MessageText", "ModelId"]
+
+MessageText = Annotated[
+    str,
+    Field(min_length=1, max_length=MESSAGE_MAX, description=f"At most {MESSAGE_MAX} bytes in UTF-8"),
+    utf8_max(MESSAGE_MAX),
+]
+ModelId = Annotated[
+    str,
+    Field(
+        min_length=1, max_length=MODEL_MAX, description=f"The model id, at most {MODEL_MAX} bytes in UTF-8"
+    ),
+    utf8_max(MODEL_MAX),
+]
