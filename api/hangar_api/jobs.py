@@ -21,11 +21,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from hangar.bodies import stow
 from hangar.kube import ApiException
 from hangar.models import LIVE_HARNESSES
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.models.job import ATTEMPTS_MAX, JOB_FINAL, JOB_NAME_MAX, JobSpec, attempt_session
-from hangar.models.turn import MESSAGE_MAX
+from hangar.models.limits import MessageText, ModelName
 from hangar.turns import create_turn
 
 from . import steering
@@ -51,12 +52,12 @@ SteerClassGiven = Literal["correction", "redirect", "new_info"]
 class NewJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=MESSAGE_MAX, description="What the agent is to do")
+    prompt: MessageText = Field(description="What the agent is to do")
     environment: str = Field(min_length=1, max_length=253)
     repository: str = Field(default="", max_length=2048)
     base_branch: str = Field(default="main", min_length=1, max_length=255)
     harness: Harness = "claude"
-    model: str | None = Field(default=None, min_length=1, max_length=253)
+    model: ModelName | None = None
     approvals: ApprovalPolicy | None = Field(
         default=None, description="Overrides the environment's and the deployment's; every attempt keeps it"
     )
@@ -75,7 +76,7 @@ class NewJob(BaseModel):
 class FollowUp(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText
     klass: SteerClassGiven | None = Field(
         default=None,
         alias="class",
@@ -102,11 +103,13 @@ async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dic
                 f"a session named {attempt_session(name, i)!r} already exists, and job {name!r} would run its "
                 f"attempt {i} under that name: pick another job name",
             )
+    prompt = await stow(d, body.prompt)
     spec = JobSpec(
         submitter=who.subject,
         repository=body.repository,
         base_branch=body.base_branch,
-        prompt=body.prompt,
+        prompt=prompt.inline,
+        prompt_ref=prompt.ref,
         environment=body.environment,
         harness=body.harness,
         model=body.model,
@@ -213,6 +216,7 @@ async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d:
             if t is not None and (t.get("status") or {}).get("phase") == "NeedsInput":
                 klass = "new_info"
     by_person = who.subject if body.klass else None
+    message = await stow(d, body.message)  # stored once, referenced by every attempt's turn
     results: list[dict[str, Any]] = []
     for s in targets:
         ref = s["metadata"]["name"]
@@ -220,13 +224,11 @@ async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d:
         if s["spec"].get("harness", "claude") in LIVE_HARNESSES:
             running = await steering.running_turn(k, s)
         if running is not None:
-            out = await steering.steer_turn(k, running, body.message, who.subject, klass, by_person)
+            out = await steering.steer_turn(k, running, message, who.subject, klass, by_person)
             results.append({"session": ref, "kind": "steer", "steer": out["steer"], "turn": out["turn"]})
             continue
         try:
-            name = await create_turn(
-                k, ref, body.message, by=who.subject, klass=klass, classified_by=by_person
-            )
+            name = await create_turn(k, ref, message, by=who.subject, klass=klass, classified_by=by_person)
         except LookupError:
             continue  # the attempt's session went meanwhile (the job is being deleted)
         t = await k.get("turns", name)

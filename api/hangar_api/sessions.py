@@ -8,9 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
+from hangar.bodies import Body, stow
 from hangar.kube import ApiException, Kube
 from hangar.models.base import LIVE_HARNESSES, NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
-from hangar.models.turn import MESSAGE_MAX
+from hangar.models.limits import MessageText, ModelName
 from hangar.store import Database
 
 from . import steering
@@ -24,20 +25,20 @@ router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 class NewSession(BaseModel):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
     environment: str = Field(min_length=1, max_length=253)
-    message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText | None = None
     harness: Harness = "claude"
     approvals: ApprovalPolicy | None = None
-    model: str | None = None
+    model: ModelName | None = None
     tainted: bool = False
 
 
 class Message(BaseModel):
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText
 
 
 class Fork(BaseModel):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
-    message: str | None = Field(default=None, min_length=1, max_length=MESSAGE_MAX)
+    message: MessageText | None = None
     approvals: ApprovalPolicy | None = Field(default=None, description="Overrides the parent's policy")
 
 
@@ -53,7 +54,7 @@ async def create_session(body: NewSession, who: Admin, k: KubeDep, d: DbDep) -> 
     if body.model:
         spec["model"] = body.model
     if body.message:
-        spec["prompt"] = body.message
+        spec.update((await stow(d, body.message)).fields("prompt"))
     created = await _create(k, body.name, spec, who)
     await d.audit(
         who.subject, "session.create", body.name, harness=body.harness, environment=body.environment
@@ -94,7 +95,7 @@ async def fork_session(ref: str, body: Fork, who: Admin, k: KubeDep, d: DbDep) -
     if body.approvals:
         spec["approvals"] = body.approvals
     if body.message:
-        spec["prompt"] = body.message
+        spec.update((await stow(d, body.message)).fields("prompt"))
     created = await _create(k, body.name, spec, who)
     await d.audit(who.subject, "session.fork", body.name, parent=ref, approvals=body.approvals)
     return session_view(created, [])
@@ -130,9 +131,10 @@ async def send_message(
     return await send(k, d, request.app.state.turns, who, ref, body.message)
 
 
-async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message: str) -> dict[str, Any]:
+async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, text: str) -> dict[str, Any]:
     """What ``POST /api/sessions/{ref}/messages`` does (also the MCP tool ``send_to_session``)."""
     s = await get_session(k, ref)
+    message: Body = await stow(d, text)
     phase = (s.get("status") or {}).get("phase")
     if phase == "Failed":
         raise HTTPException(409, f"session {ref!r} failed: {(s.get('status') or {}).get('message', '')}")

@@ -26,9 +26,11 @@ from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from hangar.bodies import Body as Message
+from hangar.bodies import stow
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES
-from hangar.models.turn import MESSAGE_MAX
+from hangar.models.limits import INTERRUPTS_MAX, STEERS_MAX, TURN_REQUESTS_BYTES_MAX, MessageText
 
 from .deps import Admin, DbDep, KubeDep, get_session, session_turns
 from .views import interrupt_view, item_state, steer_view
@@ -41,14 +43,12 @@ ID_RE = re.compile(r"^[a-z0-9][-a-z0-9]{0,63}$")
 
 
 class SteerBody(BaseModel):
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX, description="Added to the running turn")
+    message: MessageText = Field(description="Added to the running turn")
 
 
 class InterruptBody(BaseModel):
-    message: str | None = Field(
+    message: MessageText | None = Field(
         default=None,
-        min_length=1,
-        max_length=MESSAGE_MAX,
         description="Stop, then go on with this: in the same turn when it is live, else as the next turn",
     )
 
@@ -118,9 +118,41 @@ async def _patch_spec(k: Kube, turn_name: str, ops: list[dict[str, Any]]) -> Obj
     return await fut
 
 
+def check_room(turn: Obj, field: str, item: dict[str, Any]) -> None:
+    """Refuse a steer or an interrupt the turn has no room for (``hangar.models.limits``): 409 when the turn
+    holds as many as it takes, 413 when their bodies would pass the turn's byte budget. The last interrupt
+    slot is kept for one without a message, so a turn full of interrupts with messages can still be
+    stopped."""
+    spec = turn["spec"]
+    name = turn["metadata"]["name"]
+    body = Message.of(item)
+    count = len(spec.get(field) or [])
+    most = STEERS_MAX if field == "steers" else INTERRUPTS_MAX - (1 if body else 0)
+    if count >= most:
+        what = "steers" if field == "steers" else "interrupts with a message"
+        raise HTTPException(
+            409,
+            f"turn {name!r} holds {count} {what}, the most one turn takes ({what} per turn: {most}): "
+            "interrupt it (without a message) or wait for it to end, then send this as a new message; "
+            "it starts a new turn",
+        )
+    if body is None:
+        return
+    used = sum(b.size for f in ("steers", "interrupts") for x in spec.get(f) or [] if (b := Message.of(x)))
+    if used + body.size > TURN_REQUESTS_BYTES_MAX:
+        raise HTTPException(
+            413,
+            f"turn {name!r} holds {used} bytes of steers and interrupt messages; this one ({body.size} bytes) "
+            f"would pass the turn's budget of {TURN_REQUESTS_BYTES_MAX} bytes: interrupt the turn or wait for "
+            "it to end, then send this as a new message; it starts a new turn",
+        )
+
+
 async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
     """Append ``item`` to ``spec.<field>``: a JSON-patch append, which concurrent appends can't overwrite;
-    the first item creates the list under a resourceVersion precondition (retried on a conflict)."""
+    the first item creates the list under a resourceVersion precondition (retried on a conflict). The
+    turn's budget is checked on every read of it; the CRD's ``maxItems`` holds the count against racing
+    appends (its 422 is read again here, and answered as the full turn it is)."""
     turn_name = turn["metadata"]["name"]
     for attempt in range(8):
         if attempt:
@@ -128,6 +160,7 @@ async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
             if fresh is None:
                 raise HTTPException(404, f"turn {turn_name!r} is gone")
             turn = fresh
+        check_room(turn, field, item)
         try:
             if isinstance(turn["spec"].get(field), list):
                 return await _patch_spec(
@@ -138,7 +171,7 @@ async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
                 "turns", turn_name, {"metadata": {"resourceVersion": rv}, "spec": {field: [item]}}
             )
         except ApiException as e:
-            if e.status == 409 or (e.status == 422 and attempt == 0):
+            if e.status == 409 or (e.status == 422 and attempt < 2):
                 continue  # the list was created meanwhile / is not there after all: read again
             raise _api_error(e) from None
     raise HTTPException(409, f"turn {turn_name!r} kept changing: try again")
@@ -252,10 +285,16 @@ def turn_watch(request: Request) -> TurnWatch:
 
 # --- the turn-level operations (sessions and jobs) -----------------------------------------------------
 async def steer_turn(
-    k: Kube, turn: Obj, message: str, by: str, klass: str = "unclassified", classified_by: str | None = None
+    k: Kube,
+    turn: Obj,
+    message: Message,
+    by: str,
+    klass: str = "unclassified",
+    classified_by: str | None = None,
 ) -> dict[str, Any]:
+    """``message`` as the Turn is to hold it (``hangar.bodies.stow``)."""
     name = turn["metadata"]["name"]
-    req = {"id": new_id("st"), "message": message, "by": by, "class": klass}
+    req = {"id": new_id("st"), **message.fields(), "by": by, "class": klass}
     if classified_by and klass != "unclassified":
         req.update({"classifiedBy": classified_by, "classifiedAt": now_iso()})
     updated = await _append(k, turn, "steers", req)
@@ -268,11 +307,11 @@ async def steer_turn(
     }
 
 
-async def interrupt_turn(k: Kube, turn: Obj, message: str | None, by: str) -> dict[str, Any]:
+async def interrupt_turn(k: Kube, turn: Obj, message: Message | None, by: str) -> dict[str, Any]:
     name = turn["metadata"]["name"]
     req: dict[str, Any] = {"id": new_id("in"), "by": by, "class": "unclassified"}
     if message:
-        req["message"] = message
+        req.update(message.fields())
     updated = await _append(k, turn, "interrupts", req)
     return {
         "interrupt": interrupt_view(updated, req),
@@ -399,7 +438,7 @@ def check_steerable(harness: str) -> None:
         )
 
 
-async def steer_session(k: Kube, s: Obj, message: str, by: str) -> dict[str, Any]:
+async def steer_session(k: Kube, s: Obj, message: Message, by: str) -> dict[str, Any]:
     """Steer session ``s``'s running turn; 409 when it can't be steered or nothing runs."""
     check_steerable(s["spec"].get("harness", "claude"))
     turn = await running_turn(k, s)
@@ -408,7 +447,7 @@ async def steer_session(k: Kube, s: Obj, message: str, by: str) -> dict[str, Any
     return await steer_turn(k, turn, message, by)
 
 
-async def interrupt_session(k: Kube, s: Obj, message: str | None, by: str) -> dict[str, Any]:
+async def interrupt_session(k: Kube, s: Obj, message: Message | None, by: str) -> dict[str, Any]:
     """Interrupt session ``s``'s running turn; 409 when nothing runs."""
     turn = await running_turn(k, s)
     if turn is None:
@@ -452,7 +491,7 @@ async def classify_in(
 async def steer(ref: str, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Add a message to the running turn (Claude Code: with the next tool result; Codex: turn/steer)."""
     s = await get_session(k, ref)
-    out = await steer_session(k, s, body.message, who.subject)
+    out = await steer_session(k, s, await stow(d, body.message), who.subject)
     await d.audit(who.subject, "session.steer", ref, turn=out["turn"]["name"], steer=out["steer"]["id"])
     return out
 
@@ -478,7 +517,8 @@ async def interrupt(
 ) -> dict[str, Any]:
     """Stop the running turn; with a message, go on with it (same turn when live, else the next turn)."""
     s = await get_session(k, ref)
-    out = await interrupt_session(k, s, body.message if body else None, who.subject)
+    message = await stow(d, body.message) if body and body.message else None
+    out = await interrupt_session(k, s, message, who.subject)
     await d.audit(
         who.subject, "session.interrupt", ref, turn=out["turn"]["name"], interrupt=out["interrupt"]["id"]
     )

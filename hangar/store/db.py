@@ -27,6 +27,9 @@ SCHEMA = [
         kind TEXT NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY (kind, id))""",
     """CREATE TABLE IF NOT EXISTS tower_decisions (
         id TEXT PRIMARY KEY, decision TEXT NOT NULL, at TEXT NOT NULL)""",
+    # Message bodies longer than a resource keeps inline, by SHA-256 (hangar.bodies).
+    """CREATE TABLE IF NOT EXISTS bodies (
+        digest TEXT PRIMARY KEY, body TEXT NOT NULL, size INTEGER NOT NULL, at TEXT NOT NULL)""",
 ]
 
 
@@ -273,6 +276,18 @@ class Database:
             "SELECT decision FROM tower_decisions WHERE id = ? AND at >= ?", (receipt, cutoff)
         )
         return dict(json.loads(rows[0][0])) if rows else None
+
+    # message bodies kept outside resources (hangar.bodies) -------------------------------------------
+    async def put_body(self, digest: str, body: str, size: int) -> None:
+        """Stores ``body`` under its digest once; storing the same body again changes nothing."""
+        await self.backend.execute(
+            "INSERT INTO bodies (digest, body, size, at) VALUES (?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+            (digest, body, size, now()),
+        )
+
+    async def get_body(self, digest: str) -> str | None:
+        rows = await self.backend.fetch("SELECT body FROM bodies WHERE digest = ?", (digest,))
+        return str(rows[0][0]) if rows else None
 
     # audit ---------------------------------------------------------------------------------------------
     async def audit(self, actor: str, action: str, target: str, **detail: Any) -> None:
