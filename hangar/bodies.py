@@ -12,7 +12,16 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from .models.limits import INLINE_MAX, MESSAGE_MAX, PREVIEW_MAX, BodyRef, utf8_len
+from .models.limits import (
+    INLINE_MAX,
+    INTERRUPTS_MAX,
+    MESSAGE_MAX,
+    PREVIEW_MAX,
+    STEERS_MAX,
+    TURN_REQUESTS_BYTES_MAX,
+    BodyRef,
+    utf8_len,
+)
 from .store import Database
 
 
@@ -80,3 +89,34 @@ async def resolve(db: Database, body: Body) -> str:
             f"the message body sha256:{body.ref.sha256} is not in hangar's database: send the message again"
         )
     return text
+
+
+def turn_room(turn: dict[str, Any], field: str, item: dict[str, Any]) -> tuple[int, str] | None:
+    """Whether the Turn has room for one more request ``item`` in ``spec.<field>`` (``steers`` or
+    ``interrupts``): None, or the HTTP status and the reason to refuse it with. 409 when the turn holds as
+    many as it takes, 413 when the bodies of its steers and interrupts would pass the turn's byte budget.
+    The last interrupt slot is kept for one without a message, so a turn can always be stopped."""
+    spec = turn.get("spec") or {}
+    name = (turn.get("metadata") or {}).get("name", "")
+    body = Body.of(item)
+    count = len(spec.get(field) or [])
+    most = STEERS_MAX if field == "steers" else INTERRUPTS_MAX - (1 if body else 0)
+    if count >= most:
+        what = "steers" if field == "steers" else "interrupts with a message"
+        return (
+            409,
+            f"turn {name!r} holds {count} {what}, the most one turn takes ({what} per turn: {most}): "
+            "interrupt it (without a message) or wait for it to end, then send this as a new message; "
+            "it starts a new turn",
+        )
+    if body is None:
+        return None
+    used = sum(b.size for f in ("steers", "interrupts") for x in spec.get(f) or [] if (b := Body.of(x)))
+    if used + body.size > TURN_REQUESTS_BYTES_MAX:
+        return (
+            413,
+            f"turn {name!r} holds {used} bytes of steers and interrupt messages; this one ({body.size} bytes) "
+            f"would pass the turn's budget of {TURN_REQUESTS_BYTES_MAX} bytes: interrupt the turn or wait for "
+            "it to end, then send this as a new message; it starts a new turn",
+        )
+    return None

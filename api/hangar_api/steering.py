@@ -27,10 +27,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from hangar.bodies import Body as Message
-from hangar.bodies import stow
+from hangar.bodies import stow, turn_room
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES
-from hangar.models.limits import INTERRUPTS_MAX, STEERS_MAX, TURN_REQUESTS_BYTES_MAX, MessageText
+from hangar.models.limits import MessageText
 
 from .deps import Admin, DbDep, KubeDep, get_session, session_turns
 from .views import interrupt_view, item_state, steer_view
@@ -119,33 +119,10 @@ async def _patch_spec(k: Kube, turn_name: str, ops: list[dict[str, Any]]) -> Obj
 
 
 def check_room(turn: Obj, field: str, item: dict[str, Any]) -> None:
-    """Refuse a steer or an interrupt the turn has no room for (``hangar.models.limits``): 409 when the turn
-    holds as many as it takes, 413 when their bodies would pass the turn's byte budget. The last interrupt
-    slot is kept for one without a message, so a turn full of interrupts with messages can still be
-    stopped."""
-    spec = turn["spec"]
-    name = turn["metadata"]["name"]
-    body = Message.of(item)
-    count = len(spec.get(field) or [])
-    most = STEERS_MAX if field == "steers" else INTERRUPTS_MAX - (1 if body else 0)
-    if count >= most:
-        what = "steers" if field == "steers" else "interrupts with a message"
-        raise HTTPException(
-            409,
-            f"turn {name!r} holds {count} {what}, the most one turn takes ({what} per turn: {most}): "
-            "interrupt it (without a message) or wait for it to end, then send this as a new message; "
-            "it starts a new turn",
-        )
-    if body is None:
-        return
-    used = sum(b.size for f in ("steers", "interrupts") for x in spec.get(f) or [] if (b := Message.of(x)))
-    if used + body.size > TURN_REQUESTS_BYTES_MAX:
-        raise HTTPException(
-            413,
-            f"turn {name!r} holds {used} bytes of steers and interrupt messages; this one ({body.size} bytes) "
-            f"would pass the turn's budget of {TURN_REQUESTS_BYTES_MAX} bytes: interrupt the turn or wait for "
-            "it to end, then send this as a new message; it starts a new turn",
-        )
+    """409 or 413, naming the limit, when the turn has no room for the request (``hangar.bodies``)."""
+    full = turn_room(turn, field, item)
+    if full is not None:
+        raise HTTPException(*full)
 
 
 async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hangar.devcluster.stack import Stack
-from hangar.models.limits import MESSAGE_MAX, OBJECT_BUDGET, STEERS_MAX, TURN_REQUESTS_BYTES_MAX
+from hangar.models.limits import INLINE_MAX, MESSAGE_MAX, OBJECT_BUDGET, STEERS_MAX, TURN_REQUESTS_BYTES_MAX
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
@@ -119,3 +119,54 @@ def test_a_session_with_a_maximum_size_prompt_runs_it_whole_and_is_deleted(
         model.stop()
         if raw(cluster, "sessions", name) is not None:
             api.delete(f"/api/sessions/{name}")
+
+
+def test_the_apiserver_holds_inline_messages_to_their_byte_limit(cluster: Cluster) -> None:
+    """kubectl and GitOps write messages inline: the CRDs' CEL rules count bytes, not characters."""
+
+    def session(prompt: str) -> str:
+        body = {
+            "apiVersion": "hangar.dev/v1alpha1",
+            "kind": "Session",
+            "metadata": {"name": "bd-cel", "namespace": "default"},
+            "spec": {"environment": "bd-cel", "prompt": prompt},
+        }
+        r = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(body), check=False)
+        return r.stdout + r.stderr
+
+    emoji = "\U0001f600"  # one character, four bytes
+    assert "created (server dry run)" in session(emoji * (INLINE_MAX // 4))
+    # 1,025 characters: a limit in characters would pass it; it is 4,100 bytes.
+    out = session(emoji * (INLINE_MAX // 4 + 1))
+    assert f"at most {INLINE_MAX} bytes" in out, out
+
+
+def test_a_job_with_a_maximum_size_prompt_runs_it_whole_and_is_deleted_with_its_attempts(
+    cluster: Cluster, stack: Stack
+) -> None:
+    model = ScriptedModel([Step(text="FINAL: read it all.")])
+    url = model.start()
+    name = "bd-job"
+    api = Api(stack)
+    try:
+        claude_env(cluster, name, url)
+        r = api.post(
+            "/api/jobs",
+            {"name": name, "environment": name, "prompt": body_of("JOBPROMPT"), "deliver": "none"},
+        )
+        assert r.status_code == 201, r.text
+        wait(lambda: api.get(f"/api/jobs/{name}").json()["state"] == "done", 120, "the job to be done")
+        assert model.requests and model.requests[0].contains("END-JOBPROMPT")
+        job = raw(cluster, "jobs.hangar.dev", name)
+        attempt = raw(cluster, "sessions", f"{name}-a1")
+        assert job is not None and attempt is not None
+        assert job["spec"]["promptRef"] == attempt["spec"]["promptRef"]
+        assert len(json.dumps(job)) < OBJECT_BUDGET and len(json.dumps(attempt)) < OBJECT_BUDGET
+        cluster.kubectl("delete", "jobs.hangar.dev", name, "-n", "default", "--wait=false")
+        wait(lambda: raw(cluster, "jobs.hangar.dev", name) is None, 60, "the job to be deleted")
+        wait(lambda: raw(cluster, "sessions", f"{name}-a1") is None, 90, "its attempt to be collected")
+        wait(lambda: raw(cluster, "turns", f"{name}-a1-1") is None, 90, "its turn to be collected")
+    finally:
+        model.stop()
+        if raw(cluster, "jobs.hangar.dev", name) is not None:
+            cluster.kubectl("delete", "jobs.hangar.dev", name, "-n", "default", "--wait=false")

@@ -262,3 +262,83 @@ async def test_a_refused_hello_is_audited_but_never_written_into_a_sessions_acti
     assert await rig.ctx.db.events("session/s1") == before
     [entry] = await rig.ctx.db.audit_entries("driver.rejected")
     assert entry["target"] == run and "forged" in entry["reason"]
+
+
+# --- a turn's room for steers and interrupts ------------------------------------------------------------
+def _turn(steers: int = 0, interrupts: int = 0, each: int = 10, with_message: bool = True) -> dict[str, Any]:
+    ref = {"sha256": "c" * 64, "size": each} if each > INLINE_MAX else None
+    msg = {"message": "m" * min(each, INLINE_MAX), **({"messageRef": ref} if ref else {})}
+    return {
+        "metadata": {"name": "s1-1"},
+        "spec": {
+            "message": "m",
+            "steers": [{"id": f"s{i}", **msg} for i in range(steers)],
+            "interrupts": [{"id": f"i{i}", **(msg if with_message else {})} for i in range(interrupts)],
+        },
+    }
+
+
+STORED = {"message": "preview", "messageRef": {"sha256": "d" * 64, "size": MESSAGE_MAX}}
+
+
+@pytest.mark.parametrize(
+    ("turn", "field", "item", "status", "says"),
+    [
+        (_turn(), "steers", {"message": "hi"}, None, ""),
+        (_turn(steers=STEERS_MAX - 1), "steers", {"message": "hi"}, None, ""),
+        (_turn(steers=STEERS_MAX), "steers", {"message": "hi"}, 409, f"steers per turn: {STEERS_MAX}"),
+        # Bodies count wherever they live: three stored ones and a fourth fill the budget exactly.
+        (_turn(steers=3, each=MESSAGE_MAX), "steers", STORED, None, ""),
+        (_turn(steers=4, each=MESSAGE_MAX), "steers", {"message": "x"}, 413, "budget of 1048576 bytes"),
+        (_turn(steers=2, interrupts=2, each=MESSAGE_MAX), "interrupts", STORED, 413, "new message"),
+        # An interrupt without a message always finds room, in the slot kept for it and past the budget.
+        (_turn(steers=4, each=MESSAGE_MAX), "interrupts", {}, None, ""),
+        (_turn(interrupts=INTERRUPTS_MAX - 1), "interrupts", {}, None, ""),
+        (_turn(interrupts=INTERRUPTS_MAX - 1), "interrupts", {"message": "go on"}, 409, "without a message"),
+        (_turn(interrupts=INTERRUPTS_MAX, with_message=False), "interrupts", {}, 409, "per turn"),
+    ],
+)
+def test_a_turn_has_room_for_so_many_steers_and_interrupts_and_so_many_bytes(
+    turn: dict[str, Any], field: str, item: dict[str, Any], status: int | None, says: str
+) -> None:
+    from hangar.bodies import turn_room
+
+    full = turn_room(turn, field, item)
+    if status is None:
+        assert full is None
+    else:
+        assert full is not None and full[0] == status and says in full[1], full
+        assert "s1-1" in full[1]
+
+
+# --- the operator hands the driver the whole body -----------------------------------------------------
+async def test_the_operator_sends_the_stored_body_and_fails_a_turn_whose_body_is_gone(tmp_path: Path) -> None:
+    from tests.unit.operator_rig import make_rig
+
+    rig = await make_rig(tmp_path)
+    rig.env()
+    text = "PROMPT " + "p" * (2 * INLINE_MAX) + " END"
+    body = await stow(rig.ctx.db, text)
+    await rig.session("s1", **body.fields("prompt"))
+    await rig.reconcile("s1")
+    await rig.connect("s1")
+    run = rig.run_id("s1")
+    cmd = rig.ctx.gateway._runs[run].pending["start-s1-1"]
+    assert cmd["message"] == text, "the driver gets the body, not the preview"
+    t = rig.get("turns", "s1-1")["spec"]
+    assert body.ref is not None and t["messageRef"] == body.ref.dump()
+    # A queued steer that starts the next turn carries the same reference.
+    steer = {"id": "st1", **(await stow(rig.ctx.db, "STEER " + "s" * (2 * INLINE_MAX))).fields()}
+    await rig.event("s1", "turn_ended", turn="s1-1", outcome="completed")
+    await rig.kube.patch("turns", "s1-1", {"spec": {"steers": [steer]}})
+    async with rig.ctx.lock("default", "s1"):
+        await rig.c.steering.reconcile("default", "s1", "s1-1")
+    nxt = rig.status("turns", "s1-1")["steers"][0]["nextTurn"]
+    assert rig.get("turns", nxt)["spec"]["messageRef"] == steer["messageRef"]
+    # A reference to a body the database does not hold (written by hand) fails the turn with the reason.
+    gone = {"message": "preview", "messageRef": {"sha256": "e" * 64, "size": 9000}}
+    await rig.session("s2", prompt=gone["message"], promptRef=gone["messageRef"])
+    await rig.reconcile("s2")
+    await rig.connect("s2")
+    t2 = rig.status("turns", "s2-1")
+    assert t2["phase"] == "Failed" and "not in hangar's database" in t2["reason"], t2
