@@ -35,6 +35,8 @@ from typing import Any, NoReturn
 
 from hangar_driver import protocol as P
 
+from . import metrics
+
 log = logging.getLogger("hangar.gateway")
 
 KeyForRun = Callable[[str], Awaitable[bytes | None]]
@@ -56,6 +58,24 @@ REJECT_REPORTS_PER_MINUTE = 30  # per peer host: on_rejected calls beyond this a
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 _COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
 _EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.]{0,63}$")
+
+
+_REASON_LABELS = (
+    ("too large", "frame_too_large"),
+    ("in time", "timeout"),
+    ("unknown run", "unknown_run"),
+    ("signature", "bad_signature"),
+    ("not hello", "not_hello"),
+    ("not confirmed", "not_confirmed"),
+    ("nonce", "wrong_nonce"),
+    ("malformed", "malformed"),
+)
+
+
+def reason_label(reason: str) -> str:
+    """The metric label of a refusal: one of a few words, whatever the reason's text (which can hold
+    numbers and names a peer chose)."""
+    return next((label for word, label in _REASON_LABELS if word in reason), "other")
 
 
 class _Closed(Exception):
@@ -283,6 +303,8 @@ class Gateway:
 
     async def _reject(self, conn: _Conn, who: str, reason: str) -> NoReturn:
         log.warning("driver gateway refused %s from %s: %s", who, conn.peer, reason)
+        # Counted here, every one (the reports below are limited per host), under a fixed set of labels.
+        metrics.DRIVER_REJECTED.labels(reason=reason_label(reason)).inc()
         conn.close()
         if self._may_report(conn.peer.rpartition(":")[0]):
             try:

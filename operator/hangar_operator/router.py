@@ -102,7 +102,6 @@ class Router:
         return await self.sandboxes.key_for_run(run_id)
 
     async def on_rejected(self, who: str, reason: str) -> None:
-        metrics.DRIVER_REJECTED.labels(reason=reason.split(":")[0][:40]).inc()
         log.warning("driver message refused from %s: %s", who, reason)
         # Audited and counted, never written into a session's activity: anyone who can reach the port
         # can cause a refusal, naming any run.

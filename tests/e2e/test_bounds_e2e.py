@@ -170,3 +170,56 @@ def test_a_job_with_a_maximum_size_prompt_runs_it_whole_and_is_deleted_with_its_
         model.stop()
         if raw(cluster, "jobs.hangar.dev", name) is not None:
             cluster.kubectl("delete", "jobs.hangar.dev", name, "-n", "default", "--wait=false")
+
+
+def test_a_session_and_its_largest_turn_written_by_kubectl_are_always_deleted(
+    cluster: Cluster, stack: Stack
+) -> None:
+    """Whatever the spec (here an Environment that does not exist, so the session never starts, 150 KB of
+    annotations, and a Turn as large as the limits allow), deleting the Session completes and takes its
+    Turn. Before, kopf copied the annotations into its own: past Kubernetes' 256 KiB its writes failed and
+    its finalizer stayed."""
+    emoji = "\U0001f600"
+    inline = emoji * (INLINE_MAX // 4)
+    session = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": "bd-kubectl", "namespace": "default", "annotations": {"big": "a" * 150_000}},
+        "spec": {"environment": "no-such-env", "prompt": inline},
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(session))  # apply would copy the annotations too
+    s = raw(cluster, "sessions", "bd-kubectl")
+    assert s is not None
+    steers = [{"id": f"st-{i}", "message": inline} for i in range(STEERS_MAX)]
+    turn = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Turn",
+        "metadata": {
+            "name": "bd-kubectl-9",
+            "namespace": "default",
+            "labels": {"hangar.dev/session": "bd-kubectl"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "hangar.dev/v1alpha1",
+                    "kind": "Session",
+                    "name": "bd-kubectl",
+                    "uid": s["metadata"]["uid"],
+                }
+            ],
+        },
+        "spec": {"session": "bd-kubectl", "index": 9, "message": inline, "steers": steers},
+    }
+    r = cluster.kubectl("create", "-f", "-", input=json.dumps(turn), check=False)
+    assert r.returncode == 0, r.stderr
+    # The operator handles both (its kopf bookkeeping fits: no bodies, no annotations in it).
+    wait(
+        lambda: (
+            "kopf.hangar.dev/last-handled-configuration"
+            in ((raw(cluster, "sessions", "bd-kubectl") or {}).get("metadata", {}).get("annotations") or {})
+        ),
+        60,
+        "the operator to handle the session",
+    )
+    cluster.kubectl("delete", "sessions", "bd-kubectl", "-n", "default", "--wait=false")
+    wait(lambda: raw(cluster, "sessions", "bd-kubectl") is None, 60, "the session to be deleted")
+    wait(lambda: raw(cluster, "turns", "bd-kubectl-9") is None, 90, "its turn to be collected")

@@ -10,9 +10,13 @@ import sys
 import textwrap
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from hangar_driver import protocol as P
 from hangar_operator import gateway as G
 from hangar_operator.gateway import Gateway
+
+METRIC = "hangar_driver_messages_rejected_total"
 
 
 def rss_bytes() -> int:
@@ -76,6 +80,7 @@ CLIENTS = textwrap.dedent(
 
 async def test_unauthenticated_partial_frames_leave_no_memory_behind() -> None:
     gw, rejected = await started()
+    counted = REGISTRY.get_sample_value(METRIC, {"reason": "frame_too_large"}) or 0.0
     try:
         gc.collect()
         before = rss_bytes()
@@ -98,6 +103,8 @@ async def test_unauthenticated_partial_frames_leave_no_memory_behind() -> None:
         assert peak - before < 16 * 1024 * 1024, (before, peak)
         assert after - before < 4 * 1024 * 1024, (before, after)
         assert rejected and all("too large" in r for _, r in rejected)
+        # Every refusal is counted, under a fixed label.
+        assert (REGISTRY.get_sample_value(METRIC, {"reason": "frame_too_large"}) or 0.0) - counted >= 20
     finally:
         await gw.stop()
 
