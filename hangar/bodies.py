@@ -79,6 +79,14 @@ async def stow(db: Database, text: str) -> Body:
     return Body(preview(text, ref), ref)
 
 
+async def resolve_or_none(db: Database, body: Body) -> str | None:
+    """:func:`resolve`, or None when the stored body is gone."""
+    try:
+        return await resolve(db, body)
+    except BodyMissing:
+        return None
+
+
 async def resolve(db: Database, body: Body) -> str:
     """The whole message: the inline text, or the stored body its reference names (checked)."""
     if body.ref is None:

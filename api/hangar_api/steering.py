@@ -118,18 +118,10 @@ async def _patch_spec(k: Kube, turn_name: str, ops: list[dict[str, Any]]) -> Obj
     return await fut
 
 
-def check_room(turn: Obj, field: str, item: dict[str, Any]) -> None:
-    """409 or 413, naming the limit, when the turn has no room for the request (``hangar.bodies``)."""
-    full = turn_room(turn, field, item)
-    if full is not None:
-        raise HTTPException(*full)
-
-
 async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
     """Append ``item`` to ``spec.<field>``: a JSON-patch append, which concurrent appends can't overwrite;
-    the first item creates the list under a resourceVersion precondition (retried on a conflict). The
-    turn's budget is checked on every read of it; the CRD's ``maxItems`` holds the count against racing
-    appends (its 422 is read again here, and answered as the full turn it is)."""
+    the first item creates the list under a resourceVersion precondition (retried on a conflict). The turn's
+    budget (409/413 naming the limit) is checked on each read; ``maxItems`` holds it against racing appends."""
     turn_name = turn["metadata"]["name"]
     for attempt in range(8):
         if attempt:
@@ -137,7 +129,8 @@ async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
             if fresh is None:
                 raise HTTPException(404, f"turn {turn_name!r} is gone")
             turn = fresh
-        check_room(turn, field, item)
+        if (full := turn_room(turn, field, item)) is not None:
+            raise HTTPException(*full)
         try:
             if isinstance(turn["spec"].get(field), list):
                 return await _patch_spec(

@@ -342,3 +342,36 @@ async def test_the_operator_sends_the_stored_body_and_fails_a_turn_whose_body_is
     await rig.connect("s2")
     t2 = rig.status("turns", "s2-1")
     assert t2["phase"] == "Failed" and "not in hangar's database" in t2["reason"], t2
+
+
+async def test_stored_bodies_nothing_names_are_swept_and_named_or_recent_ones_kept(tmp_path: Path) -> None:
+    from hangar.kube import ApiException
+    from hangar_operator.body_sweeper import BodySweeper
+    from tests.unit.operator_rig import make_rig
+
+    rig = await make_rig(tmp_path)
+    rig.env()
+    db = rig.ctx.db
+
+    async def stored(tag: str) -> Body:
+        return await stow(db, tag + " " + "b" * (2 * INLINE_MAX))
+
+    prompt, steer, orphan = await stored("prompt"), await stored("steer"), await stored("orphan")
+    await rig.session("s1", **prompt.fields("prompt"))
+    await rig.reconcile("s1")
+    await rig.kube.patch("turns", "s1-1", {"spec": {"steers": [{"id": "st1", **steer.fields()}]}})
+    # Within the grace time nothing goes, named or not (the api stores a body just before the resource).
+    assert await BodySweeper(rig.ctx, grace=3600).sweep() == 0
+    assert await BodySweeper(rig.ctx, grace=0).sweep() == 1
+    assert await db.get_body(orphan.ref.sha256 if orphan.ref else "") is None
+    for kept in (prompt, steer):  # the session's prompt, the turn's message and its steer
+        assert kept.ref is not None and await db.get_body(kept.ref.sha256) is not None
+    # Storing a body again renews it: a sweep between that and the resource's write does not take it.
+    again = await stored("orphan")
+    assert await BodySweeper(rig.ctx, grace=60).sweep() == 0
+    assert again.ref is not None and await db.get_body(again.ref.sha256) is not None
+    # A listing that fails deletes nothing.
+    rig.kube.fail_next("list", "turns", 500)
+    with pytest.raises(ApiException):
+        await BodySweeper(rig.ctx, grace=0).sweep()
+    assert await db.get_body(again.ref.sha256) is not None

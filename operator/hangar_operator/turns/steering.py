@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from hangar.bodies import Body, BodyMissing, resolve
+from hangar.bodies import Body, resolve_or_none
 from hangar.kube import Kube, Obj
 from hangar.models import LIVE_HARNESSES, Session, Turn
 from hangar.models.labels import session_selector
@@ -101,10 +101,7 @@ class Steering:
 
     async def _text(self, req: Steer | InterruptRequest) -> str | None:
         """The whole message of a request (a stored body read back), or None when its body is gone."""
-        try:
-            return await resolve(self.ctx.db, Body(req.message or "", req.message_ref))
-        except BodyMissing:
-            return None
+        return await resolve_or_none(self.ctx.db, Body(req.message or "", req.message_ref))
 
     async def _send(self, ns: str, run: str, op: str, body: dict[str, Any], command_id: str) -> None:
         await self.ctx.gateway.send(run, op, body, command_id=command_id)
