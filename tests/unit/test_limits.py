@@ -375,3 +375,32 @@ async def test_stored_bodies_nothing_names_are_swept_and_named_or_recent_ones_ke
     with pytest.raises(ApiException):
         await BodySweeper(rig.ctx, grace=0).sweep()
     assert await db.get_body(again.ref.sha256) is not None
+
+
+# --- the CLI holds the same limit ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["session", "steer", "s1", "-"],
+        ["session", "new", "s1", "-", "-e", "dev"],
+        ["session", "interrupt", "s1", "-"],
+        ["job", "new", "-", "-e", "dev"],
+        ["job", "follow-up", "j1", "-"],
+    ],
+)
+def test_the_cli_reads_a_message_from_stdin_and_holds_it_to_the_limit_in_bytes(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    from hangar.cli.main import build_parser
+
+    # More than one command-line argument can hold (128 KiB), within the limit: read from stdin, whole.
+    text = full(MESSAGE_MAX)
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    a = build_parser().parse_args(argv)
+    assert (getattr(a, "message", None) or getattr(a, "prompt", None)) == text
+    monkeypatch.setattr("sys.stdin", io.StringIO(full(MESSAGE_MAX + 4)))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    assert f"at most {MESSAGE_MAX} bytes (UTF-8)" in capsys.readouterr().err
