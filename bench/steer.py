@@ -53,6 +53,7 @@ from _stats import log, summary
 
 from hangar.devcluster.controlplane import ControlPlane
 from hangar.devcluster.stack import Stack, environment_object
+from hangar.models.limits import STEERS_MAX
 from hangar.paths import cli_dir
 from hangar.testing.model_server import Request, ScriptedModel, Step
 from hangar_driver.adapters import make_harness
@@ -279,12 +280,20 @@ def table(out: dict[str, Any]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steers", type=int, default=100, help="steers per side (default 100)")
+    ap.add_argument(
+        "--steers",
+        type=int,
+        default=STEERS_MAX,
+        help=f"steers per side (default {STEERS_MAX}, a turn's most)",
+    )
     ap.add_argument("--gap", type=float, default=0.25, help="seconds between two steers (default 0.25)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
     a = ap.parse_args()
     if claude_missing():
+        return 2
+    if a.steers > STEERS_MAX:
+        print(f"--steers: a turn takes at most {STEERS_MAX} steers (docs/limits.md)", file=sys.stderr)
         return 2
     hold = a.steers * a.gap + 8  # the tool outlives the steers (Claude's Bash tool stops at 120 s)
     if hold > 110:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ def _structural(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
-        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        # A copy per use: a definition used twice (BodyRef) would otherwise be dumped as a YAML alias.
+        target = copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]])
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _structural(merged, defs, in_status)
     if "anyOf" in node:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from .bodies import Body
 from .kube import ApiException, Kube, owner_ref
 
 
@@ -15,7 +16,7 @@ def turn_index(turn: dict[str, object]) -> int:
 async def create_turn(
     kube: Kube,
     session: str,
-    message: str,
+    message: Body | str,
     *,
     by: str = "",
     from_steer: str | None = None,
@@ -23,7 +24,10 @@ async def create_turn(
     classified_by: str | None = None,
 ) -> str:
     """Creates Turn ``<session>-<n>`` with the next free index; the apiserver's name uniqueness makes the
-    allocation race-free. A turn started by a queued steer is created once, however often this is called."""
+    allocation race-free. A turn started by a queued steer is created once, however often this is called.
+    ``message`` is as the Turn holds it (``hangar.bodies.stow``): inline, or a preview and a stored body;
+    a plain string is an inline one."""
+    msg = message if isinstance(message, Body) else Body(message)
     s = await kube.get("sessions", session)
     if s is None:
         raise LookupError(session)
@@ -34,7 +38,7 @@ async def create_turn(
                 return str(t["metadata"]["name"])
     index = max([turn_index(t) for t in existing] or [0]) + 1
     for _ in range(50):
-        spec: dict[str, object] = {"session": session, "index": index, "message": message, "by": by}
+        spec: dict[str, object] = {"session": session, "index": index, **msg.fields(), "by": by}
         if from_steer:
             spec["fromSteer"] = from_steer
         if from_steer or klass != "unclassified":

@@ -12,6 +12,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.responses import Response
 
+from hangar.bodies import Body
 from hangar.config import Settings
 from hangar.kube import Kube
 from hangar.store import open_database
@@ -32,7 +33,7 @@ class TurnFactory:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    async def create(self, session: str, message: str, *, by: str) -> str:
+    async def create(self, session: str, message: Body, *, by: str) -> str:
         return await create_turn(self.kube, session, message, by=by)
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import GROUP, VERSION
-from hangar.models.base import utf8_max
+from hangar.models.limits import bounded
 from hangar.store import Database
 
 from . import names
@@ -35,7 +35,7 @@ MESSAGE_MAX = 8192
 
 class DecisionBody(BaseModel):
     decision: Literal["allow", "deny", "allow_always"]
-    message: Annotated[str, Field(max_length=MESSAGE_MAX), utf8_max(MESSAGE_MAX)] | None = Field(
+    message: Annotated[str, Field(max_length=MESSAGE_MAX), bounded(MESSAGE_MAX)] | None = Field(
         default=None, description=f"What the agent is told (at most {MESSAGE_MAX} bytes in UTF-8)"
     )
 

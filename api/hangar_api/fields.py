@@ -7,8 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from hangar.models.base import MODEL_MAX, utf8_max
-from hangar.models.turn import MESSAGE_MAX
+from hangar.models.limits import MESSAGE_MAX, MODEL_MAX, bounded
 
 from .names import EnvironmentName
 
@@ -17,12 +16,12 @@ __all__ = ["MESSAGE_MAX", "MODEL_MAX", "EnvironmentName", "MessageText", "ModelI
 MessageText = Annotated[
     str,
     Field(min_length=1, max_length=MESSAGE_MAX, description=f"At most {MESSAGE_MAX} bytes in UTF-8"),
-    utf8_max(MESSAGE_MAX),
+    bounded(MESSAGE_MAX),
 ]
 ModelId = Annotated[
     str,
     Field(
         min_length=1, max_length=MODEL_MAX, description=f"The model id, at most {MODEL_MAX} bytes in UTF-8"
     ),
-    utf8_max(MODEL_MAX),
+    bounded(MODEL_MAX),
 ]

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from hangar.bodies import stow
 from hangar.kube import ApiException, Kube, Obj
 
 from . import schemas as S
@@ -75,11 +76,12 @@ async def steer(
     running = await _running(k, await attempt_sessions(k, j))
     if not running:
         raise _nothing_running(j, "steer")
+    message = await stow(d, body.message)  # stored once, referenced by every attempt's turn
     results, errors = [], []
     for s, turn in running:
         ref = s["metadata"]["name"]
         try:
-            out = await steering.steer_turn(k, turn, body.message, who.subject)
+            out = await steering.steer_turn(k, turn, message, who.subject)
         except HTTPException as e:
             errors.append({"session": ref, "status": e.status_code, "error": e.detail})
             continue
@@ -121,7 +123,7 @@ async def interrupt(
     running = await _running(k, await attempt_sessions(k, j))
     if not running:
         raise _nothing_running(j, "interrupt")
-    message = body.message if body else None
+    message = await stow(d, body.message) if body and body.message else None
     results, errors = [], []
     for s, turn in running:
         ref = s["metadata"]["name"]

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from hangar.bodies import stow
 from hangar.kube import ApiException
 from hangar.models import LIVE_HARNESSES
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
@@ -106,11 +107,13 @@ async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dic
                 f"a session named {attempt_session(name, i)!r} already exists, and job {name!r} would run its "
                 f"attempt {i} under that name: pick another job name",
             )
+    prompt = await stow(d, body.prompt)
     spec = JobSpec(
         submitter=who.subject,
         repository=body.repository,
         base_branch=body.base_branch,
-        prompt=body.prompt,
+        prompt=prompt.inline,
+        prompt_ref=prompt.ref,
         environment=body.environment,
         harness=body.harness,
         model=body.model,
@@ -215,6 +218,7 @@ async def follow_up(job_id: JobId, body: FollowUp, who: JobsCaller, k: KubeDep, 
             if t is not None and (t.get("status") or {}).get("phase") == "NeedsInput":
                 klass = "new_info"
     by_person = who.subject if body.klass else None
+    message = await stow(d, body.message)  # stored once, referenced by every attempt's turn
     results: list[dict[str, Any]] = []
     for s in targets:
         ref = s["metadata"]["name"]
@@ -222,13 +226,11 @@ async def follow_up(job_id: JobId, body: FollowUp, who: JobsCaller, k: KubeDep, 
         if s["spec"].get("harness", "claude") in LIVE_HARNESSES:
             running = await steering.running_turn(k, s)
         if running is not None:
-            out = await steering.steer_turn(k, running, body.message, who.subject, klass, by_person)
+            out = await steering.steer_turn(k, running, message, who.subject, klass, by_person)
             results.append({"session": ref, "kind": "steer", "steer": out["steer"], "turn": out["turn"]})
             continue
         try:
-            name = await create_turn(
-                k, ref, body.message, by=who.subject, klass=klass, classified_by=by_person
-            )
+            name = await create_turn(k, ref, message, by=who.subject, klass=klass, classified_by=by_person)
         except LookupError:
             continue  # the attempt's session went meanwhile (the job is being deleted)
         t = await k.get("turns", name)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
+from hangar.bodies import Body, stow
 from hangar.kube import ApiException, Kube
 from hangar.models.base import LIVE_HARNESSES, NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.store import Database
@@ -57,7 +58,7 @@ async def create_session(body: NewSession, who: Admin, k: KubeDep, d: DbDep) -> 
     if body.model:
         spec["model"] = body.model
     if body.message:
-        spec["prompt"] = body.message
+        spec.update((await stow(d, body.message)).fields("prompt"))
     created = await _create(k, body.name, spec, who)
     await d.audit(
         who.subject, "session.create", body.name, harness=body.harness, environment=body.environment
@@ -96,7 +97,7 @@ async def fork_session(ref: SessionRef, body: Fork, who: Admin, k: KubeDep, d: D
     if body.approvals:
         spec["approvals"] = body.approvals
     if body.message:
-        spec["prompt"] = body.message
+        spec.update((await stow(d, body.message)).fields("prompt"))
     created = await _create(k, body.name, spec, who)
     await d.audit(who.subject, "session.fork", body.name, parent=ref, approvals=body.approvals)
     return session_view(created, [])
@@ -137,9 +138,10 @@ async def send_message(
     return await send(k, d, request.app.state.turns, who, ref, body.message)
 
 
-async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, message: str) -> dict[str, Any]:
+async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, text: str) -> dict[str, Any]:
     """What ``POST /api/sessions/{ref}/messages`` does (also the MCP tool ``send_to_session``)."""
     s = await get_session(k, ref)
+    message: Body = await stow(d, text)
     phase = (s.get("status") or {}).get("phase")
     if phase == "Failed":
         raise HTTPException(409, f"session {ref!r} failed: {(s.get('status') or {}).get('message', '')}")

@@ -25,6 +25,8 @@ from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from hangar.bodies import Body as Message
+from hangar.bodies import stow, turn_room
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES
 
@@ -113,7 +115,8 @@ async def _patch_spec(k: Kube, turn_name: str, ops: list[dict[str, Any]]) -> Obj
 
 async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
     """Append ``item`` to ``spec.<field>``: a JSON-patch append, which concurrent appends can't overwrite;
-    the first item creates the list under a resourceVersion precondition (retried on a conflict)."""
+    the first item creates the list under a resourceVersion precondition (retried on a conflict). The turn's
+    budget (409/413 naming the limit) is checked on each read; ``maxItems`` holds it against racing appends."""
     turn_name = turn["metadata"]["name"]
     for attempt in range(8):
         if attempt:
@@ -121,6 +124,8 @@ async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
             if fresh is None:
                 raise HTTPException(404, f"turn {turn_name!r} is gone")
             turn = fresh
+        if (full := turn_room(turn, field, item)) is not None:
+            raise HTTPException(*full)
         try:
             if isinstance(turn["spec"].get(field), list):
                 return await _patch_spec(
@@ -131,7 +136,7 @@ async def _append(k: Kube, turn: Obj, field: str, item: dict[str, Any]) -> Obj:
                 "turns", turn_name, {"metadata": {"resourceVersion": rv}, "spec": {field: [item]}}
             )
         except ApiException as e:
-            if e.status == 409 or (e.status == 422 and attempt == 0):
+            if e.status == 409 or (e.status == 422 and attempt < 2):
                 continue  # the list was created meanwhile / is not there after all: read again
             raise _api_error(e) from None
     raise HTTPException(409, f"turn {turn_name!r} kept changing: try again")
@@ -246,10 +251,16 @@ def turn_watch(request: Request) -> TurnWatch:
 
 # --- the turn-level operations (sessions and jobs) -----------------------------------------------------
 async def steer_turn(
-    k: Kube, turn: Obj, message: str, by: str, klass: str = "unclassified", classified_by: str | None = None
+    k: Kube,
+    turn: Obj,
+    message: Message,
+    by: str,
+    klass: str = "unclassified",
+    classified_by: str | None = None,
 ) -> dict[str, Any]:
+    """``message`` as the Turn is to hold it (``hangar.bodies.stow``)."""
     name = turn["metadata"]["name"]
-    req = {"id": new_id("st"), "message": message, "by": by, "class": klass}
+    req = {"id": new_id("st"), **message.fields(), "by": by, "class": klass}
     if classified_by and klass != "unclassified":
         req.update({"classifiedBy": classified_by, "classifiedAt": now_iso()})
     updated = await _append(k, turn, "steers", req)
@@ -262,11 +273,11 @@ async def steer_turn(
     }
 
 
-async def interrupt_turn(k: Kube, turn: Obj, message: str | None, by: str) -> dict[str, Any]:
+async def interrupt_turn(k: Kube, turn: Obj, message: Message | None, by: str) -> dict[str, Any]:
     name = turn["metadata"]["name"]
     req: dict[str, Any] = {"id": new_id("in"), "by": by, "class": "unclassified"}
     if message:
-        req["message"] = message
+        req.update(message.fields())
     updated = await _append(k, turn, "interrupts", req)
     return {
         "interrupt": interrupt_view(updated, req),
@@ -392,7 +403,7 @@ def check_steerable(harness: str) -> None:
         )
 
 
-async def steer_session(k: Kube, s: Obj, message: str, by: str) -> dict[str, Any]:
+async def steer_session(k: Kube, s: Obj, message: Message, by: str) -> dict[str, Any]:
     """Steer session ``s``'s running turn; 409 when it can't be steered or nothing runs."""
     check_steerable(s["spec"].get("harness", "claude"))
     turn = await running_turn(k, s)
@@ -401,7 +412,7 @@ async def steer_session(k: Kube, s: Obj, message: str, by: str) -> dict[str, Any
     return await steer_turn(k, turn, message, by)
 
 
-async def interrupt_session(k: Kube, s: Obj, message: str | None, by: str) -> dict[str, Any]:
+async def interrupt_session(k: Kube, s: Obj, message: Message | None, by: str) -> dict[str, Any]:
     """Interrupt session ``s``'s running turn; 409 when nothing runs."""
     turn = await running_turn(k, s)
     if turn is None:
@@ -445,7 +456,7 @@ async def classify_in(
 async def steer(ref: SessionRef, body: SteerBody, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Add a message to the running turn (Claude Code: with the next tool result; Codex: turn/steer)."""
     s = await get_session(k, ref)
-    out = await steer_session(k, s, body.message, who.subject)
+    out = await steer_session(k, s, await stow(d, body.message), who.subject)
     await d.audit(who.subject, "session.steer", ref, turn=out["turn"]["name"], steer=out["steer"]["id"])
     return out
 
@@ -471,7 +482,8 @@ async def interrupt(
 ) -> dict[str, Any]:
     """Stop the running turn; with a message, go on with it (same turn when live, else the next turn)."""
     s = await get_session(k, ref)
-    out = await interrupt_session(k, s, body.message if body else None, who.subject)
+    message = await stow(d, body.message) if body and body.message else None
+    out = await interrupt_session(k, s, message, who.subject)
     await d.audit(
         who.subject, "session.interrupt", ref, turn=out["turn"]["name"], interrupt=out["interrupt"]["id"]
     )

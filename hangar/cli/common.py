@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeAlias, get_args
 
+from ..models.limits import MESSAGE_MAX, utf8_len
 from .http import call
 
 Handler = Callable[[argparse.Namespace], None]
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def message_arg(value: str) -> str:
+    """A message argument: ``-`` reads it from standard input (one argument of a command line holds at most
+    128 KiB on Linux, less than a message may be). Held to the api's limit in bytes here, before sending."""
+    text = sys.stdin.read() if value == "-" else value
+    if utf8_len(text) > MESSAGE_MAX:
+        raise argparse.ArgumentTypeError(f"at most {MESSAGE_MAX} bytes (UTF-8); this one is {utf8_len(text)}")
+    return text
 
 
 def print_turn(t: dict[str, Any], head: str, tag: str = "") -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "hangar.dev"
@@ -139,20 +139,3 @@ def col(name: str, type_: str, path: str, description: str = "", priority: int =
     return PrinterColumn.model_validate(
         {"name": name, "type": type_, "jsonPath": path, "description": description, "priority": priority}
     )
-
-
-# A session's or job's model id: limited in bytes, like every string that is stored (docs/limits.md).
-MODEL_MAX = 253
-
-
-def utf8_max(limit: int) -> AfterValidator:
-    """A string of at most ``limit`` bytes in UTF-8. A limit in characters lets 262,144 emoji through as
-    ~1 MiB; where a limit guards storage (an object in etcd, a row) it counts bytes."""
-
-    def check(value: str) -> str:
-        size = len(value.encode("utf-8", "surrogatepass"))
-        if size > limit:
-            raise ValueError(f"at most {limit} bytes in UTF-8 (this is {size})")
-        return value
-
-    return AfterValidator(check)

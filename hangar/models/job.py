@@ -12,19 +12,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import (
-    MODEL_MAX,
-    NAME_MAX,
-    ApprovalPolicy,
-    Condition,
-    Harness,
-    Model,
-    Resource,
-    ResourceInfo,
-    col,
-    name_rule,
-    utf8_max,
-)
+from .base import NAME_MAX, ApprovalPolicy, Condition, Harness, Model, Resource, ResourceInfo, col, name_rule
+from .limits import MODEL_MAX, BodyRef, InlineText, bounded, text
 from .session import PendingApproval, Taint
 
 JobState = Literal[
@@ -61,7 +50,7 @@ SUBMITTED_ONCE = {
     "rule": " && ".join(
         [_same(f) for f in ("submitter", "repository", "baseBranch", "prompt", "environment", "harness")]
         + [_same(f) for f in ("attempts", "deliver", "tainted")]
-        + [_same_optional("model"), _same_optional("approvals")]
+        + [_same_optional("model"), _same_optional("approvals"), _same_optional("promptRef")]
     ),
     "message": "a Job's spec is fixed once submitted: only spec.cancelled may change (submit a new job instead)",
     "reason": "FieldValueForbidden",
@@ -76,10 +65,14 @@ class JobSpec(Model):
     submitter: str = Field(min_length=1, max_length=253)
     repository: str = Field(default="", max_length=2048)
     base_branch: str = "main"
-    prompt: str = Field(min_length=1, max_length=262144)
+    prompt: InlineText
+    prompt_ref: BodyRef | None = Field(
+        default=None,
+        description="The prompt's body when it is longer than the inline limit (prompt: a preview)",
+    )
     environment: str = Field(min_length=1, max_length=253)
     harness: Harness = "claude"
-    model: Annotated[str, Field(max_length=MODEL_MAX), utf8_max(MODEL_MAX)] | None = None
+    model: Annotated[str | None, text(MODEL_MAX), bounded(MODEL_MAX)] = None
     approvals: ApprovalPolicy | None = Field(
         default=None,
         description="Overrides the environment's and the deployment's policy; every attempt keeps it",

@@ -7,18 +7,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from .base import (
-    MODEL_MAX,
-    ApprovalPolicy,
-    Condition,
-    Harness,
-    Model,
-    Resource,
-    ResourceInfo,
-    col,
-    name_rule,
-    utf8_max,
-)
+from .base import ApprovalPolicy, Condition, Harness, Model, Resource, ResourceInfo, col, name_rule
+from .limits import INLINE_MAX, MODEL_MAX, REASON_MAX, BodyRef, bounded, text
 
 SessionPhase = Literal[
     "Pending", "Starting", "Idle", "Running", "Suspending", "Suspended", "Stopped", "Failed"
@@ -31,11 +21,15 @@ class SessionSpec(Model):
     approvals: ApprovalPolicy | None = Field(
         default=None, description="Overrides the environment's and the deployment's policy"
     )
-    model: Annotated[str, Field(max_length=MODEL_MAX), utf8_max(MODEL_MAX)] | None = None
-    prompt: str | None = Field(
+    model: Annotated[str | None, text(MODEL_MAX), bounded(MODEL_MAX)] = None
+    prompt: Annotated[
+        str | None,
+        text(INLINE_MAX, description="First message: starts turn 1 when the session is created"),
+        bounded(INLINE_MAX),
+    ] = None
+    prompt_ref: BodyRef | None = Field(
         default=None,
-        max_length=262144,
-        description="First message: starts turn 1 when the session is created",
+        description="The prompt's body when it is longer than the inline limit (prompt: a preview)",
     )
     stopped: bool = Field(
         default=False, description="Stop the session: interrupt any turn, release the sandbox"
@@ -43,7 +37,9 @@ class SessionSpec(Model):
     stopped_by: str | None = Field(
         default=None, max_length=253, description="Who asked for the stop (tower:<who> for Tower's run.stop)"
     )
-    stop_reason: str | None = Field(default=None, max_length=2000, description="Why the session was stopped")
+    stop_reason: Annotated[
+        str | None, text(REASON_MAX, description="Why the session was stopped"), bounded(REASON_MAX)
+    ] = None
     tainted: bool = Field(default=False, description="Start tainted (intake work that reads untrusted input)")
     fork_of: str | None = Field(
         default=None,

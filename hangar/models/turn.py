@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
 from .base import ApprovalPolicy, Condition, Model, Resource, ResourceInfo, SteerClass, col
+from .limits import INLINE_MAX, INTERRUPTS_MAX, STEERS_MAX, SUMMARY_MAX, BodyRef, InlineText, bounded, text
+from .limits import MESSAGE_MAX as MESSAGE_MAX  # what the api's request models import
 from .session import Taint
 
 TurnPhase = Literal["Queued", "Running", "NeedsInput", "Completed", "Failed", "Interrupted"]
@@ -21,12 +23,13 @@ WithdrawState = Literal["requested", "withdrawn", "too_late"]
 # time, hangar killed the run; too_late: the turn had already ended.
 InterruptStatus = Literal["sent", "confirmed", "killed", "too_late"]
 
-MESSAGE_MAX = 262144
+_REF = "The body, when it is longer than the inline limit: the message field then holds a preview"
 
 
 class Steer(Model):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][-a-z0-9]*$")
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    message: InlineText
+    message_ref: BodyRef | None = Field(default=None, description=_REF)
     by: str = ""
     klass: SteerClass = Field(default="unclassified", alias="class")
     classified_by: str | None = Field(default=None, description="Who set the class (REST: the caller)")
@@ -36,12 +39,16 @@ class Steer(Model):
 
 class InterruptRequest(Model):
     id: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][-a-z0-9]*$")
-    message: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MESSAGE_MAX,
-        description="Stop, then go on with this: in the same turn when it is live, else as the next turn",
-    )
+    message: Annotated[
+        str | None,
+        text(
+            INLINE_MAX,
+            min_length=1,
+            description="Stop, then go on with this: in the same turn when it is live, else as the next turn",
+        ),
+        bounded(INLINE_MAX),
+    ] = None
+    message_ref: BodyRef | None = Field(default=None, description=_REF)
     by: str = ""
     klass: SteerClass = Field(default="unclassified", alias="class")
     classified_by: str | None = None
@@ -52,10 +59,11 @@ class TurnSpec(Model):
     session: str | None = None
     job: str | None = None
     index: int = Field(ge=1)
-    message: str = Field(min_length=1, max_length=MESSAGE_MAX)
+    message: InlineText
+    message_ref: BodyRef | None = Field(default=None, description=_REF)
     by: str = ""
-    steers: list[Steer] = Field(default_factory=list, max_length=200)
-    interrupts: list[InterruptRequest] = Field(default_factory=list, max_length=50)
+    steers: list[Steer] = Field(default_factory=list, max_length=STEERS_MAX)
+    interrupts: list[InterruptRequest] = Field(default_factory=list, max_length=INTERRUPTS_MAX)
     from_steer: str | None = Field(default=None, description="The queued steer this turn was started by")
     klass: SteerClass = Field(
         default="unclassified", alias="class", description="For follow-ups and queued steers"
@@ -112,7 +120,7 @@ class TurnStatus(Model):
     exit_status: int | None = None
     reason: str = ""
     policy: ApprovalPolicy | None = None
-    summary: str = ""
+    summary: Annotated[str, text(SUMMARY_MAX), bounded(SUMMARY_MAX)] = ""
     result: dict[str, Any] | None = None
     question: str | None = None
     steers: list[SteerState] = Field(default_factory=list)

@@ -27,6 +27,9 @@ SCHEMA = [
         kind TEXT NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY (kind, id))""",
     """CREATE TABLE IF NOT EXISTS tower_decisions (
         id TEXT PRIMARY KEY, decision TEXT NOT NULL, at TEXT NOT NULL)""",
+    # Message bodies longer than a resource keeps inline, by SHA-256 (hangar.bodies).
+    """CREATE TABLE IF NOT EXISTS bodies (
+        digest TEXT PRIMARY KEY, body TEXT NOT NULL, size INTEGER NOT NULL, at TEXT NOT NULL)""",
 ]
 
 
@@ -273,6 +276,32 @@ class Database:
             "SELECT decision FROM tower_decisions WHERE id = ? AND at >= ?", (receipt, cutoff)
         )
         return dict(json.loads(rows[0][0])) if rows else None
+
+    # message bodies kept outside resources (hangar.bodies) -------------------------------------------
+    async def put_body(self, digest: str, body: str, size: int) -> None:
+        """Stores ``body`` under its digest once. Storing it again only renews its time, so a sweep that
+        runs before the resource naming it is written does not take it (``unnamed_bodies``)."""
+        await self.backend.execute(
+            "INSERT INTO bodies (digest, body, size, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (digest) DO UPDATE SET at = excluded.at",
+            (digest, body, size, now()),
+        )
+
+    async def get_body(self, digest: str) -> str | None:
+        rows = await self.backend.fetch("SELECT body FROM bodies WHERE digest = ?", (digest,))
+        return str(rows[0][0]) if rows else None
+
+    async def bodies_before(self, seconds_ago: float) -> list[str]:
+        """Digests of the bodies stored (or stored again) more than ``seconds_ago`` seconds ago."""
+        cutoff = _iso(datetime.now(UTC).timestamp() - seconds_ago)
+        rows = await self.backend.fetch("SELECT digest FROM bodies WHERE at < ?", (cutoff,))
+        return [str(r[0]) for r in rows]
+
+    async def delete_bodies(self, digests: list[str], seconds_ago: float) -> None:
+        """Deletes these bodies unless one was stored again within the last ``seconds_ago`` seconds."""
+        cutoff = _iso(datetime.now(UTC).timestamp() - seconds_ago)
+        for digest in digests:
+            await self.backend.execute("DELETE FROM bodies WHERE digest = ? AND at < ?", (digest, cutoff))
 
     # audit ---------------------------------------------------------------------------------------------
     async def audit(self, actor: str, action: str, target: str, **detail: Any) -> None:

@@ -17,6 +17,7 @@ from hangar.store import Database
 from .approvals.controller import Approvals
 from .approvals.requests import PermissionRequests
 from .approvals.taint import Tainting
+from .body_sweeper import BodySweeper
 from .context import Context
 from .environments import Environments
 from .gateway import Gateway
@@ -48,15 +49,18 @@ class Controllers:
     deadlines: Deadlines
     tower_calls: TowerCalls
     suspensions: Suspensions
+    bodies: BodySweeper
 
     async def start(self) -> None:
         self.ctx.gateway_port = await self.ctx.gateway.start()
         self.tower_calls.start()  # re-reads Tower's decisions now and every minute
+        self.bodies.start()  # deletes stored message bodies nothing names, every 10 minutes
 
     async def stop(self) -> None:
         self.deadlines.stop()
         self.approvals.stop()
         self.tower_calls.stop()
+        self.bodies.stop()
         self.suspensions.stop()
         self.retry.stop()
         await self.ctx.gateway.stop()
@@ -137,4 +141,5 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         deadlines=deadlines,
         tower_calls=tower_calls,
         suspensions=suspensions,
+        bodies=BodySweeper(ctx),
     )

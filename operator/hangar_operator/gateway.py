@@ -35,6 +35,8 @@ from typing import Any, NoReturn
 
 from hangar_driver import protocol as P
 
+from . import metrics
+
 log = logging.getLogger("hangar.gateway")
 
 KeyForRun = Callable[[str], Awaitable[bytes | None]]
@@ -44,7 +46,11 @@ OnDisconnect = Callable[[str], Awaitable[None]]
 OnRejected = Callable[[str, str], Awaitable[None]]
 AckedForRun = Callable[[str], Awaitable[int]]
 
-HELLO_TIMEOUT = 10.0  # seconds a new connection has to send its hello and its confirmation
+HELLO_TIMEOUT = 10.0  # seconds a new connection has, in all, to send its hello and its confirmation
+# Bytes a connection may send in one frame before it is authenticated (a hello and its confirming ack are
+# a few hundred bytes). Anyone who can reach the port is unauthenticated: 4 MiB partial frames from 20 such
+# connections held ~75 MB that the process never gave back. The full frame limit applies once confirmed.
+HELLO_MAX_BYTES = 16384
 IDLE_TIMEOUT = 60.0  # a connection that sends nothing for this long is closed (drivers ping every 10 s)
 WRITE_TIMEOUT = 30.0  # a driver that doesn't read what we send for this long is dropped
 MAX_UNCONFIRMED = 256  # connections that have not completed the handshake yet; more are closed at once
@@ -52,6 +58,24 @@ REJECT_REPORTS_PER_MINUTE = 30  # per peer host: on_rejected calls beyond this a
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 _COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
 _EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.]{0,63}$")
+
+
+_REASON_LABELS = (
+    ("too large", "frame_too_large"),
+    ("in time", "timeout"),
+    ("unknown run", "unknown_run"),
+    ("signature", "bad_signature"),
+    ("not hello", "not_hello"),
+    ("not confirmed", "not_confirmed"),
+    ("nonce", "wrong_nonce"),
+    ("malformed", "malformed"),
+)
+
+
+def reason_label(reason: str) -> str:
+    """The metric label of a refusal: one of a few words, whatever the reason's text (which can hold
+    numbers and names a peer chose)."""
+    return next((label for word, label in _REASON_LABELS if word in reason), "other")
 
 
 class _Closed(Exception):
@@ -135,7 +159,7 @@ class Gateway:
     async def start(self) -> int:
         """Listen; returns the bound port (useful with ``port=0``)."""
         self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, limit=P.MAX_FRAME_BYTES + 1, reuse_address=True
+            self._accept, self.host, self.port, limit=HELLO_MAX_BYTES + 1, reuse_address=True
         )
         sock = self._server.sockets[0]
         self.port = int(sock.getsockname()[1])
@@ -279,6 +303,8 @@ class Gateway:
 
     async def _reject(self, conn: _Conn, who: str, reason: str) -> NoReturn:
         log.warning("driver gateway refused %s from %s: %s", who, conn.peer, reason)
+        # Counted here, every one (the reports below are limited per host), under a fixed set of labels.
+        metrics.DRIVER_REJECTED.labels(reason=reason_label(reason)).inc()
         conn.close()
         if self._may_report(conn.peer.rpartition(":")[0]):
             try:
@@ -316,6 +342,7 @@ class Gateway:
 
     async def _serve(self, conn: _Conn) -> None:
         anon = f"peer {conn.peer}"
+        deadline = asyncio.get_running_loop().time() + HELLO_TIMEOUT  # for the whole handshake
         try:
             frame = await self._read_frame(conn, HELLO_TIMEOUT, anon)
         except TimeoutError:
@@ -343,7 +370,8 @@ class Gateway:
 
         while not conn.closed:
             try:
-                frame = await self._read_frame(conn, IDLE_TIMEOUT if conn.confirmed else HELLO_TIMEOUT, run)
+                left = max(0.0, deadline - asyncio.get_running_loop().time())
+                frame = await self._read_frame(conn, IDLE_TIMEOUT if conn.confirmed else left, run)
             except TimeoutError:
                 if conn.confirmed:
                     log.info("run %s: driver connection %s idle, closing", run, conn.peer)
@@ -375,6 +403,9 @@ class Gateway:
     async def _confirm(self, conn: _Conn, state: _RunState) -> None:
         assert conn.run is not None
         conn.confirmed = True
+        # Authenticated: frames up to the protocol's limit from now on (StreamReader reads its limit on
+        # every read; it has no public setter).
+        vars(conn.reader)["_limit"] = P.MAX_FRAME_BYTES + 1
         if conn.counted:
             conn.counted = False
             self._unconfirmed -= 1

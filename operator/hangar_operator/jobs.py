@@ -291,6 +291,7 @@ class Jobs:
                 "environment": spec.environment,
                 "approvals": policy,
                 "prompt": spec.prompt,
+                **({"promptRef": spec.prompt_ref.dump()} if spec.prompt_ref else {}),
                 "tainted": spec.tainted,
                 **({"model": spec.model} if spec.model else {}),
             },

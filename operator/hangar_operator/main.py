@@ -22,11 +22,27 @@ from .controllers import build
 log = logging.getLogger("hangar.operator")
 
 
-def _configure(settings: kopf.OperatorSettings) -> None:
+# Kept out of kopf's diff-base (its last-handled-configuration annotation): message bodies and the
+# object's own annotations. kopf copies the essence of every object it handles into that annotation, and
+# Kubernetes caps an object's annotations at 256 KiB: a large prompt (or large annotations) copied there
+# made every kopf write fail, so a Session could no longer be deleted (its finalizer stayed). No handler
+# reacts to these fields changing: a prompt is read once, and a Turn's requests come by raw events.
+DIFFBASE_IGNORED = (
+    "metadata.annotations",
+    "spec.prompt",
+    "spec.promptRef",
+    "spec.message",
+    "spec.messageRef",
+    "spec.steers",
+    "spec.interrupts",
+)
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
     # Progress in annotations keeps status for what happened; no kopf bookkeeping in it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.hangar.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="kopf.hangar.dev", key="last-handled-configuration"
+        prefix="kopf.hangar.dev", key="last-handled-configuration", ignored_fields=DIFFBASE_IGNORED
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120
@@ -72,7 +88,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
 
     @kopf.on.startup()
     async def startup(settings: kopf.OperatorSettings, **_: object) -> None:
-        _configure(settings)
+        configure(settings)
         ready.set()
 
     namespaces = [] if settings.watch_all else list(settings.watch_namespaces)

@@ -31,6 +31,11 @@ STEER_CLASSIFICATIONS = Counter(
     "hangar_steer_classifications_total", "Steers and interrupts classified, by class", ["class"]
 )
 DRIVER_REJECTED = Counter("hangar_driver_messages_rejected_total", "Driver frames refused", ["reason"])
+DRIVER_EVENTS_FAILED = Counter(
+    "hangar_driver_events_failed_total",
+    "Driver events the apiserver refused to apply: recorded as failed and acknowledged",
+    ["name"],
+)
 DRIVER_EVENTS = Counter("hangar_driver_events_total", "Driver events stored", ["name"])
 # Approvals: outcome allow | deny | allow_always | withdrawn; resolver person | policy | timeout | tower | none.
 APPROVALS = Counter(

@@ -6,9 +6,14 @@ A signed driver event is applied (idempotently, under its session's lock) and on
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 from typing import Any
 
+from pydantic import ValidationError
+
+from hangar.kube import ApiException
 from hangar.models import Session
 
 from . import metrics
@@ -47,6 +52,27 @@ SHOWN = frozenset(
 RECONCILE_AFTER = frozenset({"turn_ended", "steer", "driver_ready"})
 
 
+# Event names counted by name in the failed-events metric (others count as "other": drivers name them).
+KNOWN_EVENTS = SHOWN | APPROVAL_EVENTS | STEERING_EVENTS | {"conversation", "usage"}
+
+
+def refused(e: BaseException) -> str | None:
+    """Why applying an event failed for good (the apiserver refused the write as it is: too large,
+    invalid, forbidden, gone), or None when trying again may work (a conflict, throttling, a server error,
+    the connection)."""
+    if isinstance(e, ApiException):
+        status = int(e.status or 0)
+        if 400 <= status < 500 and status not in (408, 409, 429):
+            detail = e.reason or ""
+            with contextlib.suppress(Exception):
+                detail = str(json.loads(e.body or b"{}").get("message") or detail)
+            return f"the apiserver refused the write ({status}): {detail}"[:1000]
+        return None
+    if isinstance(e, (ValidationError, ValueError, TypeError, KeyError)):
+        return f"the event could not be read: {type(e).__name__}: {e}"[:1000]
+    return None
+
+
 class Router:
     def __init__(
         self,
@@ -76,12 +102,10 @@ class Router:
         return await self.sandboxes.key_for_run(run_id)
 
     async def on_rejected(self, who: str, reason: str) -> None:
-        metrics.DRIVER_REJECTED.labels(reason=reason.split(":")[0][:40]).inc()
         log.warning("driver message refused from %s: %s", who, reason)
+        # Audited and counted, never written into a session's activity: anyone who can reach the port
+        # can cause a refusal, naming any run.
         await self.ctx.db.audit("gateway", "driver.rejected", who, reason=reason)
-        run = self._run(who)
-        if run:
-            await self.ctx.activity(run.namespace, run.session, "driver_rejected", {"reason": reason})
 
     async def on_connect(self, run_id: str, hello: dict[str, Any]) -> None:
         run = self._run(run_id)
@@ -116,7 +140,14 @@ class Router:
         turn = payload.get("turn") if isinstance(payload.get("turn"), str) else None
         async with self.ctx.lock(ns, session):
             turn = turn or await self._current_turn(ns, session)
-            await self._apply(run, name, payload, turn)
+            try:
+                await self._apply(run, name, payload, turn)
+            except Exception as e:
+                why = refused(e)
+                if why is None:
+                    raise  # the apiserver away, a conflict: not acknowledged, the driver sends it again
+                await self._failed(run, seq, name, turn, why)
+                return
         if name in SHOWN:
             await self.ctx.db.record_driver_event(
                 run_id, seq, self.ctx.scope("session", ns, session), name, payload, turn
@@ -125,6 +156,23 @@ class Router:
             await self.ctx.db.mark_driver_event(run_id, seq)
         if name in RECONCILE_AFTER or (name == "command_result" and payload.get("op") == "start_turn"):
             await self.sessions.reconcile(ns, session)
+
+    async def _failed(self, run: Run, seq: int, name: str, turn: str | None, why: str) -> None:
+        """An event the apiserver refused to apply: recorded as failed with the reason and acknowledged, so
+        the events after it flow (a refusal is final; sending it again would block the run for good)."""
+        metrics.DRIVER_EVENTS_FAILED.labels(name=name if name in KNOWN_EVENTS else "other").inc()
+        log.warning(
+            "driver event %s #%s of %s could not be applied: %s",
+            name,
+            seq,
+            run.id,
+            why,
+            extra=resource(run.namespace, run.session),
+        )
+        scope = self.ctx.scope("session", run.namespace, run.session)
+        await self.ctx.db.record_driver_event(
+            run.id, seq, scope, "event_failed", {"event": name, "seq": seq, "reason": why}, turn
+        )
 
     async def _current_turn(self, ns: str, session: str) -> str | None:
         s_obj = await self.ctx.kube_in(ns).get("sessions", session)

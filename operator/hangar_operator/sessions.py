@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
+from hangar.bodies import Body, BodyMissing, resolve
 from hangar.kube import Obj
 from hangar.models import LIVE_HARNESSES, Session, Turn
 from hangar.models import labels as L
@@ -117,7 +118,12 @@ class Sessions:
         selector = L.session_selector(name)
         if s.spec.prompt and st.counters.turns == 0 and not st.current_turn:
             if not await kube.list("turns", label_selector=selector):
-                await create_turn(kube, name, s.spec.prompt, by="session.spec.prompt")
+                await create_turn(
+                    kube,
+                    name,
+                    Body.of(s_obj["spec"], "prompt") or Body(s.spec.prompt),
+                    by="session.spec.prompt",
+                )
         turns = sorted(await kube.list("turns", label_selector=selector), key=turn_index)
         queued = [t for t in turns if Turn.model_validate(t).status.phase == "Queued"]
         s_obj = await self._sync_counters(ns, s_obj, turns)
@@ -224,6 +230,11 @@ class Sessions:
             turn_obj = await patch_status(kube, "turns", turn_obj, {"policy": policy})
             await self.outcomes.finish(ns, name, turn_obj, ending)
             return
+        try:
+            message = await resolve(self.ctx.db, Body(turn.spec.message, turn.spec.message_ref))
+        except BodyMissing as e:
+            await self.outcomes.finish(ns, name, turn_obj, failed("refused", str(e)))
+            return
         await patch_status(
             kube,
             "turns",
@@ -244,7 +255,7 @@ class Sessions:
             "start_turn",
             {
                 "turn": tname,
-                "message": turn.spec.message,
+                "message": message,
                 "model": s.spec.model,
                 "conversation": st.conversation,
                 # A fork's first turn: the CLI copies the parent's conversation rather than continue it.
@@ -292,12 +303,20 @@ class Sessions:
             if obj is None:
                 return
             turn = Turn.model_validate(obj)
-            if turn.status.phase != "Running" or not any(i.status == "sent" for i in turn.status.interrupts):
+            # Every interrupt asked for and not confirmed counts, its "sent" record written or not: an
+            # interrupt stops the turn whatever the apiserver let us write about it.
+            confirmed = {i.id for i in turn.status.interrupts if i.status != "sent"}
+            if turn.status.phase != "Running" or all(r.id in confirmed for r in turn.spec.interrupts):
                 return
             why = "the driver did not confirm the interrupt in time; hangar killed the run"
             ending = Ending(event="interrupt_killed", outcome="interrupted", exit_status=130, reason=why)
             ending.lost, ending.interrupts = "hangar killed the run", "killed"
-            written = await self.outcomes.finish(ns, owner, obj, ending)
+            try:
+                written = await self.outcomes.finish(ns, owner, obj, ending)
+            except Exception:
+                # The turn's end could not be written: the run is stopped all the same (tried again).
+                await self.sandboxes.release(ns, owner, "interrupt not confirmed: run killed")
+                raise
             metrics.INTERRUPT_KILLS.inc()
             await self.ctx.activity(
                 ns,

@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 
 from hangar.config import Settings
 from hangar.devcluster.stack import Stack
+from hangar.models.limits import STEERS_MAX
 from hangar.testing.model_server import Request, ScriptedModel, Step
 from hangar_api.app import create_app
 from hangar_driver import protocol as P
@@ -257,13 +258,13 @@ def test_withdraw_before_delivery_cancels_and_after_delivery_is_refused(
 
 
 def test_concurrent_withdraws_racing_delivery_each_end_one_way(cluster: Cluster, stack: Stack) -> None:
-    """100 steers held while text streams; the tool call sends them all to the CLI at once while 100
-    withdraws arrive around that moment. The driver arbitrates each one: withdrawn or delivered, never both,
+    """50 steers (the most a turn takes) held while text streams; the tool call sends them all to the CLI
+    at once while 50 withdraws arrive around that moment. The driver arbitrates each one: withdrawn or delivered, never both,
     and the model sees exactly the delivered ones.
 
     The test, not the clock, says when the tool call comes (the step's gate): the steers are all held by
     the driver first however slow the machine, and the withdraws are spread 3 s either side of it."""
-    n, spread = 100, 0.06
+    n, spread = STEERS_MAX, 0.12
     gate = threading.Event()
     model = ScriptedModel(
         [
@@ -293,7 +294,7 @@ def test_concurrent_withdraws_racing_delivery_each_end_one_way(cluster: Cluster,
             90,
             "every steer sent",
         )
-        # The withdraws go out 60 ms apart; the tool call is let out halfway through them.
+        # The withdraws go out 120 ms apart; the tool call is let out halfway through them.
         answers: dict[str, httpx.Response] = {}
         client = httpx.Client(
             base_url=stack.api_url,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from hangar.kube import Obj
+from hangar.models.limits import MODEL_MAX
 from hangar.testing.fake_kube import FakeKube
 from tests.unit.api_rig import ALICE, ApiRig, api_rig, auth
 
@@ -137,13 +138,13 @@ def test_a_turn_index_out_of_range_is_404_and_not_a_number_422(rig: ApiRig) -> N
 
 
 def test_a_model_id_is_limited_in_bytes(rig: ApiRig) -> None:
-    r = new_session(rig, model="m" * 254)
+    r = new_session(rig, model="m" * (MODEL_MAX + 1))
     assert r.status_code == 422 and "model" in r.json()["detail"], r.text
-    r = new_session(rig, model="é" * 127)  # 127 characters, 254 bytes
+    r = new_session(rig, model="é" * (MODEL_MAX // 2 + 1))  # half as many characters, over the bytes
     assert r.status_code == 422 and "bytes" in r.json()["detail"], r.text
     r = new_session(rig, model="m" * 2 * 1024 * 1024)  # the 2 MiB model: over the body limit
     assert r.status_code == 413, r.text
-    r = rig.post("/api/jobs", {"prompt": "p", "environment": "default", "model": "é" * 127})
+    r = rig.post("/api/jobs", {"prompt": "p", "environment": "default", "model": "é" * (MODEL_MAX // 2 + 1)})
     assert r.status_code == 422, r.text
     assert new_session(rig, model="claude-sonnet-4-5").status_code == 201
 

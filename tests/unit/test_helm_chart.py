@@ -434,6 +434,25 @@ def test_rbac_and_sandbox_policy_in_each_watched_namespace() -> None:
     assert env_value(op, "HANGAR_WATCH_NAMESPACES") == "hangar,team-a,team-b"
 
 
+def test_the_gateway_port_admits_sandbox_pods_of_every_watched_namespace_and_nothing_else() -> None:
+    objs = rendered_manifests(set_values={"watchNamespaces": ["team-a", "team-b"]})
+    rules = one(objs, "NetworkPolicy", "hangar", NAMESPACE)["spec"]["ingress"]
+    gateway = [r for r in rules if any(p["port"] == 7443 for p in r["ports"])]
+    assert len(gateway) == 1, "one rule opens the gateway port"
+    (peer,) = gateway[0]["from"]
+    assert peer["podSelector"] == {"matchLabels": SANDBOX_LABELS}
+    [expr] = peer["namespaceSelector"]["matchExpressions"]
+    assert expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "In"
+    assert sorted(expr["values"]) == sorted([NAMESPACE, "team-a", "team-b"])
+    for ns in (NAMESPACE, "team-a", "team-b"):
+        egress = sandbox_policy(objs, ns)["spec"]["egress"]
+        to_gateway = [e for e in egress if any(p["port"] == 7443 for p in e.get("ports", []))]
+        assert len(to_gateway) == 1, ns
+        (dest,) = to_gateway[0]["to"]
+        assert dest["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+        assert dest["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "control-plane"
+
+
 # --------------------------------------------------------------------------------------------------
 # GKE: Workload Identity, GKE Sandbox, Cloud SQL
 

@@ -12,7 +12,7 @@ from mcp_types import InputRequiredResult, ToolAnnotations
 from pydantic import Field
 
 from hangar.models.base import ApprovalPolicy, Harness
-from hangar.models.turn import MESSAGE_MAX
+from hangar.models.limits import MessageText
 
 from .. import approvals as ap
 from .. import deps, job_approvals, job_attempts, job_steering, jobs, sessions, steering
@@ -27,7 +27,7 @@ Ctx = Context[Any, Any]
 Ref = Annotated[str, Field(min_length=1, max_length=253, description="A job id or a session name")]
 SessionName = Annotated[str, Field(min_length=1, max_length=253, description="The session's name")]
 JobId = Annotated[str, Field(min_length=1, max_length=253, description="The job's id")]
-Message = Annotated[str, Field(min_length=1, max_length=MESSAGE_MAX)]
+Message = MessageText
 Decision = Literal["allow", "deny", "allow_always"]
 Timeout = Annotated[int, Field(ge=1, le=600, description="Seconds to wait, at most 600 (10 minutes)")]
 
@@ -97,7 +97,7 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
     async def steer_turn(
         ref: Ref,
         ctx: Ctx,
-        message: Annotated[str | None, Field(min_length=1, max_length=MESSAGE_MAX)] = None,
+        message: MessageText | None = None,
         interrupt: bool = False,
     ) -> dict[str, Any]:
         """Tell a running agent something mid-turn (a steer), or with interrupt=true stop its turn (with a

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from hangar.kube import ApiException, Kube, Obj, owner_ref
 from hangar.models.job import JOB_FINAL
-from hangar.models.turn import MESSAGE_MAX
+from hangar.models.limits import MessageText
 
 from .. import approvals as ap
 from .. import job_attempts
@@ -62,7 +62,7 @@ class ApprovalForm(BaseModel):
 
 
 class AnswerForm(BaseModel):
-    answer: str = Field(min_length=1, max_length=MESSAGE_MAX, description="Your answer to the agent")
+    answer: MessageText = Field(description="Your answer to the agent")
 
 
 APPROVAL_SCHEMA = render_elicitation_schema(ApprovalForm)

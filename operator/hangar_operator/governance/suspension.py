@@ -30,6 +30,7 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hangar.bodies import Body
 from hangar.kube import Obj
 from hangar.models import Approval, Session, Turn
 from hangar.models import labels as L
@@ -432,7 +433,7 @@ class Suspensions:
             turn = Turn.model_validate(t)
             if turn.status.phase == "Queued" and turn.spec.message == message:
                 return turn.name
-        return await create_turn(kube, session, message, by=by)
+        return await create_turn(kube, session, Body(message), by=by)  # hangar's own words: short
 
     async def turn_started(self, ns: str, s_obj: Obj, turn: str) -> None:
         """A resuming session's turn runs: the resume latency is the allow to this moment."""

@@ -6,11 +6,13 @@ interrupts final, ``ending.py``), which also shows why a turn failed as a Kubern
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from hangar.kube import Kube, Obj
 from hangar.models import Session, Turn
+from hangar.models.limits import ARTIFACTS_MAX, REASON_MAX, RESULT_MAX, SUMMARY_MAX, clip
 from hangar.models.turn import Artifact, Usage
 
 from ..approvals.controller import Approvals
@@ -104,7 +106,7 @@ class TurnOutcomes:
         outcome = raw if raw in ("completed", "failed", "interrupted") else "failed"
         code = p.get("exit_status")
         exit_status = int(code) if isinstance(code, int) else (130 if outcome == "interrupted" else 0)
-        error = str(p.get("error") or "")
+        error = clip(str(p.get("error") or ""), REASON_MAX)
         if outcome == "failed" and await self._conversation_lost(ns, session, obj, error):
             return
         usage = _usage(p.get("usage"))
@@ -114,7 +116,7 @@ class TurnOutcomes:
             outcome=outcome,  # type: ignore[arg-type]
             exit_status=exit_status,
             reason=error,
-            summary=str(p.get("summary") or ""),
+            summary=clip(str(p.get("summary") or ""), SUMMARY_MAX),
             usage=usage,
             cost_usd=cost,
         )
@@ -159,16 +161,19 @@ class TurnOutcomes:
             return
         kind = p.get("kind")
         if kind == "result" and isinstance(p.get("result"), dict):
-            await patch_status(kube, "turns", obj, {"result": p["result"]})
+            size = len(json.dumps(p["result"]).encode())
+            # Larger results stay in the activity log (the handback event holds them whole).
+            result = p["result"] if size <= RESULT_MAX else {"omitted": f"{size} bytes: see the activity log"}
+            await patch_status(kube, "turns", obj, {"result": result})
         elif kind == "ask" and p.get("question"):
             await patch_status(kube, "turns", obj, {"question": str(p["question"])[:4000]})
         elif kind == "artifact" and p.get("name"):
             arts = list(Turn.model_validate(obj).status.artifacts)
-            if not any(a.name == p["name"] for a in arts):
+            if len(arts) < ARTIFACTS_MAX and not any(a.name == p["name"] for a in arts):
                 arts.append(
                     Artifact(
-                        name=str(p["name"]),
-                        path=str(p.get("path", "")),
+                        name=str(p["name"])[:253],
+                        path=str(p.get("path", ""))[:4096],
                         size=int(p.get("size") or 0),
                         sha256=str(p.get("sha256") or ""),
                     )
@@ -182,7 +187,7 @@ class TurnOutcomes:
         obj = await kube.get("turns", turn_name)
         if obj is None or Turn.model_validate(obj).status.phase != "Running":
             return
-        error = str(p.get("error") or "")
+        error = clip(str(p.get("error") or ""), REASON_MAX)
         s_obj = await kube.get("sessions", session)
         if "the sandbox is shutting down" in error:
             await self.requeue(ns, session, obj, error)

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
+from hangar.bodies import Body, resolve_or_none
 from hangar.kube import Kube, Obj
 from hangar.models import LIVE_HARNESSES, Session, Turn
 from hangar.models.labels import session_selector
@@ -41,6 +42,7 @@ log = logging.getLogger("hangar.operator.steering")
 # The driver events this module applies.
 EVENTS = frozenset({"steer", "interrupted", "command_result"})
 SHOWN_CHARS = 300
+BODY_GONE = "its message body is not in hangar's database (it was lost): send it again"
 Shown = dict[str, Any]
 
 
@@ -91,11 +93,15 @@ class Steering:
 
     def next_turn_maker(self, kube: Kube, owner: str) -> Callable[[Steer | InterruptRequest], Awaitable[str]]:
         async def make(req: Steer | InterruptRequest) -> str:
-            return await create_turn(
-                kube, owner, req.message or "", by=req.by, from_steer=req.id, klass=req.klass
-            )
+            # The same body, inline or by reference: a stored body is not stored again.
+            body = Body(req.message or "", req.message_ref)
+            return await create_turn(kube, owner, body, by=req.by, from_steer=req.id, klass=req.klass)
 
         return make
+
+    async def _text(self, req: Steer | InterruptRequest) -> str | None:
+        """The whole message of a request (a stored body read back), or None when its body is gone."""
+        return await resolve_or_none(self.ctx.db, Body(req.message or "", req.message_ref))
 
     async def _send(self, ns: str, run: str, op: str, body: dict[str, Any], command_id: str) -> None:
         await self.ctx.gateway.send(run, op, body, command_id=command_id)
@@ -205,12 +211,15 @@ class Steering:
                             "steer": sid,
                         }
                     )
+                elif live and run and (text := await self._text(req)) is None:
+                    state.status, state.reason = "refused", BODY_GONE
+                    shown.append({"message": f"steer {sid} refused", "event": "steer.status", "steer": sid})
                 elif live and run:
                     state.status = "sending"
                     sends.append(
                         (
                             "steer",
-                            {"steer_id": sid, "message": req.message, "turn": name},
+                            {"steer_id": sid, "message": text or "", "turn": name},
                             steer_command(name, sid),
                         )
                     )
@@ -236,13 +245,11 @@ class Steering:
                 if req.withdrawn and not state.withdraw:
                     state.withdraw = "requested"
                     changed = True
-                if (ns, steer_command(name, sid)) not in self.sent:  # after an operator restart
+                # After an operator restart; a body gone meanwhile leaves it to the turn's end (queued).
+                resend = (ns, steer_command(name, sid)) not in self.sent
+                if resend and (text := await self._text(req)) is not None:
                     sends.append(
-                        (
-                            "steer",
-                            {"steer_id": sid, "message": req.message, "turn": name},
-                            steer_command(name, sid),
-                        )
+                        ("steer", {"steer_id": sid, "message": text, "turn": name}, steer_command(name, sid))
                     )
                 if state.withdraw == "requested" and (ns, withdraw_command(name, sid)) not in self.sent:
                     sends.append(("withdraw", {"steer_id": sid, "turn": name}, withdraw_command(name, sid)))
@@ -276,7 +283,10 @@ class Steering:
             state = by_id.get(iid)
             body: dict[str, Any] = {"turn": name, "interrupt_id": iid}
             if req.message:
-                body["message"] = req.message
+                # A body that is gone drops the message, never the interrupt: the turn stops either way.
+                text = await self._text(req)
+                if text is not None:
+                    body["message"] = text
             if state is None:
                 if st.ended:
                     state = InterruptState(
@@ -321,10 +331,11 @@ class Steering:
             if classified:
                 shown.append(classified)
                 changed = True
+        if arm:
+            # Armed before the status write: if the apiserver refuses that write, the run is still stopped.
+            self.deadlines.arm(ns, owner, name)
         if changed:
             await patch_status(kube, "turns", obj, {"interrupts": [i.dump() for i in states]})
-        if arm:
-            self.deadlines.arm(ns, owner, name)
         for payload in shown:
             await self.ctx.activity(ns, owner, "progress", payload, name)
 
