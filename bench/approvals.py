@@ -157,9 +157,11 @@ def bench_scaling(repeat: int) -> list[dict[str, Any]]:
             call = ToolCall("Bash", {"command": command}, command, CWD, HOME, IO)
             verdict = decide("deny-risky", call)
             times: list[float] = []
+            cpu: list[float] = []
             for _ in range(min(2000, max(5, repeat * 20_000 // length))):
-                t0 = time.perf_counter_ns()
+                t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
                 decide("deny-risky", call)
+                cpu.append((time.thread_time_ns() - c0) / 1e6)
                 times.append((time.perf_counter_ns() - t0) / 1e6)
             m = summary(times)
             out.append(
@@ -167,6 +169,8 @@ def bench_scaling(repeat: int) -> list[dict[str, Any]]:
                     "shape": shape,
                     "chars": len(command),
                     "ms": m,
+                    # This thread's CPU time: what the decision costs, whatever else the cores run.
+                    "cpu_ms": summary(cpu),
                     "us_per_kchar": round(m["p50"] * 1e6 / len(command), 1),
                     "verdict": f"{verdict.decision} ({verdict.rule})",
                 }
@@ -377,7 +381,8 @@ def table(out: dict[str, Any]) -> str:
             m = r["ms"]
             lines.append(
                 f"  {r['shape']:8} {r['chars']:>9,} chars: p50 {m['p50']:8.3f} ms, p99 {m['p99']:8.3f} ms, "
-                f"{r['us_per_kchar']:6.1f} µs per 1,000 chars (n={m['n']}) -> {r['verdict']}"
+                f"CPU p50 {r['cpu_ms']['p50']:8.3f} ms, {r['us_per_kchar']:6.1f} µs per 1,000 chars "
+                f"(n={m['n']}) -> {r['verdict']}"
             )
     a = out.get("ask")
     if a:

@@ -79,6 +79,9 @@ class TurnRunner:
                 # What the control plane's rules resolve paths against, as this sandbox sees them.
                 payload = dict(payload)
                 payload.setdefault("home", self.cfg.agent_home)
+                if self.current_turn:
+                    # The turn it belongs to, so the operator need not read the session to find it.
+                    payload.setdefault("turn", self.current_turn)
                 if self.io_dir:
                     payload.setdefault("io", self.io_dir)
                 call = self.precleared
