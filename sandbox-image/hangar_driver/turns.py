@@ -45,6 +45,7 @@ class TurnRunner:
         self.current_turn: Optional[str] = None  # the turn last started
         self.last_cfg: Optional[TurnConfig] = None  # and its configuration
         self.conversation: Optional[str] = None  # the conversation the adapter last reported
+        self.closed = False  # close() was called: no CLI is pre-started any more
         self.harness: Optional[Harness] = None
         self.error: Optional[str] = None  # why there is no harness
         # The call Tower allowed while the session was suspended (precleared.py): allowed once, unasked.
@@ -63,10 +64,11 @@ class TurnRunner:
         return bool(self.harness is not None and self.harness.live)
 
     def close(self) -> None:
-        """Stop the CLI, if any."""
+        """Stop the CLI, if any (and the one pre-started; none is started after this)."""
         h = self.harness
         if h is not None:
             with h.lock:
+                self.closed = True
                 h.close()
 
     def emit(self, name: str, payload: Dict[str, Any]) -> None:
@@ -133,7 +135,9 @@ class TurnRunner:
         turn = "%s%d" % (m.group(1), int(m.group(2)) + 1)
         try:
             with h.lock:  # start_turn takes it too: the next turn waits for this start, then takes it
-                if self.stopping.is_set() or self.current_turn != ended or turn in self.turns_started:
+                if self.closed or self.stopping.is_set() or self.current_turn != ended:
+                    return
+                if turn in self.turns_started:
                     return
                 if h.running():
                     return
