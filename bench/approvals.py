@@ -1,6 +1,6 @@
 """Figures of tool approvals: the deny-risky decision per call, and the ask round trip's overhead.
 
-Run: .venv/bin/python bench/approvals.py [--calls N] [--asks N] [--json] [--keep-logs]
+Run: .venv/bin/python bench/approvals.py [--calls N] [--scaling N] [--asks N] [--json] [--keep-logs]
 
 **deny-risky decision** (the engine alone, in this process): ``hangar.approvals.decide("deny-risky", call)``
 over a mixed corpus of tool calls (harmless and risky shell commands, Codex ``/bin/bash -lc '…'`` wrapping,
@@ -123,6 +123,59 @@ def bench_engine(n: int) -> dict[str, Any]:
         "micros_all": summary(times),
         "micros_20k_command": summary(long_times) if long_times else None,
     }
+
+
+def chained(length: int) -> str:
+    """``echo step-i >> log.txt && …``, about ``length`` characters: a script of many short commands, the
+    costliest shape per character (every command is checked)."""
+    parts: list[str] = []
+    size = i = 0
+    while size < length:
+        part = f"echo step-{i} >> log.txt"
+        parts.append(part)
+        size += len(part) + 4
+        i += 1
+    return " && ".join(parts)
+
+
+def heredoc(length: int) -> str:
+    """``cat > gen.py <<'EOF'`` with a body of ``length`` characters: how an agent writes a file by shell."""
+    line = "    value = compute(value, 'x') + 1  # a line of code\n"
+    body = (line * (length // len(line) + 1))[:length]
+    return f"cat > gen.py <<'EOF'\n{body}\nEOF"
+
+
+SCALING = (100, 1_000, 20_000, 60_000, 1_000_000)
+
+
+def bench_scaling(repeat: int) -> list[dict[str, Any]]:
+    """One decision on commands of each length, both shapes: the time per call and per 1,000 characters."""
+    out = []
+    for length in SCALING:
+        for shape, make in (("chained", chained), ("heredoc", heredoc)):
+            command = make(length)
+            call = ToolCall("Bash", {"command": command}, command, CWD, HOME, IO)
+            verdict = decide("deny-risky", call)
+            times: list[float] = []
+            cpu: list[float] = []
+            for _ in range(min(2000, max(5, repeat * 20_000 // length))):
+                t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+                decide("deny-risky", call)
+                cpu.append((time.thread_time_ns() - c0) / 1e6)
+                times.append((time.perf_counter_ns() - t0) / 1e6)
+            m = summary(times)
+            out.append(
+                {
+                    "shape": shape,
+                    "chars": len(command),
+                    "ms": m,
+                    # This thread's CPU time: what the decision costs, whatever else the cores run.
+                    "cpu_ms": summary(cpu),
+                    "us_per_kchar": round(m["p50"] * 1e6 / len(command), 1),
+                    "verdict": f"{verdict.decision} ({verdict.rule})",
+                }
+            )
+    return out
 
 
 # -- ask: the round trip through everything ------------------------------------------------------------------------
@@ -319,6 +372,18 @@ def table(out: dict[str, Any]) -> str:
             lines.append(
                 f"  the 20,000-character command alone: p50 {m['p50']:.0f} µs, p99 {m['p99']:.0f} µs"
             )
+    rows = out.get("scaling")
+    if rows:
+        lines.append(
+            "deny-risky decision by the command's length (the rules read at most 65,536 characters):"
+        )
+        for r in rows:
+            m = r["ms"]
+            lines.append(
+                f"  {r['shape']:8} {r['chars']:>9,} chars: p50 {m['p50']:8.3f} ms, p99 {m['p99']:8.3f} ms, "
+                f"CPU p50 {r['cpu_ms']['p50']:8.3f} ms, {r['us_per_kchar']:6.1f} µs per 1,000 chars "
+                f"(n={m['n']}) -> {r['verdict']}"
+            )
     a = out.get("ask")
     if a:
         lines.append(f"ask round trip ({a['asks']} approvals in one Claude turn, turn {a['turn']}):")
@@ -355,6 +420,9 @@ def _percentiles(part: dict[str, Any], digits: int, *rows: tuple[str, str]) -> l
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=20000, help="deny-risky engine calls (default 20000)")
+    ap.add_argument(
+        "--scaling", type=int, default=20, help="scale of the length samples (default 20: 20 of 20k chars)"
+    )
     ap.add_argument("--asks", type=int, default=30, help="ask round trips (default 30; 0 skips the stack)")
     ap.add_argument("--poll", type=float, default=0.01, help="seconds between REST polls (default 0.01)")
     ap.add_argument("--json", action="store_true")
@@ -368,6 +436,8 @@ def main() -> int:
             if a.calls > 0:
                 log(f"deny-risky engine: {a.calls} calls")
                 out["engine"] = bench_engine(a.calls)
+                log("deny-risky engine: the length scaling")
+                out["scaling"] = bench_scaling(a.scaling)
             if a.asks > 0:
                 _, stack = br.start()
                 log("floor: the Claude adapter alone")

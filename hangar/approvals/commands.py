@@ -30,6 +30,7 @@ from .paths import (
     locate,
     normalize,
     render,
+    turn_places,
     within,
 )
 from .shell import (
@@ -62,6 +63,9 @@ RULE_ORDER: tuple[str, ...] = (
 )
 
 MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagged ("nesting")
+# The longest shell command the rules read (characters); a longer one is flagged ("nesting"). Reading is
+# linear in the length, about 1 µs a character for a script of short commands on a loaded machine.
+MAX_COMMAND = 65_536
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "yash", "fish"})
 DOWNLOADERS = frozenset({"curl", "wget"})
@@ -219,9 +223,15 @@ def _env(args: list[Word]) -> list[Word]:
         elif lit.startswith("-S") and len(lit) > 2:
             out = split_words(lit[2:])
     rest = out + args[i:]
-    while rest and rest[0].is_assignment:
-        rest = rest[1:]
-    return rest
+    return rest[_assignments(rest) :]
+
+
+def _assignments(words: Sequence[Word]) -> int:
+    """How many of the words, from the first, are assignments (``FOO=1``)."""
+    k = 0
+    while k < len(words) and words[k].is_assignment:
+        k += 1
+    return k
 
 
 def _timeout(args: list[Word]) -> list[Word]:
@@ -264,8 +274,7 @@ def unwrap_all(words: Sequence[Word]) -> tuple[list[Word], tuple[str, ...]]:
     rest = list(words)
     wrappers: list[str] = []
     for _ in range(32):
-        while rest and rest[0].is_assignment:
-            rest = rest[1:]
+        rest = rest[_assignments(rest) :]
         if not rest:
             break
         name = program(rest[0])
@@ -379,6 +388,7 @@ class ShellAnalysis:
         self.unparsed = False  # some of it could only be scanned token by token
         self.walked: dict[str, frozenset[str]] = {}  # source → the programs it runs
         self.stack: list[set[str]] = []  # the programs of each source being walked
+        self.secrets: dict[str, str | None] = {}  # rendered text → the secret it names (secret_kind)
 
     def add(self, rule: str, what: str) -> None:
         taint = rule.startswith("taint-")
@@ -428,15 +438,18 @@ class ShellAnalysis:
         for command in pipeline.commands:
             self.nested(command, depth)
             cmds.append(_cmd(command))
-        for k, cmd in enumerate(cmds):
-            if cmd.name not in DOWNLOADERS:
-                continue
-            for later in cmds[k + 1 :]:
-                mode, _ = program_source(later.name, later.args)
-                if mode == "stdin":
-                    text = " | ".join(c.shown() for c in cmds)
-                    self.add("pipe-to-shell", f"pipes a download into a shell: `{shown_cut(text)}`")
-                    break
+        # A download piped into something that reads its program from stdin, for each such download: which
+        # commands have a reader after them is known in one pass from the end.
+        reader_after = False
+        piped = 0
+        for cmd in reversed(cmds):
+            if reader_after and cmd.name in DOWNLOADERS:
+                piped += 1
+            reader_after = reader_after or program_source(cmd.name, cmd.args)[0] == "stdin"
+        if piped:
+            text = shown_cut(" | ".join(c.shown() for c in cmds))
+            for _ in range(piped):
+                self.add("pipe-to-shell", f"pipes a download into a shell: `{text}`")
         for cmd in cmds:
             self.command(cmd, depth)
 
@@ -480,8 +493,10 @@ class ShellAnalysis:
     def interpreters(self, cmd: Cmd, depth: int) -> None:
         """Follow what a shell (or eval, or source) runs; catch a download handed to one."""
         name, args = cmd.name, cmd.args
-        piped = f"pipes a download into a shell: `{cmd.shown()}`"
         mode, operand = program_source(name, args)
+        if not mode and name not in ("eval", "source", "."):
+            return  # runs nothing of its own
+        piped = f"pipes a download into a shell: `{cmd.shown()}`"
         if mode == "c" and operand is not None:
             self.script(operand.text, depth + 1)
             if self.downloads(operand.nested, depth):
@@ -511,12 +526,11 @@ class ShellAnalysis:
 
     def system(self, cmd: Cmd) -> None:
         name, args = cmd.name, cmd.args
-        lits = [w.literal for w in args]
         hit = (
             name.startswith("mkfs")
             or name in _SYSTEM
-            or (name in ("init", "telinit") and bool(lits) and lits[0] in ("0", "6"))
-            or (name == "systemctl" and any(x in _SYSTEMCTL_POWER for x in lits))
+            or (name in ("init", "telinit") and bool(args) and args[0].literal in ("0", "6"))
+            or (name == "systemctl" and any(w.literal in _SYSTEMCTL_POWER for w in args))
         )
         if hit:
             self.add("system", f"system command: `{cmd.shown()}`")
@@ -670,6 +684,13 @@ class ShellAnalysis:
             self.write(rendered, text, cmd)
 
     def secret(self, rendered: str, cmd: Cmd) -> None:
+        kind = self.secrets.get(rendered, "")
+        if kind == "":
+            kind = self.secrets[rendered] = self.secret_kind(rendered)
+        if kind is not None:
+            self.add("credentials", f"reads or writes {kind}: `{cmd.shown()}`")
+
+    def secret_kind(self, rendered: str) -> str | None:
         candidates = [rendered]
         if "=" in rendered:
             candidates.append(expand_string(rendered.partition("=")[2], self.where))
@@ -678,8 +699,8 @@ class ShellAnalysis:
                 continue
             kind = credential(normalize(text, self.where), self.where)
             if kind is not None:
-                self.add("credentials", f"reads or writes {kind}: `{cmd.shown()}`")
-                return
+                return kind
+        return None
 
     def write(self, rendered: str, text: str, cmd: Cmd) -> None:
         path = locate(rendered, self.where)
@@ -804,9 +825,8 @@ class ShellAnalysis:
 
 def writable(path: str, where: Where) -> bool:
     """``path`` (absolute, normalised) is in the repository checkout or the turn's $HANGAR_IO."""
-    cwd = normalize(where.cwd or "/", where)
-    io = normalize(where.hangar_io, where) if where.hangar_io else ""
-    return within(path, cwd) or (bool(io) and within(path, io))
+    places = turn_places(where)
+    return within(path, places.cwd) or (bool(places.io) and within(path, places.io))
 
 
 def shown_cut(text: str, limit: int = 200) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 
-from .shell import Op, ShellSyntaxError, Word, tokenize
+from .shell import Word, simple_command
 
 HANDBACK_SUBCOMMANDS = frozenset({"done", "progress", "ask", "result"})
 _SIMPLE_PARAM = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])$")
@@ -29,13 +29,13 @@ _SIMPLE_PARAM = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_
 
 def _words(command: str) -> list[Word] | None:
     """The words of exactly one simple command with no operator, redirection or comment; else None."""
-    try:
-        tokens, comment = tokenize(command.strip())
-    except ShellSyntaxError:
+    found = simple_command(command.strip())
+    if found is None:
         return None
-    if comment or not tokens or any(isinstance(t, Op) for t in tokens):
+    words, comment = found
+    if comment or not words:
         return None
-    return [t for t in tokens if isinstance(t, Word)]
+    return words
 
 
 def _unwrap_bash_lc(words: list[Word]) -> str | None:

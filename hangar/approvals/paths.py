@@ -8,6 +8,7 @@ is what makes the rules a guard rail rather than a sandbox.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import posixpath
 import re
@@ -63,12 +64,23 @@ def expand_string(text: str, where: Where) -> str:
 
 def normalize(path: str, where: Where) -> str:
     """Absolute and lexically normalised against the working directory."""
+    if "/" not in path and path not in ("", ".", ".."):
+        # One plain name (most words of a command): the working directory, normalised once, and the name.
+        cwd = _normalized_dir(where.cwd or "/")
+        if cwd.startswith("/"):
+            return (cwd if cwd != "/" else "") + "/" + path
     if not path.startswith("/"):
         path = posixpath.join(where.cwd or "/", path)
     path = posixpath.normpath(path)
     if path.startswith("//"):
         path = "/" + path.lstrip("/")
     return path
+
+
+@functools.lru_cache(maxsize=64)
+def _normalized_dir(path: str) -> str:
+    path = posixpath.normpath(path)
+    return "/" + path.lstrip("/") if path.startswith("//") else path
 
 
 def locate(path: str, where: Where) -> str | None:
@@ -102,39 +114,80 @@ def credential(path: str, where: Where) -> str | None:
     ``path`` is absolute and normalised; unknown expansions in it (``UNKNOWN``) match anything, so
     ``/proc/$$/environ`` is the environment of a process.
     """
-    io = normalize(where.hangar_io, where) if where.hangar_io else ""
+    places = turn_places(where)
+    io = places.io
     if io and within(path, io):
         return None
     pattern = path.replace(UNKNOWN, "*")
     parts = pattern.split("/")
     base = parts[-1]
-    home = normalize(where.home, where) if where.home else ""
 
-    def under(rel: str) -> bool:
-        return bool(home) and within(pattern, posixpath.join(home, rel))
+    # Only a path below HOME can be one of the secrets kept there: most paths are not, and skip those checks.
+    at_home = bool(places.home) and pattern.startswith(places.home)
 
     if ".ssh" in parts:
         return "SSH keys and config (~/.ssh)"
-    if base in (".git-credentials", ".netrc", "_netrc") or under(".config/git/credentials"):
+    if base in (".git-credentials", ".netrc", "_netrc") or (
+        at_home and within(pattern, places.git_credentials)
+    ):
         return f"stored credentials ({base})"
-    if under(".hangar"):
+    if at_home and within(pattern, places.hangar):
         return "hangar's files (~/.hangar)"
-    if io and posixpath.basename(posixpath.dirname(io)) == "io" and within(pattern, posixpath.dirname(io)):
+    if within(pattern, places.io_dir):
         # The driver keeps every turn's $HANGAR_IO side by side in its own io/ directory.
         return "another turn's hand-back files"
-    for proc in ("/proc/*/environ", "/proc/*/mem"):
-        if fnmatchcase(pattern, proc) or fnmatchcase(path, proc):
-            return (
-                "another process's "
-                + ("environment" if proc.endswith("environ") else "memory")
-                + f" ({proc})"
-            )
-    for rel in (".aws", ".config/gh", ".docker/config.json", ".kube/config", ".gnupg"):
-        if under(rel):
+    if pattern.startswith("/proc/"):  # path does too: UNKNOWN is never one of these characters
+        for proc in ("/proc/*/environ", "/proc/*/mem"):
+            if fnmatchcase(pattern, proc) or fnmatchcase(path, proc):
+                return (
+                    "another process's "
+                    + ("environment" if proc.endswith("environ") else "memory")
+                    + f" ({proc})"
+                )
+    for rel, under in places.stores if at_home else ():
+        if within(pattern, under):
             return f"stored credentials (~/{rel})"
     if pattern in ("/etc/shadow", "/etc/gshadow"):
         return f"password hashes ({pattern})"
     return None
+
+
+@dataclass(frozen=True)
+class Places:
+    """What :func:`credential` and the write rules compare a path with ("": nothing)."""
+
+    cwd: str  # the working directory, normalised
+    home: str  # HOME, normalised
+    io: str  # $HANGAR_IO, normalised
+    io_dir: str  # the driver's io/ directory that holds it and the other turns' ($HANGAR_IO's parent)
+    git_credentials: str
+    hangar: str
+    stores: tuple[tuple[str, str], ...]  # (relative to HOME, absolute)
+
+
+@functools.lru_cache(maxsize=64)
+def turn_places(where: Where) -> Places:
+    """The turn's places, normalised, and the secrets' places under them: worked out once per ``where``."""
+    io = normalize(where.hangar_io, where) if where.hangar_io else ""
+    home = normalize(where.home, where) if where.home else ""
+    parent = posixpath.dirname(io) if io else ""
+    io_dir = parent if io and posixpath.basename(parent) == "io" else ""
+
+    def under_home(rel: str) -> str:
+        return posixpath.join(home, rel) if home else ""
+
+    return Places(
+        cwd=normalize(where.cwd or "/", where),
+        home=home,
+        io=io,
+        io_dir=io_dir,
+        git_credentials=under_home(".config/git/credentials"),
+        hangar=under_home(".hangar"),
+        stores=tuple(
+            (rel, under_home(rel))
+            for rel in (".aws", ".config/gh", ".docker/config.json", ".kube/config", ".gnupg")
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------

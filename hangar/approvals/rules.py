@@ -20,7 +20,10 @@ remote branch deletion [branch-delete]; sudo, su, doas [sudo]; a download piped 
 [pipe-to-shell]; recursive deletes of the working tree or anything outside it [rm-recursive]; system
 commands such as mkfs, ``dd of=/dev/…``, shutdown, or a redirection onto a device [system]; reading or
 writing credentials and hangar's files, except the turn's own $HANGAR_IO [credentials]; file writes
-outside the repository and $HANGAR_IO [write-outside]; shells nested too deep to follow [nesting].
+outside the repository and $HANGAR_IO [write-outside]; what is more than the rules follow [nesting]: shells
+nested more than MAX_DEPTH deep, quoting nested deeper than Python's recursion, or a shell command longer
+than MAX_COMMAND characters (the rules' time grows with the command's length, and the operator waits on
+them).
 Once the turn is tainted (and only under ask, deny-risky and governed): any ``git push`` and
 ``gh pr create`` [taint-push], curl, wget or nc to a host other than the sandbox [taint-network], and the
 environment's MCP write tools [taint-mcp-write].
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
-from .commands import Finding, ShellAnalysis, first, writable
+from .commands import MAX_COMMAND, Finding, ShellAnalysis, first, writable
 from .handback import is_handback
 from .paths import Where, credential, expand_string, locate, normalize
 
@@ -190,8 +193,17 @@ def assess(call: ToolCall, mcp_write_tools: Mapping[str, Sequence[str]] | None =
     where = _where(call)
     command = shell_command(call)
     if command is not None:
+        if len(command) > MAX_COMMAND:
+            # The rules cost time in proportion to the command, and the operator waits on them: past the
+            # cap the command is not read, and is flagged as one hangar does not follow.
+            what = f"a command of {len(command):,} characters, more than the {MAX_COMMAND:,} hangar reads"
+            return Assessment((Finding("nesting", what),), shell=True)
         analysis = ShellAnalysis(where, call.tainted)
-        analysis.script(command)
+        try:
+            analysis.script(command)
+        except RecursionError:
+            # Quotes and substitutions nested thousands deep: as unreadable as shells nested too deep.
+            analysis.findings.append(Finding("nesting", "quoting nested deeper than hangar reads"))
         return Assessment(tuple(analysis.findings), analysis.unparsed, shell=True)
     findings: list[Finding] = []
     label = call.tool

@@ -14,8 +14,9 @@ rules fall back to (see ``rules.py``).
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 PartKind = Literal["lit", "glob", "param", "tilde", "cmd", "proc", "arith"]
 
@@ -24,8 +25,7 @@ class ShellSyntaxError(ValueError):
     """The command is not something bash would run as written."""
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(NamedTuple):
     """One piece of a word.
 
     - ``lit``: quoted or backslash-escaped text (``text`` is the value)
@@ -42,8 +42,9 @@ class Part:
     inner: str = ""
 
 
-@dataclass(frozen=True)
-class Word:
+class Word(NamedTuple):
+    # Part and Word are named tuples, not frozen dataclasses: a long command makes thousands of them, and a
+    # tuple is made several times faster.
     parts: tuple[Part, ...]
 
     @property
@@ -99,6 +100,34 @@ class Op:
 
 
 Token = Word | Op
+# The operators that carry nothing but their text, made once: the parser only reads tokens.
+_PLAIN_OPS = {
+    o: Op(o)
+    for o in (
+        ";;&",
+        ";;",
+        ";&",
+        "&&",
+        "||",
+        "|&",
+        "&>",
+        "&>>",
+        "<<<",
+        ">>",
+        ">|",
+        ">&",
+        "<>",
+        "<&",
+        ";",
+        "&",
+        "|",
+        "(",
+        ")",
+        "<",
+        ">",
+        "\n",
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -142,6 +171,23 @@ _OPS = (
 REDIRECT_OPS = frozenset({"<", ">", ">>", ">|", "<>", ">&", "<&", "&>", "&>>", "<<", "<<-", "<<<"})
 WRITE_OPS = frozenset({">", ">>", ">|", "<>", "&>", "&>>", ">&"})
 _WORD_END = set(" \t\n;&|()<>")
+# What the lexer may take in one step: characters that mean nothing where they stand (in a word that has
+# begun, so ``#`` and ``~`` are plain there); inside double quotes; in an unquoted here-document's body.
+_PLAIN = re.compile(r"[^ \t\n;&|()<>\\'\"`$]*")
+_DQ_PLAIN = re.compile(r"[^\\\"$`]*")
+_HEREDOC_PLAIN = re.compile(r"[^\\$`]*")
+_TILDE = re.compile(r"~([A-Za-z0-9._-]*)")
+_BLANKS = re.compile(r"[ \t]+")
+_SPECIAL = frozenset(" \t\\\n#'\"`$;&|()<>~")  # what the lexer looks at; all else is plain text
+_PLAIN_WORD_END = " \t\n;&|()"  # what ends a plain word; "<" and ">" may not (2>file, a<(cmd))
+_OP = re.compile("|".join(re.escape(o) for o in _OPS))  # tried in _OPS's order: the longest first
+
+
+def _plain_end(s: str, i: int) -> int:
+    m = _PLAIN.match(s, i)
+    return i if m is None else m.end()
+
+
 # Reserved words that only shape control flow; the command after them is what runs.
 _SKIP = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac"})
 # Reserved words whose own line is not a command (loop heads, case subjects, tests).
@@ -157,21 +203,30 @@ def _skip_single(s: str, i: int) -> int | None:
     return None if j < 0 else j + 1
 
 
+# Each scanner jumps with one regex search to the next character that matters to it, so a scan is one pass
+# in C over the text between them rather than a Python step per character.
+_BACKQUOTE_STOP = re.compile(r"[\\`]")
+_DOUBLE_STOP = re.compile(r"[\\\"`]|\$[({]")
+
+
 def _skip_backquote(s: str, i: int) -> int | None:
-    n = len(s)
-    while i < n:
+    while True:
+        m = _BACKQUOTE_STOP.search(s, i)
+        if m is None:
+            return None
+        i = m.start()
         if s[i] == "\\":
             i += 2
             continue
-        if s[i] == "`":
-            return i + 1
-        i += 1
-    return None
+        return i + 1
 
 
 def _skip_double(s: str, i: int) -> int | None:
-    n = len(s)
-    while i < n:
+    while True:
+        m = _DOUBLE_STOP.search(s, i)
+        if m is None:
+            return None
+        i = m.start()
         c = s[i]
         if c == "\\":
             i += 2
@@ -182,15 +237,11 @@ def _skip_double(s: str, i: int) -> int | None:
             j = _skip_group(s, i + 2, 1, ")")
         elif s.startswith("${", i):
             j = _skip_group(s, i + 2, 1, "}")
-        elif c == "`":
-            j = _skip_backquote(s, i + 1)
         else:
-            i += 1
-            continue
+            j = _skip_backquote(s, i + 1)
         if j is None:
             return None
         i = j
-    return None
 
 
 # The ``$`` groups a word may hold: how each opens, what part it makes, how it closes, how deep it opens.
@@ -199,6 +250,8 @@ _GROUPS: tuple[tuple[str, PartKind, str, int], ...] = (
     ("$(", "cmd", ")", 1),
     ("${", "param", "}", 1),
 )
+_PAREN_STOP = re.compile(r"[\\'\"`()]")
+_BRACE_STOP = re.compile(r"[\\'\"`$}]")
 
 
 def _skip_group(s: str, i: int, depth: int, close: str) -> int | None:
@@ -206,8 +259,12 @@ def _skip_group(s: str, i: int, depth: int, close: str) -> int | None:
     when ``close`` is ")", ``${…}`` when it is "}". Quotes and backquotes are skipped whole; only the group's
     own brackets count (a ``$(…)`` inside ``${…}`` is skipped as a group of its own)."""
     opener = "(" if close == ")" else "${"
-    n = len(s)
-    while i < n:
+    stop = _PAREN_STOP if close == ")" else _BRACE_STOP
+    while True:
+        m = stop.search(s, i)
+        if m is None:
+            return None
+        i = m.start()
         c = s[i]
         j: int | None
         if c == "\\":
@@ -235,7 +292,6 @@ def _skip_group(s: str, i: int, depth: int, close: str) -> int | None:
         if j is None:
             return None
         i = j
-    return None
 
 
 _ANSI = {
@@ -249,6 +305,14 @@ _ANSI = {
     "t": "\t",
     "v": "\v",
 }
+
+
+_HEX = {
+    "x": re.compile("[0-9A-Fa-f]{1,2}"),
+    "u": re.compile("[0-9A-Fa-f]{1,4}"),
+    "U": re.compile("[0-9A-Fa-f]{1,8}"),
+}
+_OCTAL = re.compile("[0-7]{0,2}")
 
 
 def _ansi_c(body: str) -> str:
@@ -266,15 +330,14 @@ def _ansi_c(body: str) -> str:
         if e in _ANSI:
             out.append(_ANSI[e])
         elif e in "xuU":
-            width = {"x": 2, "u": 4, "U": 8}[e]
-            m = re.match(f"[0-9A-Fa-f]{{1,{width}}}", body[i:])
+            m = _HEX[e].match(body, i)
             if m:
                 out.append(chr(min(int(m.group(0), 16), 0x10FFFF)))
                 i += len(m.group(0))
             else:
                 out.append("\\" + e)
         elif e in "01234567":
-            m = re.match(r"[0-7]{0,2}", body[i:])
+            m = _OCTAL.match(body, i)
             digits = e + (m.group(0) if m else "")
             out.append(chr(int(digits, 8) & 0xFF))
             i += len(digits) - 1
@@ -291,7 +354,7 @@ def _ansi_c(body: str) -> str:
 
 
 class _Lexer:
-    def __init__(self, src: str, lenient: bool) -> None:
+    def __init__(self, src: str, lenient: bool, stop_at_op: bool = False) -> None:
         self.s = src
         self.n = len(src)
         self.i = 0
@@ -300,9 +363,10 @@ class _Lexer:
         self.parts: list[Part] = []
         self.buf: list[str] = []
         self.started = False
-        self.awaiting: list[Heredoc] = []  # here-documents whose delimiter word comes next
+        self.awaiting: deque[Heredoc] = deque()  # here-documents whose delimiter word comes next
         self.pending: list[Heredoc] = []  # here-documents whose body starts after the next newline
         self.comment = False
+        self.stop_at_op = stop_at_op  # raise _Chained at the first operator (simple_command)
 
     def fail(self, msg: str) -> None:
         if not self.lenient:
@@ -327,8 +391,11 @@ class _Lexer:
         word = Word(tuple(self.parts))
         self.parts = []
         self.started = False
+        self.push(word)
+
+    def push(self, word: Word) -> None:
         if self.awaiting:
-            hd = self.awaiting.pop(0)
+            hd = self.awaiting.popleft()
             hd.delimiter = "".join(p.text for p in word.parts)
             hd.quoted = any(p.kind == "lit" for p in word.parts)
             self.pending.append(hd)
@@ -355,7 +422,13 @@ class _Lexer:
                 text.clear()
 
         s, n = self.s, self.n
+        plain = _DQ_PLAIN if stop is not None else _HEREDOC_PLAIN
         while self.i < n:
+            m = plain.match(s, self.i)
+            if m is not None and m.end() > self.i:
+                text.append(m.group())
+                self.i = m.end()
+                continue
             c = s[self.i]
             if stop is not None and c == stop:
                 self.i += 1
@@ -444,21 +517,46 @@ class _Lexer:
             self.started = False
         else:
             self.end_word()
-        op = next(o for o in _OPS if s.startswith(o, i))
+        m = _OP.match(s, i)
+        assert m is not None  # called on one of _WORD_END's operator characters
+        op = m.group()
         self.i = i + len(op)
-        hd: Heredoc | None = None
         if op in ("<<", "<<-"):
             hd = Heredoc(strip_tabs=op == "<<-")
             self.awaiting.append(hd)
-        self.tokens.append(Op(op, fd, hd))
+            self.tokens.append(Op(op, fd, hd))
+        elif fd is not None:
+            self.tokens.append(Op(op, fd))
+        else:
+            self.tokens.append(_PLAIN_OPS[op])
+        m = _BLANKS.match(s, self.i)
+        if m is not None:
+            self.i = m.end()  # no word is open: the blanks after an operator end nothing
+        if self.stop_at_op:
+            raise _Chained
 
     def run(self) -> list[Token]:
         s, n = self.s, self.n
         while self.i < n:
             c = s[self.i]
-            if c in " \t":
+            if c not in _SPECIAL:
+                # An ordinary character, and those after it up to the next one that means something.
+                end = _plain_end(s, self.i + 1)
+                if not self.started and (end >= n or s[end] in _PLAIN_WORD_END):
+                    # The whole word is plain text (the most common word by far): made at once, and the
+                    # blanks after it skipped with it.
+                    self.push(Word((Part("glob", s[self.i : end]),)))
+                    m = _BLANKS.match(s, end)
+                    if m is not None:
+                        end = m.end()
+                else:
+                    self.buf.append(s[self.i : end])
+                    self.started = True
+                self.i = end
+            elif c in " \t":
                 self.end_word()
-                self.i += 1
+                m = _BLANKS.match(s, self.i)
+                self.i = m.end() if m is not None else self.i + 1
             elif c == "\\":
                 if self.i + 1 < n and s[self.i + 1] == "\n":
                     self.i += 2  # line continuation
@@ -471,7 +569,9 @@ class _Lexer:
                     self.i += 1
             elif c == "\n":
                 self.end_word()
-                self.tokens.append(Op("\n"))
+                self.tokens.append(_PLAIN_OPS["\n"])
+                if self.stop_at_op:
+                    raise _Chained
                 self.i += 1
                 self.heredocs()
             elif c == "#" and not self.started:
@@ -512,17 +612,17 @@ class _Lexer:
                     else:
                         self.add(part)
             elif c in "<>" and self.i + 1 < n and s[self.i + 1] == "(":
-                end = _skip_group(s, self.i + 2, 1, ")")
-                if end is None:
+                closed = _skip_group(s, self.i + 2, 1, ")")
+                if closed is None:
                     self.fail(f"unterminated {c}(")
-                    end = n + 1
-                inner = s[self.i + 2 : end - 1]
+                    closed = n + 1
+                inner = s[self.i + 2 : closed - 1]
                 self.add(Part("proc", c + "(" + inner + ")", inner))
-                self.i = min(end, n)
+                self.i = min(closed, n)
             elif c in _WORD_END:
                 self.operator()
             elif c == "~" and not self.started:
-                m = re.compile(r"~([A-Za-z0-9._-]*)").match(s, self.i)
+                m = _TILDE.match(s, self.i)
                 assert m is not None
                 end = m.end()
                 if end >= n or s[end] == "/" or s[end] in _WORD_END:
@@ -533,9 +633,11 @@ class _Lexer:
                     self.started = True
                     self.i += 1
             else:
-                self.buf.append(c)
+                # "#" or "~" inside a word: plain, as what follows up to the next character that means something.
+                end = _plain_end(s, self.i + 1)
+                self.buf.append(s[self.i : end])
                 self.started = True
-                self.i += 1
+                self.i = end
         self.end_word()
         if self.pending:
             self.heredocs()
@@ -547,6 +649,22 @@ def tokenize(src: str, *, lenient: bool = False) -> tuple[list[Token], bool]:
     lexer = _Lexer(src, lenient)
     tokens = lexer.run()
     return tokens, lexer.comment
+
+
+class _Chained(Exception):
+    """The lexer met an operator, and was asked to stop there."""
+
+
+def simple_command(src: str) -> tuple[list[Word], bool] | None:
+    """The words of ``src`` and whether a comment was dropped, when it is one simple command with no
+    operator (no chaining, newline, redirection or here-document); None when it has one or would not run.
+    It stops reading at the first operator, so a long script costs nothing."""
+    lexer = _Lexer(src, False, stop_at_op=True)
+    try:
+        tokens = lexer.run()
+    except (_Chained, ShellSyntaxError, RecursionError):
+        return None
+    return [t for t in tokens if isinstance(t, Word)], lexer.comment
 
 
 def split_words(src: str) -> list[Word]:

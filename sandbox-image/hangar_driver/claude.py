@@ -21,7 +21,9 @@ Why not one long-lived process:
   edits (``claude_grants.py``), the CLI's session rules (destination ``session``, kept in the process) for
   other tools. Nothing is written to settings files and the next turn asks again, as hangar promises.
 * Each turn takes its own cwd, env, model, approvals and uid from its TurnConfig.
-The price is the CLI start-up (~0.5 s) per turn.
+The CLI start-up (~0.5 s) is paid before the turn: once a turn ends, the next turn's process is started and
+waits for its first message (``live.py``, "Pre-started CLIs"); a turn whose configuration differs starts a
+fresh one.
 
 Steers
 ------
@@ -67,7 +69,15 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from .claude_grants import ASK_TOOLS
-from .claude_turn import QUIET_ENV, ClaudeTurn, live_command, session_permissions, user_line, zero_usage
+from .claude_turn import (
+    QUIET_ENV,
+    ClaudeTurn,
+    live_command,
+    session_permissions,
+    settings_fingerprint,
+    user_line,
+    zero_usage,
+)
 from .harness import Emit, Event, NotLive, TurnConfig
 from .live import LiveHarness
 from .process import StdinWriter, exit_status, kill_group
@@ -93,11 +103,20 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
 
     # -- the contract ----------------------------------------------------------------------------------------
 
+    prestarts = True  # claude -p reads its first message from stdin: it can start before the turn
+
+    def _command(self, cfg: TurnConfig) -> Tuple[List[str], Dict[str, str]]:
+        return live_command(cfg)
+
+    def _fingerprint(self, cfg: TurnConfig) -> Tuple[Any, ...]:
+        return settings_fingerprint(cfg)
+
     def start_turn(self, cfg: TurnConfig) -> None:
         turn = ClaudeTurn(cfg)
-        self._begin(turn)
         argv, extra_env = live_command(cfg)
-        self._spawn(turn, argv, extra_env)
+        proc = self._take_warm(argv, extra_env, cfg)
+        self._begin(turn, prestarted=proc is not None)
+        self._spawn(turn, argv, extra_env, proc)
 
     def _started(self, turn: ClaudeTurn) -> None:
         turn.cli_busy = True

@@ -8,6 +8,7 @@ Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -71,6 +72,31 @@ def live_command(cfg: TurnConfig) -> Tuple[List[str], Dict[str, str]]:
         extra_args = ask_settings_args(extra_args)
     argv += extra_args
     return argv, extra_env
+
+
+def settings_fingerprint(cfg: TurnConfig) -> Tuple[Any, ...]:
+    """The files Claude Code reads its settings and memory from, as (path, mtime, size) of those that exist:
+    a pre-started CLI that read older ones is not used (``live.py``)."""
+    home = cfg.env.get("HOME") or ""
+    paths = [
+        os.path.join(cfg.cwd, ".claude", "settings.json"),
+        os.path.join(cfg.cwd, ".claude", "settings.local.json"),
+        os.path.join(cfg.cwd, ".mcp.json"),
+        os.path.join(cfg.cwd, "CLAUDE.md"),
+        os.path.join(cfg.cwd, "CLAUDE.local.md"),
+        os.path.join(cfg.cwd, ".claude", "CLAUDE.md"),
+        "/etc/claude-code/managed-settings.json",
+    ]
+    if home:
+        paths += [os.path.join(home, ".claude", "settings.json"), os.path.join(home, ".claude", "CLAUDE.md")]
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.append((path, st.st_mtime_ns, st.st_size))
+    return tuple(out)
 
 
 def user_line(text: str, line_uuid: str) -> Dict[str, Any]:

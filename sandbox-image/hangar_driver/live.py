@@ -2,11 +2,24 @@
 adapter's reader threads and the core's calls share under the adapter's own lock.
 
 Standard library only, Python 3.8+.
+
+Pre-started CLIs
+----------------
+Starting the CLI is most of a short turn (Claude Code: ~0.45 s of node start-up before its first model
+request). So once a turn has ended the core calls ``prestart`` with the next turn's configuration as it will
+most likely be (the same model, approvals, environment and argv, ``--resume`` of the conversation just
+reported, the next turn's name and $HANGAR_IO), and the adapter starts that CLI at once; it waits for its
+first message on stdin. ``start_turn`` uses it only when the argv, the environment, the working directory,
+the uid and the CLI's settings files (``_fingerprint``) are exactly what a fresh start would have, the
+process still runs and is younger than WARM_MAX_AGE; anything else is killed and a fresh process started,
+so a turn never runs in a stale one. The pre-started process is new (it shares nothing with the turn before,
+allow_always grants included: those die with their process), exactly as a process started at the turn.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 
 from .harness import Emit, Event, Harness, TurnConfig
@@ -14,6 +27,19 @@ from .process import LineReader, StdinWriter, kill_group, spawn_agent, stop, wai
 
 DECISIONS = ("allow", "allow_always", "deny")
 EXIT_GRACE = 10.0  # seconds the CLI gets to exit once its stdin is closed
+# A pre-started CLI older than this is not used (what it read at start-up, the date say, may be stale).
+WARM_MAX_AGE = 600.0
+
+WarmKey = Tuple[Any, ...]
+
+
+class Warm:
+    """A CLI started for the next turn, waiting for its first message."""
+
+    def __init__(self, proc: Any, key: WarmKey) -> None:
+        self.proc = proc
+        self.key = key
+        self.started = time.monotonic()
 
 
 class LiveTurn:
@@ -46,23 +72,99 @@ class LiveHarness(Harness, Generic[TurnT]):
         self._mu = threading.RLock()
         self._turn: Optional[TurnT] = None
         self._usage: Dict[str, int] = {}  # totals of the turns that ended
+        self._warm: Optional[Warm] = None  # the next turn's CLI, pre-started (see the module docstring)
+        self._warm_lock = threading.Lock()  # held while one is started or taken
 
-    def _begin(self, turn: TurnT) -> None:
+    # -- pre-started CLIs ------------------------------------------------------------------------------------
+
+    prestarts = False  # the adapter's CLI waits for its first message, so it can be started ahead
+
+    def _command(self, cfg: TurnConfig) -> Tuple[List[str], Dict[str, str]]:
+        """The CLI's argv for a turn with ``cfg``, and what it adds to ``cfg.env`` (adapters that prestart)."""
+        raise NotImplementedError
+
+    def _fingerprint(self, cfg: TurnConfig) -> Tuple[Any, ...]:
+        """What else the CLI reads once at start-up that a turn could change (its settings files)."""
+        return ()
+
+    def _key(self, argv: List[str], extra_env: Dict[str, str], cfg: TurnConfig) -> WarmKey:
+        env = dict(cfg.env)
+        env.update(extra_env)
+        run_as = tuple(sorted((cfg.run_as or {}).items()))
+        return (tuple(argv), tuple(sorted(env.items())), cfg.cwd, run_as, self._fingerprint(cfg))
+
+    def prestart(self, cfg: TurnConfig) -> bool:
+        """Start the CLI of the turn ``cfg`` describes (its message unused), to wait for that turn. A CLI
+        pre-started before is stopped first. False when this adapter does not prestart or it cannot start."""
+        if not self.prestarts:
+            return False
+        argv, extra_env = self._command(cfg)
+        with self._warm_lock:
+            self._drop_warm()
+            try:
+                proc = spawn_agent(argv, cfg, extra_env)
+            except OSError as e:
+                self.emit("log", {"level": "debug", "message": "cannot pre-start %s: %s" % (argv[0], e)})
+                return False
+            self._warm = Warm(proc, self._key(argv, extra_env, cfg))
+        return True
+
+    def _drop_warm(self) -> None:
+        """Stop the pre-started CLI, if any (caller holds ``_warm_lock``)."""
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            stop(warm.proc)
+
+    def _take_warm(self, argv: List[str], extra_env: Dict[str, str], cfg: TurnConfig) -> Any:
+        """The pre-started CLI when it is exactly what this turn would start, else None (and it is stopped)."""
+        with self._warm_lock:
+            warm, self._warm = self._warm, None
+        if warm is None:
+            return None
+        why = []
+        if warm.proc.poll() is not None:
+            why.append("it had exited (%s)" % warm.proc.returncode)
+        elif time.monotonic() - warm.started > WARM_MAX_AGE:
+            why.append("it was older than %d s" % WARM_MAX_AGE)
+        else:
+            key = self._key(argv, extra_env, cfg)
+            names = ("the command line", "the environment", "the working directory", "the uid", "settings")
+            why += [n for n, a, b in zip(names, warm.key, key) if a != b]
+        if not why:
+            return warm.proc
+        stop(warm.proc)
+        self.emit(
+            "log",
+            {
+                "level": "info",
+                "message": "%s pre-started for this turn not used (%s differed): started anew"
+                % (self.name, ", ".join(why)),
+            },
+        )
+        return None
+
+    # -- turns -----------------------------------------------------------------------------------------------
+
+    def _begin(self, turn: TurnT, prestarted: bool = False) -> None:
         """Make ``turn`` the running one; refused while another runs."""
         with self._mu:
             if self._turn is not None and not self._turn.ended:
                 raise RuntimeError("a turn is already running")
             self._turn = turn
-        self.emit("turn_started", {"turn": turn.id})
+        payload: Dict[str, Any] = {"turn": turn.id}
+        if prestarted:
+            payload["prestarted"] = True  # its CLI was started before the turn, and waited for it
+        self.emit("turn_started", payload)
 
-    def _spawn(self, turn: TurnT, argv: List[str], extra_env: Dict[str, str]) -> bool:
-        """Start the turn's CLI and read its output (``_on_message``, ``_on_eof``); False when it cannot start
-        (the turn has then ended failed, 127)."""
-        try:
-            proc = spawn_agent(argv, turn.cfg, extra_env)
-        except OSError as e:
-            self._end(turn, "failed", 127, "cannot start %s: %s" % (argv[0], e))
-            return False
+    def _spawn(self, turn: TurnT, argv: List[str], extra_env: Dict[str, str], proc: Any = None) -> bool:
+        """Start the turn's CLI (or take ``proc``, pre-started for it) and read its output (``_on_message``,
+        ``_on_eof``); False when it cannot start (the turn has then ended failed, 127)."""
+        if proc is None:
+            try:
+                proc = spawn_agent(argv, turn.cfg, extra_env)
+            except OSError as e:
+                self._end(turn, "failed", 127, "cannot start %s: %s" % (argv[0], e))
+                return False
         with self._mu:  # held until the first writes: the reader's callbacks see a set-up turn
             turn.proc = proc
             turn.writer = StdinWriter(proc)
@@ -197,6 +299,8 @@ class LiveHarness(Harness, Generic[TurnT]):
             turn = self._turn
         if turn is not None:
             stop(turn.proc)
+        with self._warm_lock:
+            self._drop_warm()
 
     def _emit_all(self, events: List[Event]) -> None:
         for name, payload in events:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable, Dict, Optional, Set
@@ -19,6 +20,7 @@ from .handback import HandbackWatcher
 from .harness import Harness, NotLive, TurnConfig
 
 log = logging.getLogger("hangar.driver")
+_NUMBERED = re.compile(r"^(.*-)([0-9]{1,9})$")  # the operator names turns <session>-<n>
 
 DECISIONS = ("allow", "deny", "allow_always")
 
@@ -41,6 +43,9 @@ class TurnRunner:
         self.io_dir: Optional[str] = None  # the running turn's $HANGAR_IO
         self.turns_started: Set[str] = set()
         self.current_turn: Optional[str] = None  # the turn last started
+        self.last_cfg: Optional[TurnConfig] = None  # and its configuration
+        self.conversation: Optional[str] = None  # the conversation the adapter last reported
+        self.closed = False  # close() was called: no CLI is pre-started any more
         self.harness: Optional[Harness] = None
         self.error: Optional[str] = None  # why there is no harness
         # The call Tower allowed while the session was suspended (precleared.py): allowed once, unasked.
@@ -59,10 +64,11 @@ class TurnRunner:
         return bool(self.harness is not None and self.harness.live)
 
     def close(self) -> None:
-        """Stop the CLI, if any."""
+        """Stop the CLI, if any (and the one pre-started; none is started after this)."""
         h = self.harness
         if h is not None:
             with h.lock:
+                self.closed = True
                 h.close()
 
     def emit(self, name: str, payload: Dict[str, Any]) -> None:
@@ -75,6 +81,9 @@ class TurnRunner:
                 # What the control plane's rules resolve paths against, as this sandbox sees them.
                 payload = dict(payload)
                 payload.setdefault("home", self.cfg.agent_home)
+                if self.current_turn:
+                    # The turn it belongs to, so the operator need not read the session to find it.
+                    payload.setdefault("turn", self.current_turn)
                 if self.io_dir:
                     payload.setdefault("io", self.io_dir)
                 call = self.precleared
@@ -95,6 +104,8 @@ class TurnRunner:
                 # The adapter reports a steer's fate before the next turn can start: it is this turn's.
                 payload = dict(payload)
                 payload["turn"] = self.current_turn
+            if name == "conversation" and isinstance(payload.get("id"), str):
+                self.conversation = payload["id"]
             if name == "turn_ended":
                 turn = payload.get("turn")
                 if isinstance(turn, str):
@@ -102,10 +113,56 @@ class TurnRunner:
                         self.watcher.finish_turn(turn)
                     except Exception:
                         log.exception("reading the hand-back of turn %s", turn)
+                    if turn == self.current_turn:
+                        # Not on this (the adapter's reader) thread: starting a process takes a while.
+                        threading.Thread(
+                            target=self._prestart_next, args=(turn,), name="hangar-prestart", daemon=True
+                        ).start()
         except Exception:
             log.exception("bad event from the adapter")
             return
         self._emit_raw(name, payload)
+
+    def _prestart_next(self, ended: str) -> None:
+        """Have the adapter start the next turn's CLI now (``live.py``, "Pre-started CLIs"), configured as
+        that turn will most likely be: the next turn's name (``<session>-<n+1>``) and $HANGAR_IO, the same
+        model, approvals, environment and argv, and the conversation just reported, not forked."""
+        h = self.harness
+        m = _NUMBERED.match(ended)
+        prev = self.last_cfg
+        if h is None or not getattr(h, "prestarts", False) or m is None or prev is None:
+            return
+        turn = "%s%d" % (m.group(1), int(m.group(2)) + 1)
+        try:
+            with h.lock:  # start_turn takes it too: the next turn waits for this start, then takes it
+                if self.closed or self.stopping.is_set() or self.current_turn != ended:
+                    return
+                if turn in self.turns_started:
+                    return
+                if h.running():
+                    return
+                io_dir = os.path.join(self.cfg.state_dir, "io", turn)
+                hardening.secure_dir(io_dir, self.cfg.agent_uid, self.cfg.agent_gid, 0o700)
+                env = dict(prev.env)
+                env["HANGAR_IO"] = io_dir
+                cfg = TurnConfig(
+                    turn_id=turn,
+                    message="",
+                    cwd=prev.cwd,
+                    env=env,
+                    argv_prefix=prev.argv_prefix,
+                    model=prev.model,
+                    conversation=self.conversation or prev.conversation,
+                    fork=False,
+                    approvals=prev.approvals,
+                    tainted=self.tainted,
+                    run_as=prev.run_as,
+                    extra=prev.extra,
+                    mcp_servers=prev.mcp_servers,
+                )
+                h.prestart(cfg)  # type: ignore[attr-defined]
+        except Exception:
+            log.exception("pre-starting the CLI of turn %s", turn)
 
     def _allow_precleared(self, request_id: str) -> None:
         h = self.harness
@@ -196,6 +253,7 @@ class TurnRunner:
         )
         self.turns_started.add(turn)
         self.current_turn = turn
+        self.last_cfg = cfg
         self.watcher.start_turn(turn, io_dir)
         try:
             with h.lock:

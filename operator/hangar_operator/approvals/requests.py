@@ -71,7 +71,9 @@ class PermissionRequests:
         raw_input, raw_command = p.get("input"), p.get("command")
         tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
         tainted = turn.status.taint.tainted or s.status.taint.tainted
-        env = await self.approvals.environment(ns, session)
+        # The session is read already: only its Environment is (one GET fewer before the agent has its answer).
+        env_obj = await kube.get("environments", s.spec.environment)
+        env = EnvironmentSpec.model_validate(env_obj["spec"]) if env_obj else None
         call = ToolCall(
             tool=tool,
             input=tool_input,

@@ -1,0 +1,200 @@
+"""Where a path points, as far as the approvals rules can tell without touching the filesystem.
+
+Paths are resolved lexically against the turn's working directory: ``~`` and ``$HOME`` are the agent's
+HOME, ``$PWD`` is the turn's directory, ``$HANGAR_IO`` is the turn's hand-back directory. Nothing else
+is known: a ``cd`` earlier in the same command, a symlink, or any other variable is not followed. That
+is what makes the rules a guard rail rather than a sandbox.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Literal
+
+from .shell import Word
+
+UNKNOWN = "\x00"  # stands for an expansion the rules cannot know
+_SIMPLE_PARAM = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+
+
+@dataclass(frozen=True)
+class Where:
+    """The turn's places: the repository checkout, the agent's HOME, the turn's $HANGAR_IO."""
+
+    cwd: str
+    home: str
+    hangar_io: str
+
+    def known(self, name: str) -> str | None:
+        return {"HOME": self.home, "PWD": self.cwd, "HANGAR_IO": self.hangar_io}.get(name) or None
+
+
+def render(word: Word, where: Where) -> str:
+    """The word's value with the known variables filled in and everything else as ``UNKNOWN``."""
+    out: list[str] = []
+    for p in word.parts:
+        if p.kind in ("lit", "glob"):
+            out.append(p.text)
+        elif p.kind == "tilde":
+            out.append(where.home if p.inner == "" and where.home else UNKNOWN)
+        elif p.kind == "param":
+            m = _SIMPLE_PARAM.match(p.text)
+            value = where.known(m.group(1)) if m else None
+            out.append(value if value is not None else UNKNOWN)
+        else:
+            out.append(UNKNOWN)
+    return "".join(out)
+
+
+def expand_string(text: str, where: Where) -> str:
+    """A path given as plain text (a file tool's argument, an option's ``=value``): ``~``, $HOME…"""
+    if text == "~" or text.startswith("~/"):
+        return where.home + text[1:] if where.home else UNKNOWN + text[1:]
+    m = re.match(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?(?=/|$)", text)
+    if m:
+        value = where.known(m.group(1))
+        return (value if value is not None else UNKNOWN) + text[m.end() :]
+    return text
+
+
+def normalize(path: str, where: Where) -> str:
+    """Absolute and lexically normalised against the working directory."""
+    if not path.startswith("/"):
+        path = posixpath.join(where.cwd or "/", path)
+    path = posixpath.normpath(path)
+    if path.startswith("//"):
+        path = "/" + path.lstrip("/")
+    return path
+
+
+def locate(path: str, where: Where) -> str | None:
+    """Where a rendered path points, or None when its start is an unknown expansion (or it is empty)."""
+    if not path or path.startswith(UNKNOWN):
+        return None
+    return normalize(path, where)
+
+
+def within(path: str, root: str) -> bool:
+    """``path`` is ``root`` or below it (both normalised)."""
+    if not root:
+        return False
+    if root == "/":
+        return path.startswith("/")
+    return path == root or path.startswith(root + "/")
+
+
+# ---------------------------------------------------------------------------------------------------
+# credentials and hangar's own files
+
+
+def credential(path: str, where: Where) -> str | None:
+    """What secret ``path`` is (a short description), or None. The turn's own $HANGAR_IO is exempt.
+
+    Secrets: ~/.ssh (and any ``.ssh`` directory), ``.git-credentials``, ``.netrc``, git's credential
+    store, ~/.hangar, the other turns' directories beside $HANGAR_IO (the driver's ``io/``), another
+    process's ``/proc/*/environ`` and ``/proc/*/mem``, ~/.aws, ~/.config/gh, ~/.docker/config.json,
+    ~/.kube/config, ~/.gnupg, /etc/shadow and /etc/gshadow.
+
+    ``path`` is absolute and normalised; unknown expansions in it (``UNKNOWN``) match anything, so
+    ``/proc/$$/environ`` is the environment of a process.
+    """
+    io = normalize(where.hangar_io, where) if where.hangar_io else ""
+    if io and within(path, io):
+        return None
+    pattern = path.replace(UNKNOWN, "*")
+    parts = pattern.split("/")
+    base = parts[-1]
+    home = normalize(where.home, where) if where.home else ""
+
+    def under(rel: str) -> bool:
+        return bool(home) and within(pattern, posixpath.join(home, rel))
+
+    if ".ssh" in parts:
+        return "SSH keys and config (~/.ssh)"
+    if base in (".git-credentials", ".netrc", "_netrc") or under(".config/git/credentials"):
+        return f"stored credentials ({base})"
+    if under(".hangar"):
+        return "hangar's files (~/.hangar)"
+    if io and posixpath.basename(posixpath.dirname(io)) == "io" and within(pattern, posixpath.dirname(io)):
+        # The driver keeps every turn's $HANGAR_IO side by side in its own io/ directory.
+        return "another turn's hand-back files"
+    for proc in ("/proc/*/environ", "/proc/*/mem"):
+        if fnmatchcase(pattern, proc) or fnmatchcase(path, proc):
+            return (
+                "another process's "
+                + ("environment" if proc.endswith("environ") else "memory")
+                + f" ({proc})"
+            )
+    for rel in (".aws", ".config/gh", ".docker/config.json", ".kube/config", ".gnupg"):
+        if under(rel):
+            return f"stored credentials (~/{rel})"
+    if pattern in ("/etc/shadow", "/etc/gshadow"):
+        return f"password hashes ({pattern})"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# /dev
+
+DevKind = Literal["harmless", "network", "device"]
+_HARMLESS_DEV = frozenset(
+    {"/dev/null", "/dev/zero", "/dev/full", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty"}
+    | {"/dev/random", "/dev/urandom"}
+)
+
+
+def dev_kind(path: str) -> DevKind | None:
+    """What writing to a path under /dev does; None for anything that is a plain file."""
+    if not path.startswith("/dev/"):
+        return None
+    if path in _HARMLESS_DEV or path.startswith(("/dev/fd/", "/dev/pts/")):
+        return "harmless"
+    if path.startswith(("/dev/tcp/", "/dev/udp/")):
+        return "network"
+    if path.startswith(("/dev/shm/", "/dev/mqueue/")):
+        return None
+    return "device"
+
+
+# ---------------------------------------------------------------------------------------------------
+# hosts
+
+_LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+
+def host_of(url: str) -> str | None:
+    """The host a URL (or ``host[:port][/path]``, as curl and wget accept) names; None when unknown."""
+    text = url.strip()
+    if not text or UNKNOWN in text or "$" in text or "`" in text:
+        return None
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", text)
+    if m:
+        if m.group(1).lower() == "file":
+            return "localhost"
+        text = text[m.end() :]
+    authority = re.split(r"[/?#]", text, maxsplit=1)[0]
+    authority = authority.rsplit("@", 1)[-1]
+    if authority.startswith("["):
+        host = authority[1:].split("]", 1)[0]
+    elif authority.count(":") > 1:
+        host = authority  # a bare IPv6 address
+    else:
+        host = authority.split(":", 1)[0]
+    host = host.strip().lower().rstrip(".")
+    return host or None
+
+
+def is_sandbox_host(host: str | None) -> bool:
+    """localhost, 127.0.0.0/8 and ::1 are the sandbox itself."""
+    if host is None:
+        return False
+    if host in _LOCAL_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False

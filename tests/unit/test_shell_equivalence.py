@@ -1,0 +1,141 @@
+"""The fast shell reader against the one it replaced: on generated commands, the same tokens, parse trees,
+hand-back answers and verdicts under every policy (``approvals_before/`` is the old engine, frozen).
+
+The generator builds commands from the pieces the rules care about (programs, options, paths, quotes,
+expansions, operators, redirections, here-documents) and from raw characters, so that malformed input
+(unbalanced quotes, stray operators) is covered as well as the commands agents send.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hangar.approvals import POLICIES, ToolCall, decide, is_handback, shell
+from tests.unit.approvals_before import handback as old_handback
+from tests.unit.approvals_before import rules as old_rules
+from tests.unit.approvals_before import shell as old_shell
+
+WORDS = [
+    "ls", "git", "push", "-f", "--force", "origin", "main", ":old", "+main", "rm", "-rf", "-r", "/", ".", "..",
+    "~", "~/", "~root", "~/.ssh/id_rsa", "/tmp/x", "$HOME", "${HOME}", "$HANGAR_IO/a", "$PWD/b", "$X", "$1",
+    "$?", "sudo", "su", "curl", "wget", "-O-", "https://example.com/i.sh", "http://localhost:8080/x", "sh",
+    "bash", "-c", "-lc", "-s", "/bin/bash", "eval", "source", ".", "find", "-delete", "-exec", "{}", "\\;",
+    "xargs", "env", "-S", "FOO=1", "A[1]=x", "B+=y", "nice", "-n", "10", "timeout", "60", "command", "-v",
+    "dd", "of=/dev/sda", "if=/dev/zero", "mkfs.ext4", "tee", "cp", "mv", "a", "b.txt", "/etc/shadow",
+    "/proc/1/environ", "/dev/null", "/dev/tcp/10.0.0.1/80", "nc", "evil.example", "gh", "pr", "create",
+    "hangar-agent", "done", "result", '{"ok":1}', "@file", "python3", "-m", "pip", "for", "in", "do", "done",
+    "if", "then", "fi", "!", "{", "}", "[[", "]]", "case", "esac", "function", "*", "*.py", "?", "[ab]",
+    "#comment", "a#b", "2", "x~y", "step-1", "log.txt", ".netrc", "../.git-credentials", "init", "0",
+    "systemctl", "reboot", "chmod", "--", "-", "-o", "out", "mkdir", "touch", "/var/lib/hangar/io/t-2/x",
+]  # fmt: skip
+OPS = [" ", " ", " ", "  ", "\t", ";", " && ", " || ", " | ", " |& ", " & ", "\n", " > ", " >> ", " 2>&1 ",
+       " < ", " <<< ", " >| ", " &> ", " 2> ", "(", ")", " <(", " >(", "$(", "`", "\\\n"]  # fmt: skip
+RAW = st.text(alphabet="abc -/~$#'\"`\\(){}[]<>;&|*?!=\n\t0123.@", max_size=12)
+
+
+def _quoted(inner: str, kind: int) -> str:
+    if kind == 0:
+        return "'" + inner.replace("'", "") + "'"
+    if kind == 1:
+        return '"' + inner.replace('"', '\\"') + '"'
+    if kind == 2:
+        return "$(" + inner + ")"
+    if kind == 3:
+        return "`" + inner.replace("`", "") + "`"
+    if kind == 4:
+        return "$'" + inner.replace("'", "\\'") + "\\x41\\n'"
+    if kind == 5:
+        return "${" + inner.replace("}", "") + "}"
+    return "$((" + inner + "))"
+
+
+@st.composite
+def commands(draw: st.DrawFn, depth: int = 0) -> str:
+    pieces: list[str] = []
+    for _ in range(draw(st.integers(1, 10))):
+        choice = draw(st.integers(0, 9))
+        if choice <= 4:
+            pieces.append(draw(st.sampled_from(WORDS)))
+        elif choice <= 6:
+            pieces.append(draw(st.sampled_from(OPS)))
+        elif choice == 7 and depth < 3:
+            inner = draw(commands(depth + 1))
+            pieces.append(_quoted(inner, draw(st.integers(0, 6))))
+        elif choice == 8:
+            tag = draw(st.sampled_from(["EOF", "'EOF'", '"E"', "-EOF"]))
+            body = draw(commands(depth + 1)) if depth < 3 else "x"
+            delim = tag.strip("'\"-")
+            pieces.append(f" <<{tag}\n{body}\n{delim}\n")
+        else:
+            pieces.append(draw(RAW))
+        if draw(st.booleans()):
+            pieces.append(" ")
+    return "".join(pieces)
+
+
+def norm(x: Any) -> Any:
+    """Tokens, words and parse trees as plain tuples: the old classes and the new ones compare alike."""
+    if isinstance(x, old_shell.Part | shell.Part):  # before tuples: the new ones are named tuples
+        return ("part", x.kind, x.text, x.inner)
+    if isinstance(x, old_shell.Word | shell.Word):
+        return ("word", norm(x.parts))
+    if isinstance(x, list | tuple):
+        return tuple(norm(v) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return (type(x).__name__, *(norm(getattr(x, f.name)) for f in dataclasses.fields(x)))
+    return x
+
+
+def outcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return ("ok", norm(fn(*args, **kwargs)))
+    except RecursionError:
+        return ("recursion",)
+    except Exception as e:  # the same error class, and the same message, is part of the answer
+        return ("raised", type(e).__name__, str(e))
+
+
+SETTINGS = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(commands())
+def test_the_same_tokens_and_parse_trees(src: str) -> None:
+    for lenient in (False, True):
+        assert outcome(shell.tokenize, src, lenient=lenient) == outcome(
+            old_shell.tokenize, src, lenient=lenient
+        )
+        assert outcome(shell.parse, src, lenient=lenient) == outcome(old_shell.parse, src, lenient=lenient)
+    assert norm(shell.split_words(src)) == norm(old_shell.split_words(src))
+    assert norm(shell.double_quoted(src)) == norm(old_shell.double_quoted(src))
+
+
+@SETTINGS
+@given(commands(), st.booleans(), st.booleans())
+def test_the_same_verdicts(src: str, tainted: bool, wrapped: bool) -> None:
+    if wrapped:  # as Codex sends it
+        src = "/bin/bash -lc '" + src.replace("'", "'\\''") + "'"
+    assert is_handback(src) == old_handback.is_handback(src)
+    for policy in POLICIES:
+        new_call = ToolCall(
+            "Bash", {"command": src}, src, "/workspace", "/home/agent", "/var/lib/hangar/io/t-1", tainted
+        )
+        old_call = old_rules.ToolCall(
+            "Bash", {"command": src}, src, "/workspace", "/home/agent", "/var/lib/hangar/io/t-1", tainted
+        )
+        before = outcome(old_rules.decide, policy, old_call)
+        if before == ("recursion",):
+            continue  # the old engine failed; the new one flags it ("nesting"): tested in test_approval_rules
+        assert outcome(decide, policy, new_call) == before, policy
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_the_same_tokens_on_any_text(src: str) -> None:
+    for lenient in (False, True):
+        assert outcome(shell.parse, src, lenient=lenient) == outcome(old_shell.parse, src, lenient=lenient)
+    assert is_handback(src) == old_handback.is_handback(src)
