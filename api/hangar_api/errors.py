@@ -69,10 +69,14 @@ def api_error(e: ApiException, what: str = "") -> HTTPException:
 
 
 def validation_detail(exc: RequestValidationError) -> str:
-    """The validation errors in words, without the input they refer to."""
+    """The validation errors in words, without the input they refer to: ``field: why`` (a body's field by
+    its name, a query or path parameter as ``query.since``), at most five."""
     parts = []
     for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err.get("loc", ()))
+        where = list(err.get("loc", ()))
+        if where[:1] == ["body"] and len(where) > 1:
+            where = where[1:]  # a body field by its name alone: "name: …", as the CLI has always shown it
+        loc = ".".join(str(p) for p in where)
         msg = str(err.get("msg", "invalid"))
         ctx = err.get("ctx") or {}
         if err.get("type") == "json_invalid" and isinstance(ctx, dict) and ctx.get("error"):

@@ -33,11 +33,11 @@ def test_bad_session_input_is_refused_and_nothing_is_created(cluster: Cluster, s
     for bad in ("Bad_Name", "-x", "a" * 41, ""):
         r = api.post("/api/sessions", {"name": bad, "environment": "api-env"})
         assert r.status_code == 422, bad
-        assert r.json()["detail"].startswith("body.name: "), r.text
+        assert r.json()["detail"].startswith("name: "), r.text
     r = api.post("/api/sessions", {"name": "ok-name", "environment": "api-env", "harness": "emacs"})
-    assert r.status_code == 422 and r.json()["detail"].startswith("body.harness: "), r.text
+    assert r.status_code == 422 and r.json()["detail"].startswith("harness: "), r.text
     r = api.post("/api/sessions", {"name": "ok-name", "environment": "api-env", "message": ""})
-    assert r.status_code == 422 and r.json()["detail"].startswith("body.message: "), r.text
+    assert r.status_code == 422 and r.json()["detail"].startswith("message: "), r.text
     r = api.post("/api/sessions", {"name": "ok-name", "environment": "api-env", "approvals": "yolo"})
     assert r.status_code == 422
     assert names(cluster, "hsess") == before
