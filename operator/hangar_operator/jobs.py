@@ -25,13 +25,15 @@ from hangar.models import API_VERSION, Job, Session, Turn
 from hangar.models import labels as L
 from hangar.models.base import iso
 from hangar.models.environment import EnvironmentSpec
-from hangar.models.job import JOB_FINAL, Attempt, JobSpec, JobStatus, attempt_session
+from hangar.models.job import JOB_FINAL, Attempt, JobSpec, JobStatus, TimelineEntry, attempt_session
 from hangar.models.session import PendingApproval, SessionStatus, Taint
 from hangar.turns import turn_index
 
 from . import metrics
 from .approvals.policy import MAX_TAINT_REASONS
 from .context import Context, resource
+from .job_rules import job_state, rank
+from .job_work import Failure, JobWork, base_branch, delivers, job_branch
 from .k8s_events import EventType
 from .lifecycle import JOB, move
 from .status import patch_status
@@ -40,8 +42,6 @@ log = logging.getLogger("hangar.operator.jobs")
 QUESTION_INTERRUPTED = (
     "Interrupted by {by}. Follow up with what the agent should do instead, or cancel the job."
 )
-# Which attempt state speaks for the job when attempts differ: whoever needs a person comes first.
-PRECEDENCE = ("awaiting_approval", "needs_input", "running", "queued", "done", "failed", "cancelled")
 
 
 def attempt_state(session: Obj | None, last_turn: Obj | None) -> tuple[str, str | None]:
@@ -72,27 +72,81 @@ def attempt_state(session: Obj | None, last_turn: Obj | None) -> tuple[str, str 
     return ("running" if phase == "Running" else "queued"), None
 
 
-def job_state(states: list[str], cancelled: bool) -> str:
-    if cancelled:
-        return "cancelled"
-    for s in PRECEDENCE:
-        if s in states:
-            # A best-of-N job is done when one attempt is done and none is still working or waiting.
-            return s
-    return "failed"
-
-
 class Jobs:
     """The Job controller. Its lifecycle (``lifecycle.JOB``) is derived: every reconcile recomputes the
-    state from the attempts, and a final state (done, failed, cancelled) is never left."""
+    state from the attempts (and, for a job that delivers, their verification and the delivery), and a
+    final state (done, delivered, failed, cancelled) is never left."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.work = JobWork(ctx)
+        self.checked: set[str] = set()  # job uids whose preflight passed in this process
 
     async def reconcile(self, ns: str, name: str) -> None:
         lock = self.locks.setdefault((ns, name), asyncio.Lock())
         async with lock:
+            await self._reconcile(ns, name)
+
+    async def command_result(self, ns: str, session: str, p: dict[str, Any]) -> None:
+        """The driver's answer to a job's ``verify`` or ``deliver``: recorded on the Job (once), then the job
+        moves on."""
+        s_obj = await self.ctx.kube_in(ns).get("sessions", session)
+        name = ((s_obj or {}).get("metadata", {}).get("labels") or {}).get(L.JOB)
+        if not name:
+            return
+        lock = self.locks.setdefault((ns, name), asyncio.Lock())
+        async with lock:
+            kube = self.ctx.kube_in(ns)
+            job = await kube.get("jobs", name)
+            if job is None:
+                return
+            st = Job.model_validate(job).status
+            scope = self.ctx.scope("job", ns, name)
+            if p.get("op") == "verify":
+                attempts = [a.model_copy(deep=True) for a in st.attempts]
+                v = JobWork.verified(attempts, p)
+                if v is None:
+                    return  # not (or no longer) awaited: a repeat
+                await self.ctx.db.append_event(
+                    scope,
+                    "verification",
+                    {
+                        "session": session,
+                        "turn": v.turn,
+                        "passed": v.passed,
+                        "exit_code": v.exit_code,
+                        "timed_out": v.timed_out,
+                        "error": v.error,
+                        "command": p.get("command"),
+                        "output": p.get("output"),
+                    },
+                )
+                await patch_status(kube, "jobs", job, {"attempts": [a.dump() for a in attempts]})
+            elif p.get("op") == "deliver":
+                d = st.delivery
+                if d is None or d.stage != "pushing" or d.command_id != p.get("command_id"):
+                    return
+                out = JobWork.pushed(d, p)
+                if isinstance(out, Failure):
+                    await self._fail(ns, job, st, out.reason, out.message)
+                    return
+                await self.ctx.db.append_event(
+                    scope,
+                    "work",
+                    {
+                        "session": session,
+                        "attempt": d.attempt,
+                        "head": out.head,
+                        "base": out.base,
+                        "branch": out.branch,
+                        "patch": p.get("patch"),
+                        "files_changed": p.get("files_changed"),
+                    },
+                )
+                await patch_status(
+                    kube, "jobs", job, {"delivery": out.dump(), "headCommit": out.head, "branch": out.branch}
+                )
             await self._reconcile(ns, name)
 
     async def _reconcile(self, ns: str, name: str) -> None:
@@ -112,10 +166,11 @@ class Jobs:
         if st.state in JOB_FINAL:
             await self._stop_attempts(kube, sessions.values())  # idempotent: a final job holds no sandbox
             return
+        env_obj = await kube.get("environments", spec.environment)
+        env = EnvironmentSpec.model_validate(env_obj["spec"]) if env_obj is not None else None
         policy = st.policy
         if policy is None:
-            env_obj = await kube.get("environments", spec.environment)
-            if env_obj is None:
+            if env is None:
                 msg = f"environment {spec.environment!r} does not exist"
                 if st.message != msg and not spec.cancelled:
                     await patch_status(
@@ -127,16 +182,25 @@ class Jobs:
                     await self.ctx.events.emit(kube, job, "Warning", "EnvironmentNotFound", msg)
                     return
             else:
-                env = EnvironmentSpec.model_validate(env_obj["spec"])
                 policy = spec.approvals or env.approvals or self.ctx.settings.approvals or "auto"
         # An attempt whose session someone deleted is lost, not re-run: running the prompt again would repeat
         # its work (and its side effects) behind the person's back.
         started = {a.index for a in st.attempts if a.session}
+        if policy is not None and not spec.cancelled and not started and not sessions:
+            if uid not in self.checked:
+                failure = await self.work.preflight(ns, name, spec, env)
+                if failure is not None:
+                    await self._fail(ns, job, st, failure.reason, failure.message)
+                    return
+                self.checked.add(uid or "")
+            held = await self._release_gate(ns, job, spec, st, env, policy)
+            if held:
+                return
         if policy is not None and not spec.cancelled:
             for i in range(1, spec.attempts + 1):
                 sname = attempt_session(name, i)
                 if sname not in sessions and i not in started:
-                    created = await self._create_attempt(ns, job, spec, i, policy)
+                    created = await self._create_attempt(ns, job, spec, i, policy, env)
                     if created is None:
                         await self._fail(
                             ns,
@@ -154,22 +218,28 @@ class Jobs:
             selector = f"{L.SESSION} in ({','.join(names)})"
             for t in await kube.list("turns", label_selector=selector):
                 turns_by_session.setdefault(Turn.model_validate(t).spec.session or "", []).append(t)
+        known = {a.index: a for a in st.attempts}
         attempts: list[Attempt] = []
         pending: list[PendingApproval] = []
         turns: list[str] = []
         questions: list[str] = []
         taint = st.taint.model_copy(deep=True)
         cost = 0.0
+        costs: dict[int, float] = {}
+        last_turns: dict[int, Obj] = {}
         for i in range(1, spec.attempts + 1):
             sname = attempt_session(name, i)
             s = sessions.get(sname)
             ts = sorted(turns_by_session.get(sname, []), key=turn_index)
             last = ts[-1] if ts else None
+            if last is not None:
+                last_turns[i] = last
             state, question = attempt_state(s, last)
             lost = s is None and i in started
             if lost:
                 state, question = "failed", None
             sst = Session.model_validate(s).status if s is not None else SessionStatus()
+            before = known.get(i)
             attempts.append(
                 Attempt(
                     index=i,
@@ -180,6 +250,9 @@ class Jobs:
                     outcome="session deleted"
                     if lost
                     else (Turn.model_validate(last).status.outcome if last else None),
+                    # What only the job knows about its attempt is carried from one summary to the next.
+                    verifications=before.verifications if before else [],
+                    diff_lines=before.diff_lines if before else None,
                 )
             )
             pending += [p.model_copy(update={"session": sname}) for p in sst.pending_approvals]
@@ -187,10 +260,15 @@ class Jobs:
             if question:
                 questions.append(question)
             cost += sst.counters.cost_usd
+            costs[i] = sst.counters.cost_usd
             if sst.taint.tainted:
                 merge_taint(taint, sst.taint)
         if spec.tainted and not taint.tainted:
             merge_taint(taint, Taint(tainted=True, reasons=["the job was created tainted"]))
+        delivering = delivers(spec, env) and not spec.cancelled
+        if delivering:
+            assert env is not None
+            await self.work.advance(ns, name, attempts, sessions, turns_by_session, env)
         state = job_state([a.state for a in attempts], spec.cancelled)
         if policy is None and state == "queued":
             return  # still waiting for its environment
@@ -200,15 +278,48 @@ class Jobs:
             "question": questions[0] if state == "needs_input" and questions else None,
             "awaitingApproval": bool(pending),
             "pendingApprovals": [p.dump() for p in pending],
-            "attempts": [a.dump() for a in attempts],
             "turns": turns,
             "taint": taint.dump(),
             "costUsd": round(cost, 6),
         }
+        if state == "verified":
+            if delivering:
+                assert env is not None
+                ranked = rank(attempts, costs)
+                winner = ranked[0]
+                last = last_turns.get(winner.index)
+                summary = Turn.model_validate(last).status.summary or "" if last is not None else ""
+                step = await self.work.deliver(
+                    ns,
+                    name,
+                    spec,
+                    st.model_copy(update={"taint": taint, "cost_usd": cost}),
+                    env,
+                    winner,
+                    sessions,
+                    summary,
+                    spec.attempts,
+                )
+                if isinstance(step, Failure):
+                    await self._fail(ns, job, st, step.reason, step.message, attempts)
+                    return
+                state = "delivered" if step.stage == "done" else "delivering"
+                patch.update(
+                    state=state,
+                    delivery=step.dump(),
+                    branch=step.branch,
+                    headCommit=step.head,
+                    prUrl=step.pr_url,
+                    verification=next((v.dump() for v in reversed(winner.verifications) if v.passed), None),
+                )
+            else:
+                state = patch["state"] = "done"
+        patch["attempts"] = [a.dump() for a in attempts]
         if state != st.state:
             patch["reason"] = ""
-            patch["message"] = self._message(state, attempts)
-        if st.started_at is None and state not in ("queued", "cancelled"):
+            patch["message"] = self._message(state, attempts, patch)
+            patch["timeline"] = timeline(st, state, patch["message"], who=self._who(state, spec, sessions))
+        if st.started_at is None and state not in ("queued", "cancelled", "awaiting_approval"):
             patch["startedAt"] = iso()
         if state in JOB_FINAL:
             patch["finishedAt"] = iso()
@@ -225,7 +336,7 @@ class Jobs:
             log.info("job %s: %s -> %s", name, st.state, state, extra=resource(ns, name))
             if state in JOB_FINAL:
                 metrics.JOBS.labels(state=state).inc()
-                kind: EventType = "Normal" if state == "done" else "Warning"
+                kind: EventType = "Normal" if state in ("done", "delivered") else "Warning"
                 await self.ctx.events.emit(
                     kube,
                     job,
@@ -234,6 +345,64 @@ class Jobs:
                     f"the job is {state}: {patch.get('message', '')}",
                 )
                 await self._stop_attempts(kube, sessions.values())
+
+    async def _release_gate(
+        self, ns: str, job: Obj, spec: JobSpec, st: JobStatus, env: EnvironmentSpec | None, policy: str
+    ) -> bool:
+        """A repository whose policy requires release holds its jobs in ``awaiting_approval`` until an approver
+        releases them (``spec.release``); a rejection cancels the job. True while the job is held."""
+        repo = env.repository if env is not None else None
+        if repo is None or not repo.policy.require_approval:
+            return False
+        release = spec.release
+        if release is not None and release.decision == "approved":
+            return False
+        kube = self.ctx.kube_in(ns)
+        if release is not None:  # rejected
+            why = f"rejected by {release.by}" + (f": {release.reason}" if release.reason else "")
+            patch = {
+                "state": move(JOB, st.state, "cancelled"),
+                "reason": "Rejected",
+                "message": why,
+                "policy": policy,
+                "finishedAt": iso(),
+                "timeline": timeline(st, "cancelled", why, who=release.by),
+            }
+            await self.ctx.db.append_event(
+                self.ctx.scope("job", ns, job["metadata"]["name"]),
+                "job_state",
+                {"state": "cancelled", "from": st.state, "message": why},
+            )
+            await patch_status(kube, "jobs", job, patch)
+            metrics.JOBS.labels(state="cancelled").inc()
+            await self.ctx.events.emit(kube, job, "Warning", "JobRejected", why)
+            return True
+        if st.state != "awaiting_approval":
+            why = "waiting for release: the repository's policy needs an approver or an admin to approve it"
+            await self.ctx.db.append_event(
+                self.ctx.scope("job", ns, job["metadata"]["name"]),
+                "job_state",
+                {"state": "awaiting_approval", "from": st.state, "message": why},
+            )
+            await patch_status(
+                kube,
+                "jobs",
+                job,
+                {
+                    "state": move(JOB, st.state, "awaiting_approval"),
+                    "reason": "AwaitingRelease",
+                    "message": why,
+                    "policy": policy,
+                    "timeline": timeline(st, "awaiting_approval", why),
+                },
+            )
+        return True
+
+    @staticmethod
+    def _who(state: str, spec: JobSpec, sessions: dict[str, Obj]) -> str:
+        if state == "running" and spec.release is not None:
+            return spec.release.by
+        return "hangar"
 
     async def _record(
         self,
@@ -267,23 +436,36 @@ class Jobs:
                 )
 
     @staticmethod
-    def _message(state: str, attempts: list[Attempt]) -> str:
+    def _message(state: str, attempts: list[Attempt], patch: dict[str, Any]) -> str:
+        if state == "delivered":
+            d = patch.get("delivery") or {}
+            where = d.get("prUrl") or f"branch {d.get('branch')}"
+            return f"attempt {d.get('attempt')} delivered at {str(d.get('head') or '')[:12]}: {where}"
+        if state == "delivering":
+            d = patch.get("delivery") or {}
+            return f"delivering attempt {d.get('attempt')} on {d.get('branch')} ({d.get('stage')})"
         counts: dict[str, int] = {}
         for a in attempts:
             counts[a.state] = counts.get(a.state, 0) + 1
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
-    async def _create_attempt(self, ns: str, job: Obj, spec: JobSpec, index: int, policy: str) -> Obj | None:
+    async def _create_attempt(
+        self, ns: str, job: Obj, spec: JobSpec, index: int, policy: str, env: EnvironmentSpec | None
+    ) -> Obj | None:
         name = job["metadata"]["name"]
         sname = attempt_session(name, index)
         kube = self.ctx.kube_in(ns)
+        checkout: dict[str, str] = {}
+        if env is not None and env.repository is not None:
+            # Every attempt works on the job's branch in its own checkout; the one delivered is pushed as it.
+            checkout = {L.BRANCH: job_branch(name, spec), L.BASE_BRANCH: base_branch(spec, env.repository)}
         body: Obj = {
             "apiVersion": API_VERSION,
             "kind": "Session",
             "metadata": {
                 "name": sname,
                 "labels": {L.JOB: name, L.ATTEMPT: str(index), **L.part_of()},
-                "annotations": {L.CREATED_BY: f"job/{name}", L.SUBMITTER: spec.submitter},
+                "annotations": {L.CREATED_BY: f"job/{name}", L.SUBMITTER: spec.submitter, **checkout},
                 "ownerReferences": [owner_ref(job)],
             },
             "spec": {
@@ -313,7 +495,15 @@ class Jobs:
         )
         return created
 
-    async def _fail(self, ns: str, job: Obj, st: JobStatus, reason: str, message: str) -> None:
+    async def _fail(
+        self,
+        ns: str,
+        job: Obj,
+        st: JobStatus,
+        reason: str,
+        message: str,
+        attempts: list[Attempt] | None = None,
+    ) -> None:
         name = job["metadata"]["name"]
         kube = self.ctx.kube_in(ns)
         await self.ctx.db.append_event(
@@ -330,6 +520,8 @@ class Jobs:
                 "reason": reason,
                 "message": message,
                 "finishedAt": iso(),
+                "timeline": timeline(st, "failed", message),
+                **({"attempts": [a.dump() for a in attempts]} if attempts is not None else {}),
             },
         )
         metrics.JOBS.labels(state="failed").inc()
@@ -346,6 +538,18 @@ class Jobs:
             except ApiException as e:
                 if e.status != 404:
                     raise
+
+
+TIMELINE_MAX = 100
+
+
+def timeline(st: JobStatus, state: str, why: str, who: str = "hangar") -> list[dict[str, Any]]:
+    """The job's timeline with the move to ``state`` appended (the last TIMELINE_MAX moves are kept)."""
+    entry = TimelineEntry.model_validate(
+        {"state": state, "from": st.state, "at": datetime.now(UTC), "by": who, "why": why[:1000]}
+    )
+    kept = [e.dump() for e in st.timeline][-(TIMELINE_MAX - 1) :]
+    return [*kept, entry.dump()]
 
 
 def merge_taint(into: Taint, other: Taint) -> None:
