@@ -137,10 +137,10 @@ def test_bad_credentials_and_an_unknown_repository_fail_the_checkout(tmp_path: P
     bad = repo(tmp_path, git)
     (tmp_path / "creds" / "token").chmod(0o600)
     (tmp_path / "creds" / "token").write_text("wrong")
-    with pytest.raises(CommandError, match="checkout of .* failed"):
+    with pytest.raises(CommandError, match=r"checkout of .* failed"):
         bad.checkout(AGENT, AGENT)
     unknown = repo(tmp_path, git, HANGAR_REPO_URL=git.url("acme/nope"))
     (tmp_path / "creds" / "token").write_text("s3cret")
-    with pytest.raises(CommandError, match="checkout of .*acme/nope.git"):
+    with pytest.raises(CommandError, match=r"checkout of .*acme/nope\.git"):
         unknown.checkout(AGENT, AGENT)
     assert not os.listdir(unknown.workspace), "nothing half-cloned is left"
