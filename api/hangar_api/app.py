@@ -17,7 +17,7 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import approvals, governance, job_approvals, job_steering, jobs, mcp, sessions, steering
+from . import approvals, governance, job_approvals, job_steering, jobs, mcp, patches, sessions, steering
 from .auth import Tokens
 
 log = logging.getLogger("hangar.api")
@@ -73,6 +73,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     app.include_router(job_steering.router)
     app.include_router(job_approvals.router)
     app.include_router(governance.router)
+    app.include_router(patches.router)
     app.state.settings = settings
     mcp_server = mcp.mount(app)
 

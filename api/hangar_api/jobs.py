@@ -24,7 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from hangar.kube import ApiException
 from hangar.models import LIVE_HARNESSES
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
-from hangar.models.job import ATTEMPTS_MAX, JOB_FINAL, JOB_NAME_MAX, JobSpec, attempt_session
+from hangar.models.job import (
+    ATTEMPTS_MAX,
+    BRANCH_PATTERN,
+    JOB_FINAL,
+    JOB_NAME_MAX,
+    JobSpec,
+    attempt_session,
+)
 from hangar.models.turn import MESSAGE_MAX
 from hangar.turns import create_turn
 
@@ -62,6 +69,12 @@ class NewJob(BaseModel):
     )
     attempts: int = Field(default=1, ge=1, le=ATTEMPTS_MAX, description="best-of-N")
     deliver: Literal["branch", "pr", "none"] = "pr"
+    branch: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=BRANCH_PATTERN,
+        description="The branch the work is delivered on; default hangar/<job>",
+    )
     tainted: bool = Field(default=False, description="Start tainted (the agent will read untrusted input)")
     name: str | None = Field(
         default=None,
@@ -114,6 +127,7 @@ async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dic
         attempts=body.attempts,
         deliver=body.deliver,
         tainted=body.tainted,
+        branch=body.branch,
     )
     obj = {
         "apiVersion": "hangar.dev/v1alpha1",

@@ -248,6 +248,8 @@ class _Handler(JsonHandler):
 
     def _comments(self, slug: str, number: int, method: str, body: dict[str, Any]) -> None:
         sim = self.sim
+        found: list[dict[str, Any]] | None = None
+        comment: dict[str, Any] = {}
         with sim.lock:
             listing = sim.comments.setdefault((slug, number), [])
             if method == "GET":
@@ -257,6 +259,7 @@ class _Handler(JsonHandler):
             else:
                 comment = {"id": len(listing) + 1, "body": body["body"], "created_at": _now()}
                 listing.append(comment)
+                found = [comment]
         if method == "GET":
             self.send_json(200, found)
         elif found is None:

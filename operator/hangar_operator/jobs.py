@@ -28,6 +28,7 @@ from hangar.models.environment import EnvironmentSpec
 from hangar.models.job import JOB_FINAL, Attempt, JobSpec, JobStatus, TimelineEntry, attempt_session
 from hangar.models.session import PendingApproval, SessionStatus, Taint
 from hangar.turns import turn_index
+from hangar.work import work_scope
 
 from . import metrics
 from .approvals.policy import MAX_TAINT_REASONS
@@ -120,8 +121,11 @@ class Jobs:
                         "error": v.error,
                         "command": p.get("command"),
                         "output": p.get("output"),
+                        "diff_lines": p.get("diff_lines"),
                     },
                 )
+                if isinstance(p.get("patch"), str):
+                    await self._keep_patch(ns, session, v.turn, p, "verification")
                 await patch_status(kube, "jobs", job, {"attempts": [a.dump() for a in attempts]})
             elif p.get("op") == "deliver":
                 d = st.delivery
@@ -140,14 +144,34 @@ class Jobs:
                         "head": out.head,
                         "base": out.base,
                         "branch": out.branch,
-                        "patch": p.get("patch"),
                         "files_changed": p.get("files_changed"),
+                        "diff_lines": p.get("diff_lines"),
                     },
                 )
+                if isinstance(p.get("patch"), str):
+                    await self._keep_patch(ns, session, None, p, "delivery")
                 await patch_status(
                     kube, "jobs", job, {"delivery": out.dump(), "headCommit": out.head, "branch": out.branch}
                 )
             await self._reconcile(ns, name)
+
+    async def _keep_patch(
+        self, ns: str, session: str, turn: str | None, p: dict[str, Any], source: str
+    ) -> None:
+        """The attempt's work as a patch against the base, where ``GET …/patch`` reads it
+        (``hangar.work``): the latest one taken, from its verification or (exact, as pushed) its delivery."""
+        payload = {
+            "session": session,
+            "source": source,
+            "base": p.get("base"),
+            "head": p.get("head"),
+            "patch": p.get("patch"),
+            "truncated": bool(p.get("patch_truncated")),
+            "diff_lines": p.get("diff_lines"),
+        }
+        await self.ctx.db.append_event(
+            work_scope(self.ctx.scope("session", ns, session)), "patch", payload, turn
+        )
 
     async def _reconcile(self, ns: str, name: str) -> None:
         kube = self.ctx.kube_in(ns)

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional
 from .commands import CommandError
 
 OUTPUT_MAX = 64 * 1024
+PATCH_OUTPUT_MAX = 1024 * 1024
 PATCH_MAX = 1024 * 1024  # the answer must fit a 4 MiB frame, JSON-escaped
 IDENTITY = ("hangar agent", "agent@hangar.invalid")
 BASE_GIT_ENV = {
@@ -129,7 +130,13 @@ class Repo:
 
 
 def run_as_agent(
-    argv: List[str], cwd: str, env: Dict[str, str], uid: Optional[int], gid: Optional[int], timeout: float
+    argv: List[str],
+    cwd: str,
+    env: Dict[str, str],
+    uid: Optional[int],
+    gid: Optional[int],
+    timeout: float,
+    keep: int = OUTPUT_MAX,
 ) -> Dict[str, Any]:
     """Run ``argv`` as the agent: its uid, its environment, its own process group (killed on timeout).
     The combined output's last OUTPUT_MAX bytes come back."""
@@ -155,11 +162,11 @@ def run_as_agent(
         except OSError:
             pass
         out, _ = proc.communicate()
-    text = out[-OUTPUT_MAX:].decode("utf-8", "replace")
+    text = out[-keep:].decode("utf-8", "replace")
     return {
         "exit_code": proc.returncode,
         "output": text,
-        "truncated": len(out) > OUTPUT_MAX,
+        "truncated": len(out) > keep,
         "timed_out": timed_out,
         "seconds": round(time.monotonic() - started, 3),
     }

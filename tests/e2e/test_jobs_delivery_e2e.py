@@ -1,0 +1,195 @@
+"""Jobs that deliver, end to end: a job submitted over REST runs Claude Code in a sandbox whose workspace is a
+checkout of a repository on a real git server (smart HTTP, credentials checked); the Environment's
+verification command runs after the agent, a failure gets a repair turn, and the verified branch is pushed
+and its pull request opened on the GitHub simulator, through the same client hangar uses for github.com."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hangar.devcluster.stack import Stack
+from hangar.testing.git_server import GitServer
+from hangar.testing.github import GitHubSimulator
+from hangar.testing.model_server import ScriptedModel, Step
+
+from .conftest import Cluster
+from .helpers import Api, clis_installed, environment
+from .test_jobs_e2e import As, _delete_jobs, submit, wait_state
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)"),
+]
+__all__ = ["_delete_jobs"]  # its autouse fixture deletes this module's jobs too
+
+TOKEN = "forge-and-git-token"
+SLUG = "acme/app"
+CHECK = "grep -q ok fixed.txt"
+
+
+@pytest.fixture(scope="module")
+def forge(cluster: Cluster) -> Iterator[tuple[GitServer, GitHubSimulator]]:
+    root = Path(tempfile.mkdtemp(prefix="hangar-git-", dir="/tmp"))
+    git = GitServer(root, {"hangar-bot": TOKEN}).start()
+    sim = GitHubSimulator(token=TOKEN, git=git).start()
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "acme-repo"},
+        "stringData": {"username": "hangar-bot", "token": TOKEN},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    try:
+        yield git, sim
+    finally:
+        sim.stop()
+        git.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def repo_env(
+    cluster: Cluster, name: str, model: ScriptedModel, git: GitServer, sim: GitHubSimulator, **over: Any
+) -> None:
+    repository = {
+        "url": git.url(SLUG),
+        "baseBranch": "main",
+        "credentialsSecret": "acme-repo",
+        "apiUrl": sim.url,
+        **over.pop("repository", {}),
+    }
+    environment(
+        cluster,
+        name,
+        {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"},
+        repository=repository,
+        verification={"command": CHECK, "repairTurns": 1, "timeoutSeconds": 60},
+        **over,
+    )
+
+
+def fresh_repo(git: GitServer, sim: GitHubSimulator) -> None:
+    git.remove(SLUG)
+    git.create(SLUG, {"README.md": "# app\n", "fixed.txt": "not yet\n"})
+    sim.add_repo(SLUG)
+    sim.pulls[SLUG] = []
+
+
+def test_a_job_goes_from_prompt_to_an_open_pull_request(
+    cluster: Cluster, stack: Stack, model: ScriptedModel, forge: tuple[GitServer, GitHubSimulator]
+) -> None:
+    git, sim = forge
+    fresh_repo(git, sim)
+    model.add(
+        # The first try commits something that fails the check; the repair turn (with the failure) fixes it.
+        Step(
+            when="Make the check pass",
+            text="Trying.",
+            command="echo nearly > fixed.txt && git commit -qam 'agent: first try'",
+        ),
+        Step(when="tool_result", text="FINAL: tried."),
+        Step(
+            when="verification command",
+            text="Fixing.",
+            command="echo ok > fixed.txt && git commit -qam 'agent: fix'",
+        ),
+        Step(when="tool_result", text="FINAL: fixed fixed.txt so the check passes."),
+    )
+    repo_env(cluster, "deliver-env", model, git, sim)
+    alice = As(stack, "alice")
+    submit(
+        alice,
+        name="deliver-1",
+        prompt="Make the check pass\n\nfixed.txt must say ok.",
+        environment="deliver-env",
+    )
+    j = wait_state(alice, "deliver-1", "delivered", timeout=240)
+    # The branch on the git server holds the agent's commits and passes the verification command.
+    head = git.branch_head(SLUG, "hangar/deliver-1")
+    assert head and j["head_commit"] == head
+    assert git.log(SLUG, "hangar/deliver-1")[:2] == ["agent: fix", "agent: first try"]
+    assert git.show(SLUG, "hangar/deliver-1", "fixed.txt") == "ok\n"
+    assert git.branch_head(SLUG, "main") != head, "the base branch is untouched"
+    # One pull request, opened with the job's title and body, head at that commit.
+    pulls = sim.open_pulls(SLUG)
+    assert len(pulls) == 1, pulls
+    pr = pulls[0]
+    assert (
+        pr["title"] == "Make the check pass"
+        and pr["head"]["ref"] == "hangar/deliver-1"
+        and pr["base"]["ref"] == "main"
+    )
+    assert pr["head"]["sha"] == head and j["pr_url"] == pr["html_url"]
+    assert (
+        "Make the check pass" in pr["body"]
+        and f"`{CHECK}` passed" in pr["body"]
+        and "Taint: none." in pr["body"]
+    )
+    # The attempt failed verification once, got one repair turn, then passed.
+    a = j["attempts"][0]
+    assert [v["passed"] for v in a["verifications"]] == [False, True], a
+    assert len(a["repairs"]) == 1 and a["state"] == "verified" and a["rank"] == 1
+    assert j["verification"]["passed"] is True
+    states = [e["state"] for e in j["timeline"]]
+    assert states[-3:] == ["verifying", "delivering", "delivered"] and "running" in states, states
+    assert all(e["at"] and e["by"] for e in j["timeline"])
+    # The verification output is kept as the job's event; the work is a patch `git apply` takes.
+    events = alice.get("/api/jobs/deliver-1/events").json()["events"]
+    ver = [e for e in events if e["kind"] == "verification"]
+    assert [e["passed"] for e in ver] == [False, True] and "exit 1" not in ver[1]["output"]
+    r = alice.get("/api/jobs/deliver-1/patch")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/x-diff"), r.text
+    assert r.headers["x-hangar-head"] == head and r.headers["x-hangar-source"] == "delivery"
+    work = Path(tempfile.mkdtemp(prefix="hangar-apply-"))
+    try:
+        subprocess.run(["git", "clone", "-q", "-b", "main", str(git.path(SLUG)), str(work)], check=True)
+        subprocess.run(["git", "-C", str(work), "apply"], input=r.text, text=True, check=True)
+        assert (work / "fixed.txt").read_text() == "ok\n"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    admin = Api(stack)
+    s = admin.get("/api/sessions/deliver-1-a1/patch")
+    assert s.status_code == 200 and s.text == r.text, "the session's patch is the job's"
+    assert As(stack, "bob").get("/api/jobs/deliver-1/patch").status_code == 404
+    # The git server saw every request authenticated: the token works for both git and the API.
+    assert all(user == "hangar-bot" for (_m, _p, user) in git.requests if user)
+    assert all(r.method in ("GET", "POST") for r in sim.requests)
+
+
+def test_bad_input_fails_the_job_before_anything_runs(
+    cluster: Cluster, stack: Stack, model: ScriptedModel, forge: tuple[GitServer, GitHubSimulator]
+) -> None:
+    git, sim = forge
+    fresh_repo(git, sim)
+    repo_env(cluster, "deliver-bad-env", model, git, sim)
+    repo_env(cluster, "deliver-nocreds-env", model, git, sim, repository={"credentialsSecret": None})
+    repo_env(cluster, "deliver-unknown-env", model, git, sim, repository={"url": git.url("acme/nope")})
+    alice = As(stack, "alice")
+    cases = [
+        (
+            {"repository": "https://github.com/other/repo", "environment": "deliver-bad-env"},
+            "UnknownRepository",
+            "is not environment 'deliver-bad-env''s",
+        ),
+        ({"environment": "deliver-nocreds-env"}, "NoCredentials", "has no credentials to push with"),
+        ({"environment": "deliver-unknown-env"}, "UnknownRepository", "doesn't give repository acme/nope"),
+        (
+            {"environment": "deliver-bad-env", "branch": "main"},
+            "BranchExists",
+            "branch 'main' already exists",
+        ),
+    ]
+    for i, (body, _reason, _text) in enumerate(cases):
+        submit(alice, name=f"deliver-bad-{i}", prompt="anything", **body)
+    for i, (_body, reason, text) in enumerate(cases):
+        j = wait_state(alice, f"deliver-bad-{i}", "failed", timeout=60)
+        assert j["reason"] == reason and text in j["message"], j
+        assert j["attempts"] == [] or all(a["session"] is None for a in j["attempts"]), "nothing ran"
+    assert sim.open_pulls(SLUG) == [] and git.branches(SLUG) == ["main"], "nothing half-delivered"
