@@ -17,7 +17,18 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import approvals, governance, job_approvals, job_steering, jobs, mcp, patches, sessions, steering
+from . import (
+    approvals,
+    governance,
+    job_approvals,
+    job_release,
+    job_steering,
+    jobs,
+    mcp,
+    patches,
+    sessions,
+    steering,
+)
 from .auth import Tokens
 
 log = logging.getLogger("hangar.api")
@@ -74,6 +85,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
     app.include_router(job_approvals.router)
     app.include_router(governance.router)
     app.include_router(patches.router)
+    app.include_router(job_release.router)
     app.state.settings = settings
     mcp_server = mcp.mount(app)
 
