@@ -6,7 +6,7 @@ repository with one commit on ``main``; its URL is ``server.url("acme/app")``
 (``http://127.0.0.1:<port>/acme/app.git``). Every request needs ``Authorization: Basic`` with a user and
 password the server knows (``server.users``); anything else gets 401, and a path outside ``root`` 404. Clone,
 fetch and push work with the real git client, so what the test reads back (``server.branch_head``,
-``server.show``) is what a real remote would hold.
+``server.show``) is what a real remote would hold; ``hold_pushes`` stops pushes midway until it is set.
 
 Command line: ``python -m hangar.testing.git_server ROOT --user U --password P [--port N]``.
 """
@@ -49,6 +49,9 @@ class GitServer:
         self.users = dict(users or {"hangar": "git-token"})
         self.requests: list[tuple[str, str, str]] = []  # (method, path, user or "")
         self.lock = threading.Lock()
+        # While set, a push (POST …/git-receive-pack) waits for the event before git takes it: a test can
+        # stop hangar in the middle of a push.
+        self.hold_pushes: threading.Event | None = None
         self._server: ThreadingHTTPServer | None = None
 
     # ------------------------------------------------------------------ server
@@ -197,6 +200,9 @@ class _Handler(BaseHTTPRequestHandler):
             "REMOTE_ADDR": self.client_address[0],
             "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
         }
+        hold = self.git.hold_pushes
+        if hold is not None and self.command == "POST" and parts.path.endswith("/git-receive-pack"):
+            hold.wait(120)
         if self.headers.get("Content-Encoding"):
             env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
         r = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, timeout=120)

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from hangar.testing.github import GitHubSimulator
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .helpers import Api, clis_installed, environment
+from .helpers import Api, clis_installed, environment, wait
 from .test_jobs_e2e import As, _delete_jobs, submit, wait_state
 
 pytestmark = [
@@ -80,6 +81,8 @@ def fresh_repo(git: GitServer, sim: GitHubSimulator) -> None:
     git.create(SLUG, {"README.md": "# app\n", "fixed.txt": "not yet\n"})
     sim.add_repo(SLUG)
     sim.pulls[SLUG] = []
+    sim.requests.clear()
+    git.requests.clear()
 
 
 def test_a_job_goes_from_prompt_to_an_open_pull_request(
@@ -193,3 +196,128 @@ def test_bad_input_fails_the_job_before_anything_runs(
         assert j["reason"] == reason and text in j["message"], j
         assert j["attempts"] == [] or all(a["session"] is None for a in j["attempts"]), "nothing ran"
     assert sim.open_pulls(SLUG) == [] and git.branches(SLUG) == ["main"], "nothing half-delivered"
+
+
+BEST_OF_3 = (
+    'case "$PWD" in '
+    "*-a1-workspace*) echo bad > fixed.txt ;; "
+    "*-a2-workspace*) printf 'ok\\nand more\\nlines\\n' > fixed.txt ;; "
+    "*) echo ok > fixed.txt ;; "
+    "esac && git commit -qam 'agent: best of three'"
+)
+
+
+def test_best_of_three_delivers_the_best_once_across_operator_restarts(
+    cluster: Cluster, stack: Stack, model: ScriptedModel, forge: tuple[GitServer, GitHubSimulator]
+) -> None:
+    git, sim = forge
+    fresh_repo(git, sim)
+    for _ in range(3):
+        model.add(Step(when="Best of three", text="Working.", command=BEST_OF_3))
+    for _ in range(3):
+        model.add(Step(when="tool_result", text="FINAL: done."))
+    repo_env(cluster, "deliver-bo3-env", model, git, sim)
+    environment(  # no repair turn here: a failing verification fails its attempt at once
+        cluster,
+        "deliver-bo3-env",
+        {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"},
+        repository={"url": git.url(SLUG), "credentialsSecret": "acme-repo", "apiUrl": sim.url},
+        verification={"command": CHECK, "repairTurns": 0},
+    )
+    git.hold_pushes, sim.hold_creates = threading.Event(), threading.Event()
+    alice = As(stack, "alice")
+    try:
+        submit(
+            alice,
+            name="deliver-bo3",
+            prompt="Best of three: fixed.txt must say ok",
+            environment="deliver-bo3-env",
+            attempts=3,
+        )
+        # The operator is stopped while the winner's push is on its way, and again while GitHub makes the PR.
+        wait(
+            lambda: any(p.endswith("git-receive-pack") and m == "POST" for (m, p, _u) in git.requests),
+            240,
+            "a push",
+        )
+        stack.stop("operator")
+        git.hold_pushes.set()
+        stack.start_operator()
+        wait(lambda: sim.sent("POST", "/pulls"), 120, "the pull request's creation")
+        stack.stop("operator")
+        sim.hold_creates.set()
+        stack.start_operator()
+        j = wait_state(alice, "deliver-bo3", "delivered", timeout=120)
+    finally:
+        git.hold_pushes.set()
+        sim.hold_creates.set()
+        git.hold_pushes = sim.hold_creates = None
+    assert len(sim.open_pulls(SLUG)) == 1 and len(sim.sent("POST", "/pulls")) == 1, "exactly one PR"
+    a1, a2, a3 = j["attempts"]
+    assert j["delivery"]["attempt"] == 3 and a3["rank"] == 1 and a3["lost"] is None
+    assert a1["state"] == "failed" and a1["lost"].startswith("not delivered: verification failed (exit 1)")
+    assert a2["rank"] == 2 and a2["state"] == "verified", a2
+    assert (
+        a2["lost"]
+        == "attempt 3 was delivered: it passed verification with a smaller diff (2 lines against 4)"
+    )
+    head = git.branch_head(SLUG, "hangar/deliver-bo3")
+    assert head == j["head_commit"] == sim.open_pulls(SLUG)[0]["head"]["sha"]
+    assert git.show(SLUG, "hangar/deliver-bo3", "fixed.txt") == "ok\n"
+    assert "attempt 3 of 3 (best-of-3)" in sim.open_pulls(SLUG)[0]["body"]
+
+
+def test_a_job_that_needs_release_waits_for_an_approver(
+    cluster: Cluster, stack: Stack, model: ScriptedModel, forge: tuple[GitServer, GitHubSimulator]
+) -> None:
+    git, sim = forge
+    fresh_repo(git, sim)
+    repo_env(
+        cluster,
+        "deliver-gated-env",
+        model,
+        git,
+        sim,
+        repository={"policy": {"requireApproval": True, "approvers": ["bob"]}},
+    )
+    alice, bob, mcp, admin = As(stack, "alice"), As(stack, "bob"), As(stack, "mcp-client"), Api(stack)
+    submit(alice, name="deliver-gated", prompt="gated work", environment="deliver-gated-env")
+    submit(alice, name="deliver-gated-2", prompt="more gated work", environment="deliver-gated-env")
+    j = wait_state(alice, "deliver-gated", "awaiting_approval", timeout=60)
+    assert (
+        j["reason"] == "AwaitingRelease"
+        and j["attempts"] == []
+        and j["timeline"][-1]["state"] == "awaiting_approval"
+    )
+    r = alice.post("/api/jobs/deliver-gated/approve")
+    assert r.status_code == 403 and r.json()["detail"] == (
+        "alice submitted job 'deliver-gated': a job can't be released or rejected by its own submitter"
+    )
+    r = mcp.post("/api/jobs/deliver-gated/approve")
+    assert r.status_code == 403 and r.json()["detail"] == (
+        "mcp-client has an mcp-only token (hangar connect): releasing or rejecting a job needs a person's login token"
+    )
+    r = As(stack, "alice").post("/api/jobs/deliver-gated-2/reject", {"reason": "mine"})
+    assert r.status_code == 403
+    assert wait_state(alice, "deliver-gated", "awaiting_approval")["attempts"] == [], "nothing ran"
+    r = bob.post("/api/jobs/deliver-gated/approve", {"reason": "looks fine"})
+    assert r.status_code == 200, r.text
+    assert r.json()["release"]["decision"] == "approved" and r.json()["release"]["by"] == "bob"
+    r = bob.post("/api/jobs/deliver-gated/reject")
+    assert r.status_code == 409 and r.json()["detail"] == "job 'deliver-gated' was already approved by bob"
+    j = wait(lambda: (x := alice.job("deliver-gated"))["attempts"] and x, 60, "the attempts to start")
+    assert j["attempts"][0]["session"] == "deliver-gated-a1"
+    assert alice.post("/api/jobs/deliver-gated/cancel").status_code == 202
+    # An admin may reject (or release) someone else's job; the job is cancelled without running.
+    r = admin.post("/api/jobs/deliver-gated-2/reject", {"reason": "not now"})
+    assert r.status_code == 200, r.text
+    j = wait_state(alice, "deliver-gated-2", "cancelled", timeout=60)
+    assert j["reason"] == "Rejected" and j["attempts"] == []
+    last = j["timeline"][-1]
+    assert last["state"] == "cancelled" and last["by"] == stack_admin(admin) and "not now" in last["why"]
+    # A jobs token that is neither the submitter nor an approver isn't told the job exists.
+    assert As(stack, "alice").post("/api/jobs/deliver-gated-2/approve").status_code in (403, 409)
+
+
+def stack_admin(api: Api) -> str:
+    return str(api.get("/api/jobs/deliver-gated-2").json()["release"]["by"])
