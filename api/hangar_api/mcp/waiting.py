@@ -243,7 +243,19 @@ def result(snap: Snapshot, st: CallState, *, done: bool, timed_out: bool = False
     }
     if snap.target.kind == "job":
         out["turns"] = [turn_view(t) for t in snap.latest]
-        out["delivery"] = (snap.obj.get("status") or {}).get("delivery")
+        jst = snap.obj.get("status") or {}
+        out["delivery"] = jst.get("delivery")
+        # The PR for a job: its URL, number, branch and head commit once delivered (null before).
+        out["pr"] = (
+            {
+                "url": jst.get("prUrl"),
+                "number": (jst.get("delivery") or {}).get("prNumber"),
+                "branch": jst.get("branch"),
+                "head_commit": jst.get("headCommit"),
+            }
+            if jst.get("prUrl") or jst.get("headCommit")
+            else None
+        )
     return out
 
 
@@ -449,6 +461,8 @@ async def wait_for_turn(
                 return result(await snapshot(hub, target), st, done=False)
             continue
         ended = not snap.running and not snap.first_turn_due()
+        if ended and snap.state in ("verifying", "delivering"):
+            ended = False  # hangar's work after the agent's (verification, a repair turn, the PR) goes on
         if ended and snap.settling():
             # The job's state follows its turns a moment later (the operator derives it).
             ended_since = ended_since or time.monotonic()
