@@ -23,7 +23,7 @@ from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
 from .helpers import Api, clis_installed, environment, wait
-from .test_jobs_e2e import As, _delete_jobs, submit, wait_state
+from .test_jobs_e2e import QUESTION, SLOW, As, _delete_jobs, submit, tool_running, wait_state
 
 pytestmark = [
     pytest.mark.e2e,
@@ -321,3 +321,41 @@ def test_a_job_that_needs_release_waits_for_an_approver(
 
 def stack_admin(api: Api) -> str:
     return str(api.get("/api/jobs/deliver-gated-2").json()["release"]["by"])
+
+
+def test_an_interrupted_job_waits_unverified_and_a_follow_up_delivers(
+    cluster: Cluster, stack: Stack, model: ScriptedModel, forge: tuple[GitServer, GitHubSimulator]
+) -> None:
+    git, sim = forge
+    fresh_repo(git, sim)
+    model.add(
+        Step(when="Interrupt me", text="Slow.", command=SLOW.format(s=60) + " && echo ok > fixed.txt"),
+        Step(
+            when="write ok",
+            text="Writing.",
+            command="echo ok > fixed.txt && git commit -qam 'agent: as told'",
+        ),
+        Step(when="tool_result", text="FINAL: wrote ok."),
+    )
+    repo_env(cluster, "deliver-int-env", model, git, sim)
+    alice, admin = As(stack, "alice"), Api(stack)
+    submit(
+        alice, name="deliver-int", prompt="Interrupt me: fixed.txt must say ok", environment="deliver-int-env"
+    )
+    wait(
+        lambda: tool_running(admin, "deliver-int-a1"), 120, "the tool", lambda: admin.debug("deliver-int-a1")
+    )
+    assert alice.post("/api/jobs/deliver-int/interrupt").status_code == 202
+    j = wait_state(alice, "deliver-int", "needs_input", 60)
+    assert j["question"] == QUESTION
+    assert j["attempts"][0]["verifications"] == [] and j["delivery"] is None, "nothing verified or delivered"
+    assert git.branches(SLUG) == ["main"] and sim.open_pulls(SLUG) == []
+    r = alice.post("/api/jobs/deliver-int/follow_up", {"message": "write ok into fixed.txt and commit"})
+    assert r.status_code == 202 and r.json()["results"][0]["turn"]["name"] == "deliver-int-a1-2", r.text
+    j = wait_state(alice, "deliver-int", "delivered", timeout=180)
+    assert model.requests[-1].contains("Interrupt me"), "the same conversation"
+    assert git.log(SLUG, "hangar/deliver-int")[0] == "agent: as told"
+    assert [v["passed"] for v in j["attempts"][0]["verifications"]] == [True]
+    states = [e["state"] for e in j["timeline"]]
+    assert "needs_input" in states and states[-1] == "delivered"
+    assert len(sim.open_pulls(SLUG)) == 1
