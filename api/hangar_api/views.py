@@ -174,6 +174,15 @@ def job_view(j: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
     return out
 
 
+def job_pr(j: Obj) -> dict[str, Any] | None:
+    """A delivered job's pull request (or pushed branch): its URL, number, branch and head commit."""
+    st = Job.model_validate(j).status
+    if not (st.pr_url or st.head_commit):
+        return None
+    number = st.delivery.pr_number if st.delivery else None
+    return {"url": st.pr_url, "number": number, "branch": st.branch, "head_commit": st.head_commit}
+
+
 def _job_taint(job: Job) -> dict[str, Any]:
     """The job's taint as the operator records it; a job created tainted is tainted from the start."""
     taint = job.status.taint.model_dump(mode="json", by_alias=False) if job.status else {}

@@ -25,14 +25,14 @@ from hangar.models import API_VERSION, Job, Session, Turn
 from hangar.models import labels as L
 from hangar.models.base import iso
 from hangar.models.environment import EnvironmentSpec
-from hangar.models.job import JOB_FINAL, Attempt, JobSpec, JobStatus, TimelineEntry, attempt_session
+from hangar.models.job import JOB_FINAL, Attempt, JobSpec, JobStatus, attempt_session
 from hangar.models.session import PendingApproval, SessionStatus, Taint
 from hangar.turns import turn_index
-from hangar.work import work_scope
 
 from . import metrics
 from .approvals.policy import MAX_TAINT_REASONS
 from .context import Context, resource
+from .job_results import record_result, release_gate, timeline
 from .job_rules import job_state, rank
 from .job_work import Failure, JobWork, base_branch, delivers, job_branch
 from .k8s_events import EventType
@@ -98,80 +98,14 @@ class Jobs:
             return
         lock = self.locks.setdefault((ns, name), asyncio.Lock())
         async with lock:
-            kube = self.ctx.kube_in(ns)
-            job = await kube.get("jobs", name)
+            job = await self.ctx.kube_in(ns).get("jobs", name)
             if job is None:
                 return
-            st = Job.model_validate(job).status
-            scope = self.ctx.scope("job", ns, name)
-            if p.get("op") == "verify":
-                attempts = [a.model_copy(deep=True) for a in st.attempts]
-                v = JobWork.verified(attempts, p)
-                if v is None:
-                    return  # not (or no longer) awaited: a repeat
-                await self.ctx.db.append_event(
-                    scope,
-                    "verification",
-                    {
-                        "session": session,
-                        "turn": v.turn,
-                        "passed": v.passed,
-                        "exit_code": v.exit_code,
-                        "timed_out": v.timed_out,
-                        "error": v.error,
-                        "command": p.get("command"),
-                        "output": p.get("output"),
-                        "diff_lines": p.get("diff_lines"),
-                    },
-                )
-                if isinstance(p.get("patch"), str):
-                    await self._keep_patch(ns, session, v.turn, p, "verification")
-                await patch_status(kube, "jobs", job, {"attempts": [a.dump() for a in attempts]})
-            elif p.get("op") == "deliver":
-                d = st.delivery
-                if d is None or d.stage != "pushing" or d.command_id != p.get("command_id"):
-                    return
-                out = JobWork.pushed(d, p)
-                if isinstance(out, Failure):
-                    await self._fail(ns, job, st, out.reason, out.message)
-                    return
-                await self.ctx.db.append_event(
-                    scope,
-                    "work",
-                    {
-                        "session": session,
-                        "attempt": d.attempt,
-                        "head": out.head,
-                        "base": out.base,
-                        "branch": out.branch,
-                        "files_changed": p.get("files_changed"),
-                        "diff_lines": p.get("diff_lines"),
-                    },
-                )
-                if isinstance(p.get("patch"), str):
-                    await self._keep_patch(ns, session, None, p, "delivery")
-                await patch_status(
-                    kube, "jobs", job, {"delivery": out.dump(), "headCommit": out.head, "branch": out.branch}
-                )
-            await self._reconcile(ns, name)
-
-    async def _keep_patch(
-        self, ns: str, session: str, turn: str | None, p: dict[str, Any], source: str
-    ) -> None:
-        """The attempt's work as a patch against the base, where ``GET …/patch`` reads it
-        (``hangar.work``): the latest one taken, from its verification or (exact, as pushed) its delivery."""
-        payload = {
-            "session": session,
-            "source": source,
-            "base": p.get("base"),
-            "head": p.get("head"),
-            "patch": p.get("patch"),
-            "truncated": bool(p.get("patch_truncated")),
-            "diff_lines": p.get("diff_lines"),
-        }
-        await self.ctx.db.append_event(
-            work_scope(self.ctx.scope("session", ns, session)), "patch", payload, turn
-        )
+            out = await record_result(self.ctx, ns, session, job, p)
+            if isinstance(out, Failure):
+                await self._fail(ns, job, Job.model_validate(job).status, out.reason, out.message)
+            elif out:
+                await self._reconcile(ns, name)
 
     async def _reconcile(self, ns: str, name: str) -> None:
         kube = self.ctx.kube_in(ns)
@@ -217,7 +151,7 @@ class Jobs:
                     await self._fail(ns, job, st, failure.reason, failure.message)
                     return
                 self.checked.add(uid or "")
-            held = await self._release_gate(ns, job, spec, st, env, policy)
+            held = await release_gate(self.ctx, ns, job, spec, st, env, policy)
             if held:
                 return
         if policy is not None and not spec.cancelled:
@@ -370,58 +304,6 @@ class Jobs:
                 )
                 await self._stop_attempts(kube, sessions.values())
 
-    async def _release_gate(
-        self, ns: str, job: Obj, spec: JobSpec, st: JobStatus, env: EnvironmentSpec | None, policy: str
-    ) -> bool:
-        """A repository whose policy requires release holds its jobs in ``awaiting_approval`` until an approver
-        releases them (``spec.release``); a rejection cancels the job. True while the job is held."""
-        repo = env.repository if env is not None else None
-        if repo is None or not repo.policy.require_approval:
-            return False
-        release = spec.release
-        if release is not None and release.decision == "approved":
-            return False
-        kube = self.ctx.kube_in(ns)
-        if release is not None:  # rejected
-            why = f"rejected by {release.by}" + (f": {release.reason}" if release.reason else "")
-            patch = {
-                "state": move(JOB, st.state, "cancelled"),
-                "reason": "Rejected",
-                "message": why,
-                "policy": policy,
-                "finishedAt": iso(),
-                "timeline": timeline(st, "cancelled", why, who=release.by),
-            }
-            await self.ctx.db.append_event(
-                self.ctx.scope("job", ns, job["metadata"]["name"]),
-                "job_state",
-                {"state": "cancelled", "from": st.state, "message": why},
-            )
-            await patch_status(kube, "jobs", job, patch)
-            metrics.JOBS.labels(state="cancelled").inc()
-            await self.ctx.events.emit(kube, job, "Warning", "JobRejected", why)
-            return True
-        if st.state != "awaiting_approval":
-            why = "waiting for release: the repository's policy needs an approver or an admin to approve it"
-            await self.ctx.db.append_event(
-                self.ctx.scope("job", ns, job["metadata"]["name"]),
-                "job_state",
-                {"state": "awaiting_approval", "from": st.state, "message": why},
-            )
-            await patch_status(
-                kube,
-                "jobs",
-                job,
-                {
-                    "state": move(JOB, st.state, "awaiting_approval"),
-                    "reason": "AwaitingRelease",
-                    "message": why,
-                    "policy": policy,
-                    "timeline": timeline(st, "awaiting_approval", why),
-                },
-            )
-        return True
-
     @staticmethod
     def _who(state: str, spec: JobSpec, sessions: dict[str, Obj]) -> str:
         if state == "running" and spec.release is not None:
@@ -562,18 +444,6 @@ class Jobs:
             except ApiException as e:
                 if e.status != 404:
                     raise
-
-
-TIMELINE_MAX = 100
-
-
-def timeline(st: JobStatus, state: str, why: str, who: str = "hangar") -> list[dict[str, Any]]:
-    """The job's timeline with the move to ``state`` appended (the last TIMELINE_MAX moves are kept)."""
-    entry = TimelineEntry.model_validate(
-        {"state": state, "from": st.state, "at": datetime.now(UTC), "by": who, "why": why[:1000]}
-    )
-    kept = [e.dump() for e in st.timeline][-(TIMELINE_MAX - 1) :]
-    return [*kept, entry.dump()]
 
 
 def merge_taint(into: Taint, other: Taint) -> None:

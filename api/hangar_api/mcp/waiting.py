@@ -40,7 +40,7 @@ from hangar.models.turn import MESSAGE_MAX
 from .. import approvals as ap
 from .. import job_attempts
 from ..auth import Caller
-from ..views import turn_view
+from ..views import job_pr, turn_view
 from .auth import acting
 from .common import Hub, Target
 
@@ -243,19 +243,8 @@ def result(snap: Snapshot, st: CallState, *, done: bool, timed_out: bool = False
     }
     if snap.target.kind == "job":
         out["turns"] = [turn_view(t) for t in snap.latest]
-        jst = snap.obj.get("status") or {}
-        out["delivery"] = jst.get("delivery")
-        # The PR for a job: its URL, number, branch and head commit once delivered (null before).
-        out["pr"] = (
-            {
-                "url": jst.get("prUrl"),
-                "number": (jst.get("delivery") or {}).get("prNumber"),
-                "branch": jst.get("branch"),
-                "head_commit": jst.get("headCommit"),
-            }
-            if jst.get("prUrl") or jst.get("headCommit")
-            else None
-        )
+        out["delivery"] = (snap.obj.get("status") or {}).get("delivery")
+        out["pr"] = job_pr(snap.obj)  # the PR for a job: null until it is delivered
     return out
 
 
