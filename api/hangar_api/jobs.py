@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from hangar.kube import ApiException
-from hangar.models import LIVE_HARNESSES
+from hangar.kube import ApiException, Kube, Obj
+from hangar.models import LIVE_HARNESSES, Job
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.models.job import (
     ATTEMPTS_MAX,
@@ -33,10 +33,11 @@ from hangar.models.job import (
     attempt_session,
 )
 from hangar.models.turn import MESSAGE_MAX
+from hangar.store import Database
 from hangar.turns import create_turn
 
 from . import steering
-from .auth import owns
+from .auth import Caller, owns
 from .deps import DbDep, KubeDep, events_page, reason
 from .job_attempts import (
     JobsCaller,
@@ -207,6 +208,8 @@ async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d:
     """A new turn on each attempt that has not failed, in the same conversation. On an attempt whose
     Claude Code or Codex turn is running it is a steer instead (as a message to a busy session is)."""
     j = await get_job(k, who, job_id)
+    if job_state(j) == "delivered" and not j["spec"].get("cancelled"):
+        return await _follow_up_delivered(k, d, who, j, body)
     refuse_final(j, "take a follow-up")
     sessions = await attempt_sessions(k, j)
     if not sessions:
@@ -258,6 +261,46 @@ async def follow_up(job_id: str, body: FollowUp, who: JobsCaller, k: KubeDep, d:
         "class": klass,
         "sent_to": [r["session"] for r in results],
         "results": results,
+    }
+
+
+async def _follow_up_delivered(k: Kube, d: Database, who: Caller, j: Obj, body: FollowUp) -> dict[str, Any]:
+    """A follow-up after delivery: a new turn of the delivered attempt (its session starts again), whose work
+    is verified, pushed to the same branch and shown on the same pull request."""
+    job = Job.model_validate(j)
+    delivered = job.status.delivery
+    if delivered is None:
+        raise HTTPException(
+            409, f"job {job.name!r} is delivered but records no delivery: it can't take a follow-up"
+        )
+    session = attempt_session(job.name, delivered.attempt)
+    klass: str = body.klass or "unclassified"
+    try:
+        turn = await create_turn(
+            k,
+            session,
+            body.message,
+            by=who.subject,
+            klass=klass,
+            classified_by=who.subject if body.klass else None,
+        )
+    except LookupError:
+        raise HTTPException(409, f"job {job.name!r}'s delivered attempt {session!r} is gone") from None
+    # The turn exists first, so the operator finds it queued when the session starts again.
+    await k.patch("sessions", session, {"spec": {"stopped": False, "stoppedBy": None, "stopReason": None}})
+    await d.audit(
+        who.subject, "job.follow_up", job.name, klass=klass, to=[f"{session}:turn"], after="delivered"
+    )
+    t = await k.get("turns", turn)
+    index = int((t or {}).get("spec", {}).get("index", 0)) or None
+    return {
+        "job": job.name,
+        "kind": "turn",
+        "class": klass,
+        "sent_to": [session],
+        "results": [{"session": session, "kind": "turn", "turn": {"name": turn, "index": index}}],
+        "detail": f"the delivered attempt goes on: its work is pushed to {delivered.branch} and the pull request "
+        "updated once it is verified",
     }
 
 

@@ -111,6 +111,8 @@ class Delivery(Model):
 
     attempt: int
     stage: Literal["pushing", "pushed", "done"] = "pushing"
+    turn: str | None = Field(default=None, description="The attempt's turn whose work this delivers")
+    lease: str | None = Field(default=None, description="A follow-up's: the head it replaces on the branch")
     command_id: str = ""
     branch: str = ""
     base_branch: str = ""

@@ -95,7 +95,15 @@ class GitHubSimulator:
 
     def open_pulls(self, slug: str) -> list[dict[str, Any]]:
         with self.lock:
-            return [p for p in self.pulls.get(slug, []) if p["state"] == "open"]
+            found = [p for p in self.pulls.get(slug, []) if p["state"] == "open"]
+        for p in found:
+            self.refresh(slug, p)
+        return found
+
+    def refresh(self, slug: str, pr: dict[str, Any]) -> None:
+        """A pull request's head follows its branch, as on GitHub: a push to it moves ``head.sha``."""
+        if self.git is not None and pr["state"] == "open":
+            pr["head"]["sha"] = self.git.branch_head(slug, pr["head"]["ref"]) or pr["head"]["sha"]
 
 
 class _Handler(JsonHandler):
@@ -169,6 +177,8 @@ class _Handler(JsonHandler):
                 if (state == "all" or p["state"] == state)
                 and (head is None or f"{p['head']['label']}" == head)
             ]
+        for p in found:
+            self.sim.refresh(slug, p)
         self.send_json(200, found)
 
     def _create_pull(self, slug: str, body: dict[str, Any]) -> None:
@@ -238,12 +248,11 @@ class _Handler(JsonHandler):
                 for k in ("title", "body", "state"):
                     if isinstance(body.get(k), str):
                         pr[k] = body[k]
-                if sim.git is not None:
-                    pr["head"]["sha"] = sim.git.branch_head(slug, pr["head"]["ref"]) or pr["head"]["sha"]
                 pr["updated_at"] = _now()
         if pr is None:
             self.send_json(404, {"message": "Not Found"})
         else:
+            sim.refresh(slug, pr)
             self.send_json(200, pr)
 
     def _comments(self, slug: str, number: int, method: str, body: dict[str, Any]) -> None:

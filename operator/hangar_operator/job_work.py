@@ -223,16 +223,23 @@ class JobWork:
         repo = env.repository
         assert repo is not None
         d = st.delivery.model_copy(deep=True) if st.delivery is not None else None
-        if d is None or d.attempt != winner.index:
+        if d is None or d.attempt != winner.index or d.turn != winner.last_turn:
+            # The first delivery, or a follow-up's: the same branch and PR, moved on from the head delivered.
             d = Delivery(
                 attempt=winner.index,
+                turn=winner.last_turn,
+                lease=d.head if d is not None else None,
                 command_id=f"deliver-{winner.session}-{winner.last_turn}",
-                branch=job_branch(name, spec),
-                base_branch=base_branch(spec, repo),
+                branch=d.branch if d is not None else job_branch(name, spec),
+                base_branch=d.base_branch if d is not None else base_branch(spec, repo),
+                pr_number=d.pr_number if d is not None else None,
+                pr_url=d.pr_url if d is not None else None,
             )
         if d.stage == "pushing":
             message = f"{pr_title(spec.prompt)}\n\nhangar job {name}, attempt {winner.index}"
-            body = {"push": True, "branch": d.branch, "message": message}
+            body: dict[str, Any] = {"push": True, "branch": d.branch, "message": message}
+            if d.lease:
+                body["lease"] = d.lease
             await self._send(ns, sessions.get(winner.session or ""), "deliver", body, d.command_id)
             return d
         if d.stage == "pushed":
@@ -277,6 +284,15 @@ class JobWork:
                 pr, created = await ensure_pull(
                     gh, slug, d.branch, d.base_branch, pr_title(spec.prompt), body
                 )
+                if d.lease and not created:
+                    # A follow-up's push: the PR shows the new head; its body and a comment say what changed.
+                    await gh.update_pull(slug, pr.number, body=body)
+                    await gh.comment(
+                        slug,
+                        pr.number,
+                        f"hangar pushed {(d.head or '')[:12]} to `{d.branch}` after a follow-up "
+                        f"(turn `{d.turn}`); verification passed.",
+                    )
         except ForgeError as err:
             d.tries += 1
             d.last_error = str(err)

@@ -121,7 +121,7 @@ class Jobs:
             for s in await kube.list("sessions", label_selector=f"{L.JOB}={name}")
             if owned_by(s, uid)
         }
-        if st.state in JOB_FINAL:
+        if st.state in JOB_FINAL and not await self._followed_up(kube, name, st):
             await self._stop_attempts(kube, sessions.values())  # idempotent: a final job holds no sandbox
             return
         env_obj = await kube.get("environments", spec.environment)
@@ -177,6 +177,8 @@ class Jobs:
             for t in await kube.list("turns", label_selector=selector):
                 turns_by_session.setdefault(Turn.model_validate(t).spec.session or "", []).append(t)
         known = {a.index: a for a in st.attempts}
+        # Once an attempt is being delivered it is the job's: the others keep what was recorded of them.
+        chosen = st.delivery.attempt if st.delivery is not None else None
         attempts: list[Attempt] = []
         pending: list[PendingApproval] = []
         turns: list[str] = []
@@ -196,6 +198,13 @@ class Jobs:
             lost = s is None and i in started
             if lost:
                 state, question = "failed", None
+            if (
+                chosen == i
+                and state == "stopped"
+                and last is not None
+                and not Turn.model_validate(last).status.ended
+            ):
+                state = "queued"  # a follow-up after delivery: its session starts again for the new turn
             sst = Session.model_validate(s).status if s is not None else SessionStatus()
             before = known.get(i)
             attempts.append(
@@ -211,7 +220,11 @@ class Jobs:
                     # What only the job knows about its attempt is carried from one summary to the next.
                     verifications=before.verifications if before else [],
                     diff_lines=before.diff_lines if before else None,
+                    rank=before.rank if before else None,
+                    lost=before.lost if before else None,
                 )
+                if chosen is None or chosen == i or before is None
+                else before
             )
             pending += [p.model_copy(update={"session": sname}) for p in sst.pending_approvals]
             turns += [t["metadata"]["name"] for t in ts]
@@ -243,8 +256,9 @@ class Jobs:
         if state == "verified":
             if delivering:
                 assert env is not None
-                ranked = rank(attempts, costs)
-                winner = ranked[0]
+                winner = (
+                    next(a for a in attempts if a.index == chosen) if chosen else rank(attempts, costs)[0]
+                )
                 last = last_turns.get(winner.index)
                 summary = Turn.model_validate(last).status.summary or "" if last is not None else ""
                 step = await self.work.deliver(
@@ -276,7 +290,8 @@ class Jobs:
         if state != st.state:
             patch["reason"] = ""
             patch["message"] = self._message(state, attempts, patch)
-            patch["timeline"] = timeline(st, state, patch["message"], who=self._who(state, spec, sessions))
+            who = self._who(state, spec, st, last_turns.get(chosen or 0))
+            patch["timeline"] = timeline(st, state, patch["message"], who=who)
         if st.started_at is None and state not in ("queued", "cancelled", "awaiting_approval"):
             patch["startedAt"] = iso()
         if state in JOB_FINAL:
@@ -305,10 +320,22 @@ class Jobs:
                 await self._stop_attempts(kube, sessions.values())
 
     @staticmethod
-    def _who(state: str, spec: JobSpec, sessions: dict[str, Obj]) -> str:
+    def _who(state: str, spec: JobSpec, st: JobStatus, chosen_last: Obj | None) -> str:
+        if st.state == "delivered" and chosen_last is not None:
+            return Turn.model_validate(chosen_last).spec.by or "hangar"  # whoever followed up
         if state == "running" and spec.release is not None:
             return spec.release.by
         return "hangar"
+
+    async def _followed_up(self, kube: Kube, name: str, st: JobStatus) -> bool:
+        """A delivered job whose delivered attempt has a turn after the one delivered: a follow-up, so the
+        job goes on (its work is verified and pushed to the same branch, and the PR updated)."""
+        d = st.delivery
+        if st.state != "delivered" or d is None or d.turn is None:
+            return False
+        session = attempt_session(name, d.attempt)
+        ts = await kube.list("turns", label_selector=f"{L.SESSION}={session}")
+        return bool(ts) and max(ts, key=turn_index)["metadata"]["name"] != d.turn
 
     async def _record(
         self,

@@ -73,6 +73,7 @@ APPROVAL: Table = {
 # A job that delivers goes on from its attempts' end: verifying (the Environment's command in the sandbox),
 # then delivering (push, pull request) and delivered. One that doesn't (no repository, deliver: none) ends
 # done. awaiting_approval is also the wait for a release (the repository's policy) before anything runs.
+# delivered is left only by a follow-up (below).
 _JOB_LIVE = ("queued", "running", "needs_input", "awaiting_approval", "verifying")
 JOB: Table = {
     **{(a, b): b for a in _JOB_LIVE for b in _JOB_LIVE},
@@ -82,6 +83,9 @@ JOB: Table = {
     **{(a, "done"): "done" for a in _JOB_LIVE},
     **{(a, "failed"): "failed" for a in (*_JOB_LIVE, "delivering")},
     **{(a, "cancelled"): "cancelled" for a in (*_JOB_LIVE, "delivering")},
+    # A follow-up after delivery: the delivered attempt works again, and its work is pushed to the same
+    # branch (the pull request updated). The only way out of a final state.
+    **{("delivered", b): b for b in _JOB_LIVE},
 }
 
 

@@ -161,9 +161,34 @@ def test_a_job_goes_from_prompt_to_an_open_pull_request(
     s = admin.get("/api/sessions/deliver-1-a1/patch")
     assert s.status_code == 200 and s.text == r.text, "the session's patch is the job's"
     assert As(stack, "bob").get("/api/jobs/deliver-1/patch").status_code == 404
+    # A follow-up after delivery: the same conversation goes on, its work is verified and pushed to the same
+    # branch, and the same pull request shows it (its body updated, a comment says what was pushed).
+    model.add(
+        Step(
+            when="also add a note",
+            text="Noting.",
+            command="echo note > NOTE.md && git add NOTE.md && git commit -qm 'agent: note'",
+        ),
+        Step(when="tool_result", text="FINAL: added NOTE.md."),
+    )
+    r = alice.post("/api/jobs/deliver-1/follow_up", {"message": "also add a note in NOTE.md"})
+    assert r.status_code == 202 and r.json()["sent_to"] == ["deliver-1-a1"], r.text
+    wait(lambda: alice.job("deliver-1")["state"] != "delivered", 60, "the job to go on")
+    j = wait_state(alice, "deliver-1", "delivered", timeout=180)
+    new_head = git.branch_head(SLUG, "hangar/deliver-1")
+    assert new_head != head and j["head_commit"] == new_head
+    assert git.log(SLUG, "hangar/deliver-1")[:3] == ["agent: note", "agent: fix", "agent: first try"]
+    [pr] = sim.open_pulls(SLUG)
+    assert pr["number"] == 1 and pr["head"]["sha"] == new_head and len(sim.sent("POST", "/pulls")) == 1
+    assert "added NOTE.md" in pr["body"]
+    [comment] = sim.comments[(SLUG, 1)]
+    assert new_head[:12] in comment["body"] and "deliver-1-a1-3" in comment["body"]
+    moves = [(e["from"], e["state"], e["by"]) for e in j["timeline"]]
+    assert ("delivered", "queued", "alice") in moves or ("delivered", "running", "alice") in moves, moves
+    assert model.requests[-1].contains("Make the check pass"), "the same conversation"
     # The git server saw every request authenticated: the token works for both git and the API.
     assert all(user == "hangar-bot" for (_m, _p, user) in git.requests if user)
-    assert all(r.method in ("GET", "POST") for r in sim.requests)
+    assert all(r.method in ("GET", "POST", "PATCH") for r in sim.requests)
 
 
 def test_bad_input_fails_the_job_before_anything_runs(
