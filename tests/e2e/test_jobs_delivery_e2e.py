@@ -22,7 +22,7 @@ from hangar.testing.github import GitHubSimulator
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .helpers import Api, clis_installed, environment, wait
+from .helpers import Api, clis_installed, environment, model_env, wait
 from .test_jobs_e2e import QUESTION, SLOW, As, _delete_jobs, submit, tool_running, wait_state
 
 pytestmark = [
@@ -384,3 +384,36 @@ def test_an_interrupted_job_waits_unverified_and_a_follow_up_delivers(
     states = [e["state"] for e in j["timeline"]]
     assert "needs_input" in states and states[-1] == "delivered"
     assert len(sim.open_pulls(SLUG)) == 1
+
+
+def test_a_codex_job_delivers_too(
+    cluster: Cluster, stack: Stack, model: ScriptedModel, forge: tuple[GitServer, GitHubSimulator]
+) -> None:
+    git, sim = forge
+    fresh_repo(git, sim)
+    model.add(
+        Step(text="Fixing.", command="echo ok > fixed.txt && git commit -qam 'agent: codex fix'"),
+        Step(when="tool_result", text="FINAL: fixed.txt says ok."),
+    )
+    environment(
+        cluster,
+        "deliver-codex-env",
+        model_env("codex", model),
+        repository={"url": git.url(SLUG), "credentialsSecret": "acme-repo", "apiUrl": sim.url},
+        verification={"command": CHECK},
+    )
+    alice = As(stack, "alice")
+    submit(
+        alice,
+        name="deliver-codex",
+        prompt="Codex: fixed.txt must say ok",
+        environment="deliver-codex-env",
+        harness="codex",
+        model="fake-model",
+    )
+    j = wait_state(alice, "deliver-codex", "delivered", timeout=240)
+    head = git.branch_head(SLUG, "hangar/deliver-codex")
+    assert head == j["head_commit"] and git.log(SLUG, head)[0] == "agent: codex fix"
+    assert git.show(SLUG, head, "fixed.txt") == "ok\n"
+    [pr] = sim.open_pulls(SLUG)
+    assert pr["head"]["sha"] == head and j["pr_url"] == pr["html_url"]
