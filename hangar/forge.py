@@ -26,6 +26,17 @@ class ForgeError(RuntimeError):
         self.status = status
 
 
+def foreign_repository(asked: str, environment: str, known: str | None) -> str | None:
+    """Why a job may not name ``asked`` in ``environment`` (whose repository is ``known``): hangar holds
+    credentials only for the Environment's own. None when it may (or names none)."""
+    if not asked or (known is not None and asked.rstrip("/") == known.rstrip("/")):
+        return None
+    has = f"its repository is {known}" if known else "it names no repository"
+    return (
+        f"repository {asked!r} is not environment {environment!r}'s ({has}): hangar has no credentials for it"
+    )
+
+
 def repo_slug(url: str) -> str | None:
     """``owner/name`` from a repository URL (``https://github.com/acme/app.git`` → ``acme/app``)."""
     m = _SLUG.match(urlsplit(url).path)

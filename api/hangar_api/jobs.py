@@ -21,9 +21,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from hangar.forge import foreign_repository
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import LIVE_HARNESSES, Job
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
+from hangar.models.environment import EnvironmentSpec
 from hangar.models.job import (
     ATTEMPTS_MAX,
     BRANCH_PATTERN,
@@ -102,10 +104,15 @@ class FollowUp(BaseModel):
 @router.post("", status_code=201)
 async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Submit a job. ``submitter`` is the caller; the operator starts ``attempts`` sessions ``<job>-a<i>``."""
-    if await k.get("environments", body.environment) is None:
+    env_obj = await k.get("environments", body.environment)
+    if env_obj is None:
         raise HTTPException(
             422, f"unknown environment {body.environment!r}: create it first (kind Environment)"
         )
+    repo = EnvironmentSpec.model_validate(env_obj["spec"]).repository
+    foreign = foreign_repository(body.repository, body.environment, repo.url if repo else None)
+    if foreign is not None:
+        raise HTTPException(422, foreign)
     name = body.name or f"job-{secrets.token_hex(5)}"
     if await k.get("jobs", name) is not None:
         raise HTTPException(409, f"job {name!r} already exists: pick another name")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hangar.forge import ForgeError, GitHub, ensure_pull, repo_slug
+from hangar.forge import ForgeError, GitHub, ensure_pull, foreign_repository, repo_slug
 from hangar.kube import Obj
 from hangar.models import Session, Turn
 from hangar.models.environment import EnvironmentSpec, Repository
@@ -79,13 +79,9 @@ class JobWork:
         """Before any attempt runs: the repository is the Environment's, it has credentials, the forge knows
         it and the job's branch is not there yet. Refused here, nothing has run and nothing is half-done."""
         repo = env.repository if env is not None else None
-        if spec.repository and (repo is None or spec.repository.rstrip("/") != repo.url.rstrip("/")):
-            known = f"its repository is {repo.url}" if repo else "it names no repository"
-            return Failure(
-                "UnknownRepository",
-                f"repository {spec.repository!r} is not environment {spec.environment!r}'s ({known}): hangar "
-                "has no credentials for it",
-            )
+        foreign = foreign_repository(spec.repository, spec.environment, repo.url if repo else None)
+        if foreign is not None:
+            return Failure("UnknownRepository", foreign)
         if repo is None or spec.deliver == "none":
             return None
         token = await self.token(ns, repo)

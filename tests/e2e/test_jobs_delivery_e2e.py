@@ -23,7 +23,7 @@ from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
 from .helpers import Api, clis_installed, environment, model_env, wait
-from .test_jobs_e2e import QUESTION, SLOW, As, _delete_jobs, submit, tool_running, wait_state
+from .test_jobs_e2e import JOBS, QUESTION, SLOW, As, _delete_jobs, submit, tool_running, wait_state
 
 pytestmark = [
     pytest.mark.e2e,
@@ -201,11 +201,6 @@ def test_bad_input_fails_the_job_before_anything_runs(
     repo_env(cluster, "deliver-unknown-env", model, git, sim, repository={"url": git.url("acme/nope")})
     alice = As(stack, "alice")
     cases = [
-        (
-            {"repository": "https://github.com/other/repo", "environment": "deliver-bad-env"},
-            "UnknownRepository",
-            "is not environment 'deliver-bad-env''s",
-        ),
         ({"environment": "deliver-nocreds-env"}, "NoCredentials", "has no credentials to push with"),
         ({"environment": "deliver-unknown-env"}, "UnknownRepository", "doesn't give repository acme/nope"),
         (
@@ -216,8 +211,28 @@ def test_bad_input_fails_the_job_before_anything_runs(
     ]
     for i, (body, _reason, _text) in enumerate(cases):
         submit(alice, name=f"deliver-bad-{i}", prompt="anything", **body)
-    for i, (_body, reason, text) in enumerate(cases):
-        j = wait_state(alice, f"deliver-bad-{i}", "failed", timeout=60)
+    # A repository that isn't the Environment's: refused at submission over REST, failed by the operator when
+    # the Job is applied with kubectl.
+    foreign = {"prompt": "anything", "environment": "deliver-bad-env", "repository": "https://github.com/o/r"}
+    r = alice.post("/api/jobs", foreign)
+    assert r.status_code == 422 and "is not environment 'deliver-bad-env''s" in r.json()["detail"]
+    manifest = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "deliver-bad-k"},
+        "spec": {
+            "submitter": "alice",
+            "prompt": "anything",
+            "environment": "deliver-bad-env",
+            "repository": "https://github.com/o/r",
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    JOBS.append("deliver-bad-k")
+    cases.append(({}, "UnknownRepository", "hangar has no credentials for it"))
+    names = [f"deliver-bad-{i}" for i in range(len(cases) - 1)] + ["deliver-bad-k"]
+    for name, (_body, reason, text) in zip(names, cases, strict=True):
+        j = wait_state(alice, name, "failed", timeout=60)
         assert j["reason"] == reason and text in j["message"], j
         assert j["attempts"] == [] or all(a["session"] is None for a in j["attempts"]), "nothing ran"
     assert sim.open_pulls(SLUG) == [] and git.branches(SLUG) == ["main"], "nothing half-delivered"
