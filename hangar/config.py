@@ -207,7 +207,7 @@ class Settings(BaseSettings):
     api_tokens_file: Path | None = setting(
         None,
         "HANGAR_API_TOKENS_FILE",
-        "YAML/JSON list of {token, subject, role} (role: admin, jobs or mcp); it must exist.",
+        "YAML/JSON list of {token, subject, role, expires?, revoked?} (role: admin, jobs or mcp); it must exist.",
     )
     admin_token: SecretStr | None = setting(
         None, "HANGAR_ADMIN_TOKEN", "An admin API token.", chart="auth.existingSecret", secret=True

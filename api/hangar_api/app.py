@@ -18,7 +18,19 @@ from hangar.kube import Kube
 from hangar.store import open_database
 from hangar.turns import create_turn
 
-from . import approvals, errors, governance, job_approvals, job_steering, jobs, mcp, sessions, steering
+from . import (
+    approvals,
+    errors,
+    governance,
+    job_approvals,
+    job_release,
+    job_steering,
+    jobs,
+    mcp,
+    patches,
+    sessions,
+    steering,
+)
 from .auth import Tokens
 from .guard import Guard
 from .ratelimit import RateLimiter
@@ -78,6 +90,8 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
     app.include_router(job_steering.router)
     app.include_router(job_approvals.router)
     app.include_router(governance.router)
+    app.include_router(patches.router)
+    app.include_router(job_release.router)
     app.state.settings = settings
     mcp_server = mcp.mount(app)
     errors.install(app)

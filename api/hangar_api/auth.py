@@ -1,11 +1,13 @@
 """Who is calling: bearer tokens mapped to a subject and a role.
 
-Tokens come from ``HANGAR_API_TOKENS_FILE`` (YAML/JSON list of {token, subject, role}; every entry names
-its role, and the api refuses to start on one that doesn't) and/or ``HANGAR_ADMIN_TOKEN``. Roles: ``admin``
-(everything), ``jobs`` (the job routes, for the jobs whose submitter is the token's subject; the session
-routes are admin only), ``mcp`` (the MCP tools at ``/mcp``, on every session and job; refused by the REST
-routes). Who may use which MCP tool: ``hangar_api/mcp/auth.py``
-and docs/mcp.md.
+Tokens come from ``HANGAR_API_TOKENS_FILE`` (YAML/JSON list of {token, subject, role, expires?, revoked?};
+every entry names its role, and the api refuses to start on one that doesn't) and/or ``HANGAR_ADMIN_TOKEN``.
+Roles: ``admin`` (everything), ``jobs`` (the job routes, for the jobs whose submitter is the token's subject;
+the session routes are admin only), ``mcp`` (the MCP tools at ``/mcp``, on every session and job; refused by
+the REST routes). ``admin`` and ``jobs`` tokens are *login* tokens (a person's); an ``mcp`` token is the
+mcp-only token ``hangar connect`` gives an MCP client, and what only a person may do (release a job) refuses
+it. An entry past its ``expires`` or marked ``revoked`` is refused (401) with why. docs/jobs.md, "Tokens".
+Who may use which MCP tool: ``hangar_api/mcp/auth.py`` and docs/mcp.md.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -35,10 +38,31 @@ class Caller:
     def admin(self) -> bool:
         return self.role == "admin"
 
+    @property
+    def kind(self) -> Literal["login", "mcp"]:
+        """A person's login token (admin, jobs) or an MCP client's mcp-only token (``hangar connect``)."""
+        return "mcp" if self.role == "mcp" else "login"
+
+
+@dataclass(frozen=True)
+class Validity:
+    expires: datetime | None = None
+    revoked: bool = False
+
+    def refusal(self, now: datetime) -> str | None:
+        if self.revoked:
+            return "revoked token"
+        if self.expires is not None and now >= self.expires:
+            return f"expired token (it expired at {self.expires.isoformat()})"
+        return None
+
 
 class Tokens:
-    def __init__(self, entries: list[tuple[str, Caller]]) -> None:
+    def __init__(
+        self, entries: list[tuple[str, Caller]], validity: dict[str, Validity] | None = None
+    ) -> None:
         self._by_digest = {hashlib.sha256(t.encode()).digest(): c for t, c in entries}
+        self._validity = {hashlib.sha256(t.encode()).digest(): v for t, v in (validity or {}).items()}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Tokens:
@@ -46,8 +70,11 @@ class Tokens:
         is named but missing or unreadable, an entry without a token, a subject or a known role, a token
         given twice. The message names the entry (its place and subject), never the token."""
         entries: list[tuple[str, Caller]] = []
+        validity: dict[str, Validity] = {}
         if settings.api_tokens_file is not None:
-            entries += _read_tokens_file(settings.api_tokens_file)
+            for token, who, valid in _read_tokens_file(settings.api_tokens_file):
+                entries.append((token, who))
+                validity[token] = valid
         if settings.admin_token is not None:
             entries.append((settings.admin_token.get_secret_value(), Caller(settings.admin_subject, "admin")))
         seen: dict[str, str] = {}
@@ -57,17 +84,24 @@ class Tokens:
                     f"HANGAR_API_TOKENS_FILE: {who.subject}'s token is also {seen[token]}'s: give each its own"
                 )
             seen[token] = who.subject
-        return cls(entries)
+        return cls(entries, validity)
 
     def lookup(self, token: str) -> Caller | None:
+        """The token's caller; None for an unknown, expired or revoked one (fail closed)."""
+        found, refusal = self.check(token)
+        return found if refusal is None else None
+
+    def check(self, token: str) -> tuple[Caller | None, str | None]:
+        """The caller, and why the token is refused (None: it is good)."""
         digest = hashlib.sha256(token.encode()).digest()
         for known, caller in self._by_digest.items():
             if hmac.compare_digest(known, digest):
-                return caller
-        return None
+                valid = self._validity.get(known)
+                return caller, (valid.refusal(datetime.now(UTC)) if valid else None)
+        return None, "unknown token"
 
 
-def _read_tokens_file(path: Path) -> list[tuple[str, Caller]]:
+def _read_tokens_file(path: Path) -> list[tuple[str, Caller, Validity]]:
     where = f"HANGAR_API_TOKENS_FILE ({path})"
     try:
         data: Any = yaml.safe_load(path.read_text())
@@ -94,11 +128,33 @@ def _read_tokens_file(path: Path) -> list[tuple[str, Caller]]:
             raise SettingsError(f"{entry}: has no role: give one of {', '.join(ROLES)}")
         if role not in ROLES:
             raise SettingsError(f"{entry}: unknown role {role!r}: the roles are {', '.join(ROLES)}")
-        unknown = set(e) - {"token", "subject", "role"}
+        unknown = set(e) - {"token", "subject", "role", "expires", "revoked"}
         if unknown:
             raise SettingsError(f"{entry}: unknown keys {', '.join(sorted(map(str, unknown)))}")
-        out.append((e["token"], Caller(subject, role)))
+        out.append((e["token"], Caller(subject, role), _validity(entry, e)))
     return out
+
+
+def _validity(entry: str, e: dict[str, Any]) -> Validity:
+    expires = e.get("expires")
+    when: datetime | None = None
+    if isinstance(expires, datetime):
+        when = expires
+    elif isinstance(expires, str):
+        try:
+            when = datetime.fromisoformat(expires.replace("Z", "+00:00"))
+        except ValueError:
+            raise SettingsError(
+                f"{entry}: expires must be an ISO 8601 time, e.g. 2027-01-31T00:00:00Z"
+            ) from None
+    elif expires is not None:
+        raise SettingsError(f"{entry}: expires must be an ISO 8601 time, e.g. 2027-01-31T00:00:00Z")
+    if when is not None and when.tzinfo is None:
+        raise SettingsError(f"{entry}: expires needs a time zone (Z or +00:00)")
+    revoked = e.get("revoked", False)
+    if not isinstance(revoked, bool):
+        raise SettingsError(f"{entry}: revoked must be true or false")
+    return Validity(when, revoked)
 
 
 BEARER = HTTPBearer(
@@ -116,9 +172,9 @@ def caller(request: Request, _: Any = Security(BEARER)) -> Caller:
         if scheme.lower() != "bearer" or not token.strip():
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
         tokens: Tokens = request.app.state.tokens
-        found = tokens.lookup(token.strip())
-        if found is None:
-            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+        found, refusal = tokens.check(token.strip())
+        if found is None or refusal is not None:
+            raise HTTPException(401, refusal or "unknown token", headers={"WWW-Authenticate": "Bearer"})
     return found
 
 

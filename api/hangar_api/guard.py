@@ -49,8 +49,8 @@ def authenticate(tokens: Tokens, headers: Headers) -> Caller | str:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return "missing bearer token"
-    found = tokens.lookup(token.strip())
-    return found if found is not None else "unknown token"
+    found, refusal = tokens.check(token.strip())
+    return found if found is not None and refusal is None else (refusal or "unknown token")
 
 
 class _TooLarge(Exception):

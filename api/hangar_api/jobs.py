@@ -22,15 +22,25 @@ from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.bodies import stow
-from hangar.kube import ApiException
-from hangar.models import LIVE_HARNESSES
+from hangar.forge import foreign_repository
+from hangar.kube import ApiException, Kube, Obj
+from hangar.models import LIVE_HARNESSES, Job
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
-from hangar.models.job import ATTEMPTS_MAX, JOB_FINAL, JOB_NAME_MAX, JobSpec, attempt_session
+from hangar.models.environment import EnvironmentSpec
+from hangar.models.job import (
+    ATTEMPTS_MAX,
+    BRANCH_PATTERN,
+    JOB_FINAL,
+    JOB_NAME_MAX,
+    JobSpec,
+    attempt_session,
+)
+from hangar.store import Database
 from hangar.turns import create_turn
 
 from . import schemas as S
 from . import steering
-from .auth import owns
+from .auth import Caller, owns
 from .deps import SEQ_MAX, DbDep, KubeDep, events_page
 from .errors import api_error
 from .fields import EnvironmentName, MessageText, ModelId
@@ -67,6 +77,12 @@ class NewJob(BaseModel):
     )
     attempts: int = Field(default=1, ge=1, le=ATTEMPTS_MAX, description="best-of-N")
     deliver: Literal["branch", "pr", "none"] = "pr"
+    branch: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=BRANCH_PATTERN,
+        description="The branch the work is delivered on; default hangar/<job>",
+    )
     tainted: bool = Field(default=False, description="Start tainted (the agent will read untrusted input)")
     name: str | None = Field(
         default=None,
@@ -93,10 +109,15 @@ class FollowUp(BaseModel):
 @router.post("", status_code=201, response_model=S.JobView)
 async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Submit a job. ``submitter`` is the caller; the operator starts ``attempts`` sessions ``<job>-a<i>``."""
-    if await k.get("environments", body.environment) is None:
+    env_obj = await k.get("environments", body.environment)
+    if env_obj is None:
         raise HTTPException(
             422, f"unknown environment {body.environment!r}: create it first (kind Environment)"
         )
+    repo = EnvironmentSpec.model_validate(env_obj["spec"]).repository
+    foreign = foreign_repository(body.repository, body.environment, repo.url if repo else None)
+    if foreign is not None:
+        raise HTTPException(422, foreign)
     name = body.name or f"job-{secrets.token_hex(5)}"
     if await k.get("jobs", name) is not None:
         raise HTTPException(409, f"job {name!r} already exists: pick another name")
@@ -121,6 +142,7 @@ async def create_job(body: NewJob, who: JobsCaller, k: KubeDep, d: DbDep) -> dic
         attempts=body.attempts,
         deliver=body.deliver,
         tainted=body.tainted,
+        branch=body.branch,
     )
     obj = {
         "apiVersion": "hangar.dev/v1alpha1",
@@ -198,6 +220,8 @@ async def follow_up(job_id: JobId, body: FollowUp, who: JobsCaller, k: KubeDep, 
     """A new turn on each attempt that has not failed, in the same conversation. On an attempt whose
     Claude Code or Codex turn is running it is a steer instead (as a message to a busy session is)."""
     j = await get_job(k, who, job_id)
+    if job_state(j) == "delivered" and not j["spec"].get("cancelled"):
+        return await _follow_up_delivered(k, d, who, j, body)
     refuse_final(j, "take a follow-up")
     sessions = await attempt_sessions(k, j)
     if not sessions:
@@ -248,6 +272,46 @@ async def follow_up(job_id: JobId, body: FollowUp, who: JobsCaller, k: KubeDep, 
         "class": klass,
         "sent_to": [r["session"] for r in results],
         "results": results,
+    }
+
+
+async def _follow_up_delivered(k: Kube, d: Database, who: Caller, j: Obj, body: FollowUp) -> dict[str, Any]:
+    """A follow-up after delivery: a new turn of the delivered attempt (its session starts again), whose work
+    is verified, pushed to the same branch and shown on the same pull request."""
+    job = Job.model_validate(j)
+    delivered = job.status.delivery
+    if delivered is None:
+        raise HTTPException(
+            409, f"job {job.name!r} is delivered but records no delivery: it can't take a follow-up"
+        )
+    session = attempt_session(job.name, delivered.attempt)
+    klass: str = body.klass or "unclassified"
+    try:
+        turn = await create_turn(
+            k,
+            session,
+            await stow(d, body.message),
+            by=who.subject,
+            klass=klass,
+            classified_by=who.subject if body.klass else None,
+        )
+    except LookupError:
+        raise HTTPException(409, f"job {job.name!r}'s delivered attempt {session!r} is gone") from None
+    # The turn exists first, so the operator finds it queued when the session starts again.
+    await k.patch("sessions", session, {"spec": {"stopped": False, "stoppedBy": None, "stopReason": None}})
+    await d.audit(
+        who.subject, "job.follow_up", job.name, klass=klass, to=[f"{session}:turn"], after="delivered"
+    )
+    t = await k.get("turns", turn)
+    index = int((t or {}).get("spec", {}).get("index", 0)) or None
+    return {
+        "job": job.name,
+        "kind": "turn",
+        "class": klass,
+        "sent_to": [session],
+        "results": [{"session": session, "kind": "turn", "turn": {"name": turn, "index": index}}],
+        "detail": f"the delivered attempt goes on: its work is pushed to {delivered.branch} and the pull request "
+        "updated once it is verified",
     }
 
 

@@ -42,6 +42,13 @@ class Route(APIRoute):
         declared: dict[int | str, Any] = {
             s: {"model": Problem, "description": WHY[s]} for s in error_statuses(path, methods)
         }
+        media = getattr(kw.get("response_class"), "media_type", None)
+        if media and "json" not in media:
+            # A route that answers other than JSON (a patch) still refuses in JSON: FastAPI would file a
+            # model under the route's media type, so the errors name their content themselves.
+            ref = {"$ref": f"#/components/schemas/{Problem.__name__}"}
+            for s in declared:
+                declared[s] = {"description": WHY[int(s)], "content": {"application/json": {"schema": ref}}}
         if 429 in declared:
             declared[429]["headers"] = {
                 "Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}

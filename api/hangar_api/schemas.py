@@ -260,6 +260,11 @@ class JobView(View):
     cost_usd: float
     verification: Obj | None
     delivery: Obj | None
+    branch: str | None = Field(description="The job's branch (hangar/<job> or the name given)")
+    pr_url: str | None = Field(description="The pull request, once delivery opened it")
+    head_commit: str | None = Field(description="The delivered branch's head commit")
+    release: Obj | None = Field(description="Who released or rejected a job that waited for it")
+    timeline: list[Obj] = Field(description="The job's state changes: who, when, why")
     started_at: str | None
     finished_at: str | None
     turns: list[JobTurnView] | None = Field(default=None, description="On a read of one job")

@@ -155,8 +155,15 @@ def job_view(j: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
         "attempts": [a.model_dump(mode="json", by_alias=False) for a in st.attempts] if st else [],
         "taint": _job_taint(job),
         "cost_usd": st.cost_usd if st else 0.0,
-        "verification": st.verification if st else None,
-        "delivery": st.delivery if st else None,
+        "branch": (st.branch if st else None) or spec.branch,
+        "pr_url": st.pr_url if st else None,
+        "head_commit": st.head_commit if st else None,
+        "verification": st.verification.model_dump(mode="json", by_alias=False)
+        if st and st.verification
+        else None,
+        "delivery": st.delivery.model_dump(mode="json", by_alias=False) if st and st.delivery else None,
+        "release": spec.release.model_dump(mode="json", by_alias=False) if spec.release else None,
+        "timeline": [e.dump() for e in st.timeline] if st else [],
         "started_at": st.started_at.isoformat() if st and st.started_at else None,
         "finished_at": st.finished_at.isoformat() if st and st.finished_at else None,
     }
@@ -165,6 +172,15 @@ def job_view(j: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
     else:
         out["turn_count"] = len(st.turns) if st else 0
     return out
+
+
+def job_pr(j: Obj) -> dict[str, Any] | None:
+    """A delivered job's pull request (or pushed branch): its URL, number, branch and head commit."""
+    st = Job.model_validate(j).status
+    if not (st.pr_url or st.head_commit):
+        return None
+    number = st.delivery.pr_number if st.delivery else None
+    return {"url": st.pr_url, "number": number, "branch": st.branch, "head_commit": st.head_commit}
 
 
 def _job_taint(job: Job) -> dict[str, Any]:

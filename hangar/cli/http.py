@@ -20,7 +20,8 @@ def client() -> httpx.Client:
     return httpx.Client(base_url=ctx.api_url, headers={"Authorization": f"Bearer {ctx.token}"}, timeout=30)
 
 
-def call(method: str, path: str, **kw: Any) -> Any:
+def call(method: str, path: str, text: bool = False, **kw: Any) -> Any:
+    """The answer's JSON (``text``: its body as text, e.g. a patch)."""
     with client() as c:
         r = c.request(method, path, **kw)
     if r.status_code >= 400:
@@ -34,4 +35,4 @@ def call(method: str, path: str, **kw: Any) -> Any:
             )
         print(f"error {r.status_code}: {detail}", file=sys.stderr)
         raise ApiError(1)
-    return r.json()
+    return r.text if text else r.json()

@@ -29,19 +29,34 @@ def _print_job(j: dict[str, Any]) -> None:
             line += f" ({a['phase']})"
         if a.get("outcome"):
             line += f"  last turn {a.get('last_turn') or '-'}: {a['outcome']}"
+        runs = a.get("verifications") or []
+        if runs:
+            line += "  verification " + ",".join(
+                "passed" if v.get("passed") else ("running" if v.get("passed") is None else "failed")
+                for v in runs
+            )
+        if a.get("lost"):
+            line += f"  ({a['lost']})"
         print(line)
     for t in j.get("turns", []):
         tag = f"  [{t['class']}]" if t.get("class", "unclassified") != "unclassified" else ""
         common.print_turn(t, f"{t['n']} {t['name']}", tag)
     for a in j.get("pending_approvals", []):
         print(f"  approval {a['id']} waits ({a.get('session') or '-'}): {a['tool']} {a.get('command') or ''}")
+    if j.get("pr_url") or j.get("head_commit"):
+        print(
+            f"  delivered: {j.get('pr_url') or '-'}  branch {j.get('branch')} at {(j.get('head_commit') or '')[:12]}"
+        )
+    if j.get("release"):
+        r = j["release"]
+        print(f"  {r['decision']} by {r['by']}" + (f": {r['reason']}" if r.get("reason") else ""))
     if j.get("cost_usd"):
         print(f"  cost ${j['cost_usd']:.4f}")
 
 
 def cmd_new(a: argparse.Namespace) -> None:
     body: dict[str, Any] = {"prompt": a.prompt, "environment": a.env, "harness": a.harness}
-    for key in ("name", "repo", "base_branch", "approvals", "attempts", "model", "deliver"):
+    for key in ("name", "repo", "base_branch", "approvals", "attempts", "model", "deliver", "branch"):
         value = getattr(a, key)
         if value is not None:
             body["repository" if key == "repo" else key] = value
@@ -64,7 +79,7 @@ def wait_job(job: str, timeout: float) -> dict[str, Any]:
         if j["state"] != last:
             print(f"job {job}: {j['state']}")
             last = j["state"]
-        if j["state"] in ("needs_input", "awaiting_approval", "done", "failed", "cancelled"):
+        if j["state"] in ("needs_input", "awaiting_approval", "done", "delivered", "failed", "cancelled"):
             _print_job(j)
             return j
         time.sleep(1)
@@ -142,13 +157,25 @@ def cmd_cancel(a: argparse.Namespace) -> None:
     print(f"job {j['id']} cancelling (was {j['state']})")
 
 
+def cmd_release(a: argparse.Namespace) -> None:
+    verb = "approve" if a.job_cmd == "approve" else "reject"
+    body = {"reason": a.message} if a.message else None
+    j = call("POST", f"/api/jobs/{a.id}/{verb}", json=body)
+    print(f"job {j['id']} {j['release']['decision']} by {j['release']['by']}")
+
+
+def cmd_patch(a: argparse.Namespace) -> None:
+    """The work as a patch against the base branch, on stdout (``git apply`` takes it)."""
+    sys.stdout.write(call("GET", f"/api/jobs/{a.id}/patch", text=True))
+
+
 def cmd_approvals(a: argparse.Namespace) -> None:
     def heading(r: dict[str, Any]) -> str:
         taint = "  tainted" if r.get("tainted") else ""
         return f"job {r['job']}  {r['state']}  approvals={r.get('policy') or '-'}{taint}"
 
     def finished(r: dict[str, Any]) -> str | None:
-        ended = r["state"] in ("done", "failed", "cancelled") and not r["pending"]
+        ended = r["state"] in ("done", "delivered", "failed", "cancelled") and not r["pending"]
         return f"job {a.id} {r['state']}" if ended else None
 
     approval_cli.run(
@@ -174,6 +201,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     n.add_argument("--attempts", type=int, help="best-of-N: how many attempts (1..8)")
     common.add_start_options(n)
     n.add_argument("--deliver", choices=["branch", "pr", "none"])
+    n.add_argument("--branch", help="the branch the work is delivered on (default: hangar/<job>)")
     n.add_argument("--wait", action="store_true", help="follow the job until it needs you or ends")
     n.add_argument("--timeout", type=float, default=1800)
     n.set_defaults(func=cmd_new)
@@ -215,3 +243,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     x = js.add_parser("cancel", help="cancel the job: its attempts are stopped")
     x.add_argument("id")
     x.set_defaults(func=cmd_cancel)
+    for verb, what in (
+        ("approve", "release a job that waits for an approver (its repository's policy): its attempts start"),
+        ("reject", "reject a job that waits for an approver: it is cancelled without running"),
+    ):
+        r = js.add_parser(verb, help=what)
+        r.add_argument("id")
+        r.add_argument("-m", "--message", help="why (kept with the decision)")
+        r.set_defaults(func=cmd_release)
+    pt = js.add_parser(
+        "patch", help="the job's work as one patch against the base branch (git apply takes it)"
+    )
+    pt.add_argument("id")
+    pt.set_defaults(func=cmd_patch)

@@ -36,9 +36,52 @@ class McpServer(Model):
     write_tools: list[str] = Field(default_factory=list, description="fnmatch patterns of write tools")
 
 
+class RepositoryPolicy(Model):
+    """Who releases a job on this repository before it runs (docs/jobs.md, "Release")."""
+
+    require_approval: bool = Field(
+        default=False,
+        description="Jobs wait in awaiting_approval until an approver or an admin releases them",
+    )
+    approvers: list[str] = Field(
+        default_factory=list, description="Subjects that may release or reject jobs (admins always may)"
+    )
+
+
 class Repository(Model):
-    url: str = Field(min_length=1)
-    base_branch: str = "main"
+    url: str = Field(min_length=1, max_length=2048, description="The git remote (https)")
+    base_branch: str = Field(default="main", min_length=1, max_length=255)
+    credentials_secret: str | None = Field(
+        default=None,
+        max_length=253,
+        description="A Secret with `token` (and optionally `username`) for git and the forge's API; only the "
+        "driver's uid reads it, never the agent",
+    )
+    forge: Literal["github", "none"] = Field(
+        default="github", description="Where pull requests are opened: github (GitHub and GHE), none"
+    )
+    api_url: str = Field(
+        default="https://api.github.com",
+        max_length=2048,
+        description="The forge's API (GitHub Enterprise: https://<host>/api/v3)",
+    )
+    slug: str | None = Field(
+        default=None, max_length=512, description="owner/name on the forge; default: from the URL's path"
+    )
+    policy: RepositoryPolicy = Field(default_factory=RepositoryPolicy)
+
+
+class Verification(Model):
+    command: str = Field(
+        min_length=1, max_length=8192, description="Run with sh -c in the workspace, as the agent"
+    )
+    timeout_seconds: int = Field(default=600, ge=1, le=86400)
+    repair_turns: int = Field(
+        default=1,
+        ge=0,
+        le=5,
+        description="Turns the agent gets to fix a failing verification before it fails",
+    )
 
 
 class EnvironmentSpec(Model):
@@ -69,6 +112,9 @@ class EnvironmentSpec(Model):
         default_factory=list, description="Hosts or CIDRs (with optional :port) the sandbox may reach"
     )
     repository: Repository | None = None
+    verification: Verification | None = Field(
+        default=None, description="Checks a job's work after the agent finishes, before it is delivered"
+    )
     harness_options: dict[str, Any] = Field(
         default_factory=dict,
         description="Passed to the harness adapter: antigravity command and message_via, pi provider and "

@@ -8,7 +8,7 @@ is a summary of its attempts that the operator keeps current.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -23,11 +23,12 @@ JobState = Literal[
     "awaiting_approval",
     "verifying",
     "delivering",
+    "delivered",
     "done",
     "failed",
     "cancelled",
 ]
-JOB_FINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+JOB_FINAL: frozenset[str] = frozenset({"done", "delivered", "failed", "cancelled"})
 ATTEMPTS_MAX = 8
 # Room for the attempt suffix: a Job's sessions are "<job>-a<i>", themselves within NAME_MAX.
 JOB_NAME_MAX = NAME_MAX - len(f"-a{ATTEMPTS_MAX}")
@@ -50,15 +51,83 @@ SUBMITTED_ONCE = {
     "rule": " && ".join(
         [_same(f) for f in ("submitter", "repository", "baseBranch", "prompt", "environment", "harness")]
         + [_same(f) for f in ("attempts", "deliver", "tainted")]
-        + [_same_optional("model"), _same_optional("approvals"), _same_optional("promptRef")]
+        + [
+            _same_optional("model"),
+            _same_optional("approvals"),
+            _same_optional("promptRef"),
+            _same_optional("branch"),
+        ]
     ),
     "message": "a Job's spec is fixed once submitted: only spec.cancelled may change (submit a new job instead)",
     "reason": "FieldValueForbidden",
 }
 
 
+# A release is given once: approve or reject, never changed afterwards.
+RELEASED_ONCE = {
+    "rule": "!has(oldSelf.spec.release) || (has(self.spec.release) && self.spec.release == oldSelf.spec.release)",
+    "message": "a Job's release is decided once: it can't be changed or taken back",
+    "reason": "FieldValueForbidden",
+}
+BRANCH_PATTERN = r"^[A-Za-z0-9._/-]{1,200}$"
+
+
+def default_branch(job: str) -> str:
+    return f"hangar/{job}"
+
+
 def attempt_session(job: str, index: int) -> str:
     return f"{job}-a{index}"
+
+
+class Release(Model):
+    decision: Literal["approved", "rejected"]
+    by: str = Field(min_length=1, max_length=253)
+    at: datetime | None = None
+    reason: str = Field(default="", max_length=2000)
+
+
+class TimelineEntry(Model):
+    """One move of the job's state: what, when, who (a subject, or ``hangar`` for the operator) and why."""
+
+    state: str
+    previous: str | None = Field(default=None, alias="from")
+    at: datetime
+    by: str = "hangar"
+    why: str = ""
+
+
+class Verification(Model):
+    """One run of the verification command on an attempt's work (its output's tail; the whole output is the
+    job's ``verification`` event)."""
+
+    turn: str
+    command_id: str
+    passed: bool | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    output_tail: str = ""
+    at: datetime | None = None
+    error: str | None = None
+
+
+class Delivery(Model):
+    """Where delivery is: ``pushing`` (the driver pushes the branch), ``pushed``, ``done`` (the PR is open, or
+    there is none to open). Each step is written before the next starts, so a restart picks up from it."""
+
+    attempt: int
+    stage: Literal["pushing", "pushed", "done"] = "pushing"
+    turn: str | None = Field(default=None, description="The attempt's turn whose work this delivers")
+    lease: str | None = Field(default=None, description="A follow-up's: the head it replaces on the branch")
+    command_id: str = ""
+    branch: str = ""
+    base_branch: str = ""
+    head: str | None = None
+    base: str | None = None
+    pr_number: int | None = None
+    pr_url: str | None = None
+    tries: int = 0
+    last_error: str | None = None
 
 
 class JobSpec(Model):
@@ -80,7 +149,17 @@ class JobSpec(Model):
     attempts: int = Field(default=1, ge=1, le=ATTEMPTS_MAX, description="best-of-N")
     deliver: Literal["branch", "pr", "none"] = "pr"
     tainted: bool = Field(default=False, description="Start tainted (intake work that reads untrusted input)")
+    branch: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=BRANCH_PATTERN,
+        description="The branch the work is delivered on; default hangar/<job>",
+    )
     cancelled: bool = False
+    release: Release | None = Field(
+        default=None,
+        description="An approver's release (or rejection) of a job that waits in awaiting_approval",
+    )
 
 
 class Attempt(Model):
@@ -91,6 +170,11 @@ class Attempt(Model):
     last_turn: str | None = None
     outcome: str | None = None
     verified: bool | None = None
+    verifications: list[Verification] = Field(default_factory=list)
+    repairs: list[str] = Field(default_factory=list, description="The repair turns it was given")
+    diff_lines: int | None = Field(default=None, description="Lines added and removed against the base")
+    rank: int | None = Field(default=None, description="1: the one delivered (best-of-N)")
+    lost: str | None = Field(default=None, description="Why another attempt was delivered instead")
 
 
 class JobStatus(Model):
@@ -103,8 +187,12 @@ class JobStatus(Model):
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     attempts: list[Attempt] = Field(default_factory=list)
     turns: list[str] = Field(default_factory=list)
-    verification: dict[str, Any] | None = None
-    delivery: dict[str, Any] | None = None
+    verification: Verification | None = Field(default=None, description="The delivered attempt's")
+    delivery: Delivery | None = None
+    branch: str | None = None
+    pr_url: str | None = None
+    head_commit: str | None = None
+    timeline: list[TimelineEntry] = Field(default_factory=list)
     taint: Taint = Field(default_factory=Taint)
     cost_usd: float = 0.0
     started_at: datetime | None = None
@@ -125,12 +213,14 @@ class Job(Resource):
             col("Approvals", "string", ".status.policy"),
             col("Attempts", "integer", ".spec.attempts"),
             col("Pending", "string", ".status.pendingApprovals[*].id", "approvals waiting for a decision"),
+            col("PR", "string", ".status.prUrl"),
             col("Tainted", "boolean", ".status.taint.tainted"),
             col("Repository", "string", ".spec.repository", priority=1),
             col("Cost", "number", ".status.costUsd", "USD so far", priority=1),
+            col("Head", "string", ".status.headCommit", priority=1),
             col("Age", "date", ".metadata.creationTimestamp"),
         ],
-        root_rules=[name_rule("Job", JOB_NAME_MAX), SUBMITTED_ONCE],
+        root_rules=[name_rule("Job", JOB_NAME_MAX), SUBMITTED_ONCE, RELEASED_ONCE],
     )
     kind: str = "Job"
     spec: JobSpec

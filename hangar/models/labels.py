@@ -12,6 +12,9 @@ ATTEMPT = "hangar.dev/attempt"
 CREATED_BY = "hangar.dev/created-by"
 SUBMITTER = "hangar.dev/submitter"
 CHECKPOINT = "hangar.dev/checkpoint"
+# The branch a session's checkout works on, and the base it starts from (a job's attempts get its own).
+BRANCH = "hangar.dev/branch"
+BASE_BRANCH = "hangar.dev/base-branch"
 # Tower's receipt for a governed call (the webhook finds the Approval by it), and an annotation the webhook
 # sets to tell the operator Tower answered (shadow: the answer is recorded, not applied).
 TOWER_APPROVAL = "hangar.dev/tower-approval"

@@ -127,6 +127,8 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     requests = PermissionRequests(ctx, approvals, tower_calls)
     router = Router(ctx, sessions, sandboxes, outcomes, steering, approvals, requests, suspensions)
     holder.append(router)
+    jobs = Jobs(ctx)
+    router.on_job_result = jobs.command_result
     return Controllers(
         ctx=ctx,
         sessions=sessions,
@@ -134,7 +136,7 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         steering=steering,
         outcomes=outcomes,
         approvals=approvals,
-        jobs=Jobs(ctx),
+        jobs=jobs,
         environments=Environments(ctx),
         router=router,
         retry=retry or Retrier(),

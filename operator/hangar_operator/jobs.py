@@ -32,6 +32,9 @@ from hangar.turns import turn_index
 from . import metrics
 from .approvals.policy import MAX_TAINT_REASONS
 from .context import Context, resource
+from .job_results import record_result, release_gate, timeline
+from .job_rules import job_state, rank
+from .job_work import Failure, JobWork, base_branch, delivers, job_branch
 from .k8s_events import EventType
 from .lifecycle import JOB, move
 from .status import patch_status
@@ -40,8 +43,6 @@ log = logging.getLogger("hangar.operator.jobs")
 QUESTION_INTERRUPTED = (
     "Interrupted by {by}. Follow up with what the agent should do instead, or cancel the job."
 )
-# Which attempt state speaks for the job when attempts differ: whoever needs a person comes first.
-PRECEDENCE = ("awaiting_approval", "needs_input", "running", "queued", "done", "failed", "cancelled")
 
 
 def attempt_state(session: Obj | None, last_turn: Obj | None) -> tuple[str, str | None]:
@@ -72,28 +73,39 @@ def attempt_state(session: Obj | None, last_turn: Obj | None) -> tuple[str, str 
     return ("running" if phase == "Running" else "queued"), None
 
 
-def job_state(states: list[str], cancelled: bool) -> str:
-    if cancelled:
-        return "cancelled"
-    for s in PRECEDENCE:
-        if s in states:
-            # A best-of-N job is done when one attempt is done and none is still working or waiting.
-            return s
-    return "failed"
-
-
 class Jobs:
     """The Job controller. Its lifecycle (``lifecycle.JOB``) is derived: every reconcile recomputes the
-    state from the attempts, and a final state (done, failed, cancelled) is never left."""
+    state from the attempts (and, for a job that delivers, their verification and the delivery), and a
+    final state (done, delivered, failed, cancelled) is never left."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.work = JobWork(ctx)
+        self.checked: set[str] = set()  # job uids whose preflight passed in this process
 
     async def reconcile(self, ns: str, name: str) -> None:
         lock = self.locks.setdefault((ns, name), asyncio.Lock())
         async with lock:
             await self._reconcile(ns, name)
+
+    async def command_result(self, ns: str, session: str, p: dict[str, Any]) -> None:
+        """The driver's answer to a job's ``verify`` or ``deliver``: recorded on the Job (once), then the job
+        moves on."""
+        s_obj = await self.ctx.kube_in(ns).get("sessions", session)
+        name = ((s_obj or {}).get("metadata", {}).get("labels") or {}).get(L.JOB)
+        if not name:
+            return
+        lock = self.locks.setdefault((ns, name), asyncio.Lock())
+        async with lock:
+            job = await self.ctx.kube_in(ns).get("jobs", name)
+            if job is None:
+                return
+            out = await record_result(self.ctx, ns, session, job, p)
+            if isinstance(out, Failure):
+                await self._fail(ns, job, Job.model_validate(job).status, out.reason, out.message)
+            elif out:
+                await self._reconcile(ns, name)
 
     async def _reconcile(self, ns: str, name: str) -> None:
         kube = self.ctx.kube_in(ns)
@@ -109,13 +121,14 @@ class Jobs:
             for s in await kube.list("sessions", label_selector=f"{L.JOB}={name}")
             if owned_by(s, uid)
         }
-        if st.state in JOB_FINAL:
+        if st.state in JOB_FINAL and not await self._followed_up(kube, name, st):
             await self._stop_attempts(kube, sessions.values())  # idempotent: a final job holds no sandbox
             return
+        env_obj = await kube.get("environments", spec.environment)
+        env = EnvironmentSpec.model_validate(env_obj["spec"]) if env_obj is not None else None
         policy = st.policy
         if policy is None:
-            env_obj = await kube.get("environments", spec.environment)
-            if env_obj is None:
+            if env is None:
                 msg = f"environment {spec.environment!r} does not exist"
                 if st.message != msg and not spec.cancelled:
                     await patch_status(
@@ -127,16 +140,25 @@ class Jobs:
                     await self.ctx.events.emit(kube, job, "Warning", "EnvironmentNotFound", msg)
                     return
             else:
-                env = EnvironmentSpec.model_validate(env_obj["spec"])
                 policy = spec.approvals or env.approvals or self.ctx.settings.approvals or "auto"
         # An attempt whose session someone deleted is lost, not re-run: running the prompt again would repeat
         # its work (and its side effects) behind the person's back.
         started = {a.index for a in st.attempts if a.session}
+        if policy is not None and not spec.cancelled and not started and not sessions:
+            if uid not in self.checked:
+                failure = await self.work.preflight(ns, name, spec, env)
+                if failure is not None:
+                    await self._fail(ns, job, st, failure.reason, failure.message)
+                    return
+                self.checked.add(uid or "")
+            held = await release_gate(self.ctx, ns, job, spec, st, env, policy)
+            if held:
+                return
         if policy is not None and not spec.cancelled:
             for i in range(1, spec.attempts + 1):
                 sname = attempt_session(name, i)
                 if sname not in sessions and i not in started:
-                    created = await self._create_attempt(ns, job, spec, i, policy)
+                    created = await self._create_attempt(ns, job, spec, i, policy, env)
                     if created is None:
                         await self._fail(
                             ns,
@@ -154,22 +176,37 @@ class Jobs:
             selector = f"{L.SESSION} in ({','.join(names)})"
             for t in await kube.list("turns", label_selector=selector):
                 turns_by_session.setdefault(Turn.model_validate(t).spec.session or "", []).append(t)
+        known = {a.index: a for a in st.attempts}
+        # Once an attempt is being delivered it is the job's: the others keep what was recorded of them.
+        chosen = st.delivery.attempt if st.delivery is not None else None
         attempts: list[Attempt] = []
         pending: list[PendingApproval] = []
         turns: list[str] = []
         questions: list[str] = []
         taint = st.taint.model_copy(deep=True)
         cost = 0.0
+        costs: dict[int, float] = {}
+        last_turns: dict[int, Obj] = {}
         for i in range(1, spec.attempts + 1):
             sname = attempt_session(name, i)
             s = sessions.get(sname)
             ts = sorted(turns_by_session.get(sname, []), key=turn_index)
             last = ts[-1] if ts else None
+            if last is not None:
+                last_turns[i] = last
             state, question = attempt_state(s, last)
             lost = s is None and i in started
             if lost:
                 state, question = "failed", None
+            if (
+                chosen == i
+                and state == "stopped"
+                and last is not None
+                and not Turn.model_validate(last).status.ended
+            ):
+                state = "queued"  # a follow-up after delivery: its session starts again for the new turn
             sst = Session.model_validate(s).status if s is not None else SessionStatus()
+            before = known.get(i)
             attempts.append(
                 Attempt(
                     index=i,
@@ -180,17 +217,29 @@ class Jobs:
                     outcome="session deleted"
                     if lost
                     else (Turn.model_validate(last).status.outcome if last else None),
+                    # What only the job knows about its attempt is carried from one summary to the next.
+                    verifications=before.verifications if before else [],
+                    diff_lines=before.diff_lines if before else None,
+                    rank=before.rank if before else None,
+                    lost=before.lost if before else None,
                 )
+                if chosen is None or chosen == i or before is None
+                else before
             )
             pending += [p.model_copy(update={"session": sname}) for p in sst.pending_approvals]
             turns += [t["metadata"]["name"] for t in ts]
             if question:
                 questions.append(question)
             cost += sst.counters.cost_usd
+            costs[i] = sst.counters.cost_usd
             if sst.taint.tainted:
                 merge_taint(taint, sst.taint)
         if spec.tainted and not taint.tainted:
             merge_taint(taint, Taint(tainted=True, reasons=["the job was created tainted"]))
+        delivering = delivers(spec, env) and not spec.cancelled
+        if delivering:
+            assert env is not None
+            await self.work.advance(ns, name, attempts, sessions, turns_by_session, env)
         state = job_state([a.state for a in attempts], spec.cancelled)
         if policy is None and state == "queued":
             return  # still waiting for its environment
@@ -200,15 +249,50 @@ class Jobs:
             "question": questions[0] if state == "needs_input" and questions else None,
             "awaitingApproval": bool(pending),
             "pendingApprovals": [p.dump() for p in pending],
-            "attempts": [a.dump() for a in attempts],
             "turns": turns,
             "taint": taint.dump(),
             "costUsd": round(cost, 6),
         }
+        if state == "verified":
+            if delivering:
+                assert env is not None
+                winner = (
+                    next(a for a in attempts if a.index == chosen) if chosen else rank(attempts, costs)[0]
+                )
+                last = last_turns.get(winner.index)
+                summary = Turn.model_validate(last).status.summary or "" if last is not None else ""
+                step = await self.work.deliver(
+                    ns,
+                    name,
+                    spec,
+                    st.model_copy(update={"taint": taint, "cost_usd": cost}),
+                    env,
+                    winner,
+                    sessions,
+                    summary,
+                    spec.attempts,
+                )
+                if isinstance(step, Failure):
+                    await self._fail(ns, job, st, step.reason, step.message, attempts)
+                    return
+                state = "delivered" if step.stage == "done" else "delivering"
+                patch.update(
+                    state=state,
+                    delivery=step.dump(),
+                    branch=step.branch,
+                    headCommit=step.head,
+                    prUrl=step.pr_url,
+                    verification=next((v.dump() for v in reversed(winner.verifications) if v.passed), None),
+                )
+            else:
+                state = patch["state"] = "done"
+        patch["attempts"] = [a.dump() for a in attempts]
         if state != st.state:
             patch["reason"] = ""
-            patch["message"] = self._message(state, attempts)
-        if st.started_at is None and state not in ("queued", "cancelled"):
+            patch["message"] = self._message(state, attempts, patch)
+            who = self._who(state, spec, st, last_turns.get(chosen or 0))
+            patch["timeline"] = timeline(st, state, patch["message"], who=who)
+        if st.started_at is None and state not in ("queued", "cancelled", "awaiting_approval"):
             patch["startedAt"] = iso()
         if state in JOB_FINAL:
             patch["finishedAt"] = iso()
@@ -225,7 +309,7 @@ class Jobs:
             log.info("job %s: %s -> %s", name, st.state, state, extra=resource(ns, name))
             if state in JOB_FINAL:
                 metrics.JOBS.labels(state=state).inc()
-                kind: EventType = "Normal" if state == "done" else "Warning"
+                kind: EventType = "Normal" if state in ("done", "delivered") else "Warning"
                 await self.ctx.events.emit(
                     kube,
                     job,
@@ -234,6 +318,24 @@ class Jobs:
                     f"the job is {state}: {patch.get('message', '')}",
                 )
                 await self._stop_attempts(kube, sessions.values())
+
+    @staticmethod
+    def _who(state: str, spec: JobSpec, st: JobStatus, chosen_last: Obj | None) -> str:
+        if st.state == "delivered" and chosen_last is not None:
+            return Turn.model_validate(chosen_last).spec.by or "hangar"  # whoever followed up
+        if state == "running" and spec.release is not None:
+            return spec.release.by
+        return "hangar"
+
+    async def _followed_up(self, kube: Kube, name: str, st: JobStatus) -> bool:
+        """A delivered job whose delivered attempt has a turn after the one delivered: a follow-up, so the
+        job goes on (its work is verified and pushed to the same branch, and the PR updated)."""
+        d = st.delivery
+        if st.state != "delivered" or d is None or d.turn is None:
+            return False
+        session = attempt_session(name, d.attempt)
+        ts = await kube.list("turns", label_selector=f"{L.SESSION}={session}")
+        return bool(ts) and max(ts, key=turn_index)["metadata"]["name"] != d.turn
 
     async def _record(
         self,
@@ -267,23 +369,36 @@ class Jobs:
                 )
 
     @staticmethod
-    def _message(state: str, attempts: list[Attempt]) -> str:
+    def _message(state: str, attempts: list[Attempt], patch: dict[str, Any]) -> str:
+        if state == "delivered":
+            d = patch.get("delivery") or {}
+            where = d.get("prUrl") or f"branch {d.get('branch')}"
+            return f"attempt {d.get('attempt')} delivered at {str(d.get('head') or '')[:12]}: {where}"
+        if state == "delivering":
+            d = patch.get("delivery") or {}
+            return f"delivering attempt {d.get('attempt')} on {d.get('branch')} ({d.get('stage')})"
         counts: dict[str, int] = {}
         for a in attempts:
             counts[a.state] = counts.get(a.state, 0) + 1
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
-    async def _create_attempt(self, ns: str, job: Obj, spec: JobSpec, index: int, policy: str) -> Obj | None:
+    async def _create_attempt(
+        self, ns: str, job: Obj, spec: JobSpec, index: int, policy: str, env: EnvironmentSpec | None
+    ) -> Obj | None:
         name = job["metadata"]["name"]
         sname = attempt_session(name, index)
         kube = self.ctx.kube_in(ns)
+        checkout: dict[str, str] = {}
+        if env is not None and env.repository is not None:
+            # Every attempt works on the job's branch in its own checkout; the one delivered is pushed as it.
+            checkout = {L.BRANCH: job_branch(name, spec), L.BASE_BRANCH: base_branch(spec, env.repository)}
         body: Obj = {
             "apiVersion": API_VERSION,
             "kind": "Session",
             "metadata": {
                 "name": sname,
                 "labels": {L.JOB: name, L.ATTEMPT: str(index), **L.part_of()},
-                "annotations": {L.CREATED_BY: f"job/{name}", L.SUBMITTER: spec.submitter},
+                "annotations": {L.CREATED_BY: f"job/{name}", L.SUBMITTER: spec.submitter, **checkout},
                 "ownerReferences": [owner_ref(job)],
             },
             "spec": {
@@ -314,7 +429,15 @@ class Jobs:
         )
         return created
 
-    async def _fail(self, ns: str, job: Obj, st: JobStatus, reason: str, message: str) -> None:
+    async def _fail(
+        self,
+        ns: str,
+        job: Obj,
+        st: JobStatus,
+        reason: str,
+        message: str,
+        attempts: list[Attempt] | None = None,
+    ) -> None:
         name = job["metadata"]["name"]
         kube = self.ctx.kube_in(ns)
         await self.ctx.db.append_event(
@@ -331,6 +454,8 @@ class Jobs:
                 "reason": reason,
                 "message": message,
                 "finishedAt": iso(),
+                "timeline": timeline(st, "failed", message),
+                **({"attempts": [a.dump() for a in attempts]} if attempts is not None else {}),
             },
         )
         metrics.JOBS.labels(state="failed").inc()

@@ -70,12 +70,22 @@ APPROVAL: Table = {
 }
 
 # Job: its state is derived from its attempts on every change (jobs.py); these are the moves that happen.
-_JOB_LIVE = ("queued", "running", "needs_input", "awaiting_approval")
+# A job that delivers goes on from its attempts' end: verifying (the Environment's command in the sandbox),
+# then delivering (push, pull request) and delivered. One that doesn't (no repository, deliver: none) ends
+# done. awaiting_approval is also the wait for a release (the repository's policy) before anything runs.
+# delivered is left only by a follow-up (below).
+_JOB_LIVE = ("queued", "running", "needs_input", "awaiting_approval", "verifying")
 JOB: Table = {
     **{(a, b): b for a in _JOB_LIVE for b in _JOB_LIVE},
+    **{(a, "delivering"): "delivering" for a in _JOB_LIVE},
+    ("delivering", "delivering"): "delivering",
+    ("delivering", "delivered"): "delivered",
     **{(a, "done"): "done" for a in _JOB_LIVE},
-    **{(a, "failed"): "failed" for a in _JOB_LIVE},
-    **{(a, "cancelled"): "cancelled" for a in _JOB_LIVE},
+    **{(a, "failed"): "failed" for a in (*_JOB_LIVE, "delivering")},
+    **{(a, "cancelled"): "cancelled" for a in (*_JOB_LIVE, "delivering")},
+    # A follow-up after delivery: the delivered attempt works again, and its work is pushed to the same
+    # branch (the pull request updated). The only way out of a final state.
+    **{("delivered", b): b for b in _JOB_LIVE},
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -93,6 +94,8 @@ class Router:
         self.approvals = approvals
         self.requests = requests
         self.suspensions = suspensions
+        # A job's verify/deliver answer goes to the Job controller (set in controllers.py: jobs sit above).
+        self.on_job_result: Callable[[str, str, dict[str, Any]], Awaitable[None]] | None = None
 
     def _run(self, run_id: str) -> Run | None:
         run = parse_run(self.ctx.home, run_id)
@@ -197,6 +200,8 @@ class Router:
             await self.outcomes.handback(ns, turn, p)
         elif name == "permission_request" and turn:
             await self.requests.on_permission(ns, session, turn, p)
+        elif name == "command_result" and p.get("op") in ("verify", "deliver") and self.on_job_result:
+            await self.on_job_result(ns, session, p)
         elif name == "command_result" and p.get("op") == "checkpoint":
             await self.suspensions.checkpointed(ns, session, p)
         elif name == "command_result" and turn and p.get("op") == "start_turn" and not p.get("ok"):

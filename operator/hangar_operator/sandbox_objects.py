@@ -27,6 +27,7 @@ PRECLEARED_FILE = f"{KEY_DIR}/precleared"
 CHECKPOINT_DIR = "/var/lib/hangar/checkpoints"
 WORKSPACE = "/workspace"
 AGENT_HOME = "/home/agent"
+REPO_CREDENTIALS_DIR = "/var/run/hangar/repo"
 AGENT_UID = 1001
 DRIVER_UID = 1000
 
@@ -143,6 +144,25 @@ def mcp_servers_env(env: EnvironmentSpec) -> list[dict[str, Any]]:
     return [{"name": "HANGAR_MCP_SERVERS", "value": json.dumps(servers, sort_keys=True)}]
 
 
+def repository_env(session: Obj, env: EnvironmentSpec) -> list[dict[str, Any]]:
+    """Where the driver checks the Environment's repository out: its URL, the base branch and the session's
+    branch (a job's attempts carry the job's in annotations; a session works on ``hangar/<session>``). The
+    credentials are a root-only volume (``repository_volume``), never an environment variable."""
+    repo = env.repository
+    if repo is None:
+        return []
+    meta = session["metadata"]
+    notes = meta.get("annotations") or {}
+    out = [
+        {"name": "HANGAR_REPO_URL", "value": repo.url},
+        {"name": "HANGAR_REPO_BASE", "value": notes.get(L.BASE_BRANCH) or repo.base_branch},
+        {"name": "HANGAR_REPO_BRANCH", "value": notes.get(L.BRANCH) or f"hangar/{meta['name']}"},
+    ]
+    if repo.credentials_secret:
+        out.append({"name": "HANGAR_REPO_CREDENTIALS_DIR", "value": REPO_CREDENTIALS_DIR})
+    return out
+
+
 def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings, gateway: str) -> Obj:
     name = session["metadata"]["name"]
     spec = session["spec"]
@@ -170,6 +190,7 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
             {"name": "HANGAR_AGENT_GID", "value": str(AGENT_UID)},
             {"name": "HANGAR_CLI_PATH", "value": settings.cli_path},
             *mcp_servers_env(env),
+            *repository_env(session, env),
             *agent_env,
         ],
         "envFrom": [
@@ -224,6 +245,17 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
             ],
         },
     }
+    if env.repository is not None and env.repository.credentials_secret:
+        # Root-only (0400): the driver clones and pushes with it; the agent's uid can't read it.
+        container["volumeMounts"].append(
+            {"name": "repo-credentials", "mountPath": REPO_CREDENTIALS_DIR, "readOnly": True}
+        )
+        pod["spec"]["volumes"].append(
+            {
+                "name": "repo-credentials",
+                "secret": {"secretName": env.repository.credentials_secret, "defaultMode": 0o400},
+            }
+        )
     if settings.sandbox_service_account:
         # Its token stays unmounted (above): the account only names what the sandbox runs as (e.g. GKE
         # Workload Identity binds cloud access to it); it never gives the agent a Kubernetes credential.

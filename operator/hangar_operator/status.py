@@ -51,7 +51,7 @@ def readiness(plural: str, obj: Obj) -> tuple[bool, str, str]:
     if plural == "jobs":
         state = st.get("state") or "queued"
         reason = _CAMEL.get(state, state.capitalize())
-        return state == "done", st.get("reason") or reason, st.get("message") or state
+        return state in ("done", "delivered"), st.get("reason") or reason, st.get("message") or state
     return True, "Valid", "sessions may use this environment"
 
 

@@ -25,6 +25,7 @@ from .handback import HandbackWatcher
 from .harness import NotLive
 from .link import Link
 from .outbox import Outbox
+from .repo import Repo, deliver, verify
 from .turns import TurnRunner
 
 DRIVER_VERSION = "0.1.0"
@@ -54,6 +55,7 @@ class Driver:
         self.shutdown_requested = False
         self.side_threads: List[threading.Thread] = []
         self.turns = TurnRunner(cfg, self.watcher, self._emit_raw, self.stopping)
+        self.repo = Repo(dict(os.environ), cfg.workspace, cfg.state_dir, cfg.run)
         self.ops: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
             P.OP_START_TURN: self.turns.start_turn,
             P.OP_STEER: self.turns.steer,
@@ -63,6 +65,8 @@ class Driver:
             P.OP_TAINT: self.turns.taint,
             P.OP_CHECKPOINT: self._op_checkpoint,
             P.OP_SHUTDOWN: self._op_shutdown,
+            P.OP_VERIFY: self._op_verify,
+            P.OP_DELIVER: self._op_deliver,
         }
 
     # --------------------------------------------------------------- events
@@ -117,7 +121,7 @@ class Driver:
                 return
             command_id, body = item
             op = body.get("op")
-            if op == P.OP_CHECKPOINT:
+            if op in (P.OP_CHECKPOINT, P.OP_VERIFY, P.OP_DELIVER):  # long: the turn's commands go on
                 t = threading.Thread(
                     target=self._execute, args=(command_id, body), name="hangar-checkpoint", daemon=True
                 )
@@ -170,6 +174,16 @@ class Driver:
         home = self.cfg.agent_home if body.get("include_home", True) else None
         return write_checkpoint(path, self.cfg.workspace, home, self.cfg.agent_uid, self.cfg.agent_gid)
 
+    def _op_verify(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        if self.turns.running():
+            raise CommandError("a turn is running: verification waits for the agent to finish")
+        return verify(self.repo, body, self.cfg.agent_env, self.cfg.agent_uid, self.cfg.agent_gid)
+
+    def _op_deliver(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        if self.turns.running():
+            raise CommandError("a turn is running: the work is taken once the agent has finished")
+        return deliver(self.repo, body, self.cfg.agent_env, self.cfg.agent_uid, self.cfg.agent_gid)
+
     def _op_shutdown(self, body: Dict[str, Any]) -> Dict[str, Any]:
         self.turns.close()
         self.shutdown_requested = True  # the driver stops once this command's result is out
@@ -184,6 +198,9 @@ class Driver:
         hardening.secure_dir(os.path.join(cfg.state_dir, "io"), None, None, 0o711)
         if not os.path.isdir(cfg.workspace):
             os.makedirs(cfg.workspace, 0o755)
+        base = self.repo.checkout(cfg.agent_uid, cfg.agent_gid)  # raises: no turn starts, and it says why
+        if base is not None:
+            log.info("checked out %s at %s on %s", self.repo.base, base[:12], self.repo.branch)
         if cfg.agent_home.startswith(cfg.state_dir + os.sep):
             hardening.secure_dir(cfg.agent_home, cfg.agent_uid, cfg.agent_gid, 0o700)
         elif not os.path.isdir(cfg.agent_home):

@@ -138,8 +138,21 @@ OP_ANSWER = "answer"
 OP_TAINT = "taint"
 OP_CHECKPOINT = "checkpoint"
 OP_SHUTDOWN = "shutdown"
+OP_VERIFY = "verify"
+OP_DELIVER = "deliver"
 OPS = frozenset(
-    {OP_START_TURN, OP_STEER, OP_WITHDRAW, OP_INTERRUPT, OP_ANSWER, OP_TAINT, OP_CHECKPOINT, OP_SHUTDOWN}
+    {
+        OP_START_TURN,
+        OP_STEER,
+        OP_WITHDRAW,
+        OP_INTERRUPT,
+        OP_ANSWER,
+        OP_TAINT,
+        OP_CHECKPOINT,
+        OP_SHUTDOWN,
+        OP_VERIFY,
+        OP_DELIVER,
+    }
 )
 
 # Event names the driver itself emits (the harness adapters emit the rest, see harness.py).

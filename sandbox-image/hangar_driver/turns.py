@@ -63,6 +63,13 @@ class TurnRunner:
     def live(self) -> bool:
         return bool(self.harness is not None and self.harness.live)
 
+    def running(self) -> bool:
+        h = self.harness
+        if h is None:
+            return False
+        with h.lock:
+            return bool(h.running())
+
     def close(self) -> None:
         """Stop the CLI, if any (and the one pre-started; none is started after this)."""
         h = self.harness

@@ -278,17 +278,25 @@ def test_submitting_a_job_records_the_caller_and_a_generated_name(cluster: Clust
             "attempts": 3,
             "approvals": "deny-risky",
             "tainted": True,
-            "repository": "https://example.com/repo.git",
             "deliver": "branch",
         },
     )
     assert r.status_code == 201, r.text
+    # A repository that isn't the Environment's: hangar has no credentials for it.
+    foreign = alice.post(
+        "/api/jobs",
+        {"prompt": "p", "environment": "api-jobs-env", "repository": "https://example.com/repo.git"},
+    )
+    assert foreign.status_code == 422 and foreign.json()["detail"] == (
+        "repository 'https://example.com/repo.git' is not environment 'api-jobs-env''s (it names no "
+        "repository): hangar has no credentials for it"
+    )
     j = r.json()
     try:
         assert re.fullmatch(r"job-[0-9a-f]{10}", j["id"]), j["id"]
         assert j["submitter"] == "alice" and j["attempts_requested"] == 3 and j["approvals"] == "deny-risky"
         assert j["taint"]["tainted"] is True, "a job created tainted shows its taint from the start"
-        assert j["deliver"] == "branch" and j["repository"] == "https://example.com/repo.git"
+        assert j["deliver"] == "branch" and j["repository"] == ""
         obj = job_obj(cluster, j["id"])
         assert obj["spec"]["submitter"] == "alice" and obj["spec"]["attempts"] == 3
         assert obj["metadata"]["annotations"]["hangar.dev/created-by"] == "alice"

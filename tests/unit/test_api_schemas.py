@@ -87,8 +87,8 @@ JOB = {
         "pendingApprovals": [{"id": "ap-1", "session": "j1-a1", "turn": "j1-a1-1", "tool": "Bash"}],
         "attempts": [{"index": 1, "session": "j1-a1", "state": "running"}],
         "turns": ["j1-a1-1"],
-        "verification": {"ok": True},
-        "delivery": {"branch": "b"},
+        "verification": {"turn": "j1-a1-1", "commandId": "v1", "passed": True},
+        "delivery": {"attempt": 1, "stage": "done", "branch": "b"},
         "costUsd": 1.5,
         "startedAt": AT,
     },
@@ -174,7 +174,8 @@ def test_every_route_declares_its_errors_with_the_schema_hangar_sends() -> None:
             ok = [c for c in codes if c.startswith("2")]
             assert ok, where
             for c in ok:
-                assert op["responses"][c].get("content", {}).get("application/json", {}).get("schema"), (
+                content = op["responses"][c].get("content", {})
+                assert content and all(m.get("schema") for m in content.values()), (
                     f"{where}: {c} has no schema"
                 )
             if path.startswith("/api/governance"):

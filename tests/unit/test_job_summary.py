@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from hangar_operator.jobs import QUESTION_INTERRUPTED, attempt_state, job_state
+from hangar_operator.job_rules import job_state
+from hangar_operator.jobs import QUESTION_INTERRUPTED, attempt_state
 
 
 def sess(phase: str = "Running", **status: Any) -> dict[str, Any]:

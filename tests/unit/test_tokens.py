@@ -76,7 +76,7 @@ def test_no_file_and_no_admin_token_means_no_callers() -> None:
         ([{"token": "", "subject": "bob", "role": "jobs"}], "entry 1 (subject 'bob'): has no token"),
         ([{"token": SECRET, "role": "jobs"}], "entry 1: has no subject"),
         ([{"token": SECRET, "subject": "bob", "rol": "jobs"}], "has no role"),
-        ([{"token": SECRET, "subject": "bob", "role": "jobs", "expires": 1}], "unknown keys expires"),
+        ([{"token": SECRET, "subject": "bob", "role": "jobs", "team": 1}], "unknown keys team"),
         ([SECRET], "entry 1: must be a mapping"),
         ({"token": SECRET}, "must be a list"),
         (
@@ -100,3 +100,37 @@ def test_an_entry_not_allowed_refuses_to_start(tmp_path: Path, entries: Any, mes
 def test_a_named_file_that_is_missing_refuses_to_start(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="can't read it"):
         Tokens.from_settings(Settings(api_tokens_file=tmp_path / "gone.yaml"))
+
+
+def test_expired_and_revoked_tokens_are_refused_with_why(tmp_path: Path) -> None:
+    t = tokens(
+        tmp_path,
+        [
+            {"token": "old", "subject": "olga", "role": "jobs", "expires": "2020-01-01T00:00:00Z"},
+            {"token": "later", "subject": "liam", "role": "jobs", "expires": "2999-01-01T00:00:00+00:00"},
+            {"token": "gone", "subject": "gus", "role": "mcp", "revoked": True},
+        ],
+    )
+    assert t.lookup("old") is None and t.lookup("gone") is None, "refused everywhere (MCP uses lookup)"
+    who, why = t.check("old")
+    assert who == Caller("olga", "jobs") and why == "expired token (it expired at 2020-01-01T00:00:00+00:00)"
+    assert t.check("gone")[1] == "revoked token"
+    assert t.lookup("later") == Caller("liam", "jobs") and t.check("later")[1] is None
+    assert t.check("nope") == (None, "unknown token")
+    assert Caller("liam", "jobs").kind == "login" and Caller("a", "admin").kind == "login"
+    assert Caller("gus", "mcp").kind == "mcp"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"expires": "next week"}, "expires must be an ISO 8601 time"),
+        ({"expires": "2027-01-01T00:00:00"}, "expires needs a time zone"),
+        ({"expires": 5}, "expires must be an ISO 8601 time"),
+        ({"revoked": "yes"}, "revoked must be true or false"),
+    ],
+)
+def test_bad_expiry_or_revocation_stops_the_api(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError, match=message) as err:
+        tokens(tmp_path, [{"token": SECRET, "subject": "alice", "role": "jobs", **extra}])
+    assert SECRET not in str(err.value)

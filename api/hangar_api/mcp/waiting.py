@@ -40,7 +40,7 @@ from hangar.models.limits import MessageText
 from .. import approvals as ap
 from .. import job_attempts
 from ..auth import Caller
-from ..views import turn_view
+from ..views import job_pr, turn_view
 from .auth import acting
 from .common import Hub, Target
 
@@ -244,6 +244,7 @@ def result(snap: Snapshot, st: CallState, *, done: bool, timed_out: bool = False
     if snap.target.kind == "job":
         out["turns"] = [turn_view(t) for t in snap.latest]
         out["delivery"] = (snap.obj.get("status") or {}).get("delivery")
+        out["pr"] = job_pr(snap.obj)  # the PR for a job: null until it is delivered
     return out
 
 
@@ -449,6 +450,8 @@ async def wait_for_turn(
                 return result(await snapshot(hub, target), st, done=False)
             continue
         ended = not snap.running and not snap.first_turn_due()
+        if ended and snap.state in ("verifying", "delivering"):
+            ended = False  # hangar's work after the agent's (verification, a repair turn, the PR) goes on
         if ended and snap.settling():
             # The job's state follows its turns a moment later (the operator derives it).
             ended_since = ended_since or time.monotonic()

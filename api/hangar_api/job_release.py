@@ -1,0 +1,110 @@
+"""``POST /api/jobs/{job_id}/approve`` and ``/reject``: release a job that waits for it (its repository's
+policy says jobs need release) or reject it. The rule and the refusal texts are ``release_rules.py``'s; the
+decision is written once to ``spec.release`` (a CEL rule keeps it from changing), and the operator starts the
+attempts (approved) or cancels the job (rejected).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException
+from pydantic import BaseModel, ConfigDict, Field
+
+from hangar.kube import ApiException, Kube
+from hangar.models import Job
+from hangar.models.environment import EnvironmentSpec
+from hangar.store import Database
+
+from . import release_rules as R
+from . import schemas as S
+from .auth import Caller, caller
+from .deps import DbDep, KubeDep
+from .job_attempts import no_job
+from .names import JobId
+from .routing import Route
+from .views import job_view
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
+
+
+class ReleaseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="", max_length=2000)
+
+
+async def approvers_of(k: Kube, job: Job) -> tuple[bool, list[str]]:
+    """Does the job's repository ask for release, and who its approvers are."""
+    env_obj = await k.get("environments", job.spec.environment)
+    repo = EnvironmentSpec.model_validate(env_obj["spec"]).repository if env_obj else None
+    if repo is None:
+        return False, []
+    return repo.policy.require_approval, list(repo.policy.approvers)
+
+
+async def decide(
+    k: Kube, d: Database, who: Caller, job_id: str, decision: R.Decision, reason: str
+) -> dict[str, Any]:
+    """Release or reject ``job_id`` as ``who`` (the caller as its token says: never widened). Raises
+    HTTPException with the shared refusal texts; returns the job."""
+    for _ in range(5):
+        obj = await k.get("jobs", job_id)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            raise no_job(job_id)
+        job = Job.model_validate(obj)
+        required, approvers = await approvers_of(k, job)
+        if not R.may_see(who, job.spec.submitter, approvers):
+            raise no_job(job_id)
+        refused = R.refusal(who, job_id, job.spec.submitter, approvers)
+        if refused is not None:
+            raise HTTPException(403, refused)
+        if job.spec.release is not None:
+            done = job.spec.release
+            raise HTTPException(409, R.ALREADY.format(job=job_id, decision=done.decision, by=done.by))
+        if not required:
+            raise HTTPException(409, R.NO_POLICY.format(job=job_id))
+        if job.status.state != "awaiting_approval" or job.status.attempts:
+            raise HTTPException(
+                409, R.NOT_AWAITING.format(job=job_id, state=job.status.state, verb=R.VERBS[decision])
+            )
+        release = {
+            "decision": R.DECIDED[decision],
+            "by": who.subject,
+            "at": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            **({"reason": reason} if reason else {}),
+        }
+        patch = {
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+            "spec": {"release": release},
+        }
+        try:
+            updated = await k.patch("jobs", job_id, patch)
+        except ApiException as e:
+            if e.status == 409:
+                continue  # the operator wrote its status meanwhile: look again
+            if e.status == 404:
+                raise no_job(job_id) from None
+            raise
+        await d.audit(
+            who.subject, f"job.{decision}", job_id, reason=reason or None, submitter=job.spec.submitter
+        )
+        return job_view(updated)
+    raise HTTPException(409, f"job {job_id!r} kept changing: try again")
+
+
+@router.post("/{job_id}/approve", response_model=S.JobView)
+async def approve_job(
+    job_id: JobId, k: KubeDep, d: DbDep, body: ReleaseBody | None = None, who: Caller = Depends(caller)
+) -> dict[str, Any]:
+    """Release a job that waits in ``awaiting_approval`` for its repository's policy: its attempts start."""
+    return await decide(k, d, who, job_id, "approve", body.reason if body else "")
+
+
+@router.post("/{job_id}/reject", response_model=S.JobView)
+async def reject_job(
+    job_id: JobId, k: KubeDep, d: DbDep, body: ReleaseBody | None = None, who: Caller = Depends(caller)
+) -> dict[str, Any]:
+    """Reject it: the job is cancelled without running."""
+    return await decide(k, d, who, job_id, "reject", body.reason if body else "")
