@@ -184,7 +184,7 @@ async def test_a_2026_client_listening_on_a_session_hears_a_turn_start_and_end(
             async with client.listen(resource_subscriptions=["hangar://sessions/mcp-sub-nope"]):
                 pass
         with pytest.raises(MCPError, match="cannot subscribe"):
-            async with client.listen(resource_subscriptions=["hangar://inbox"]):
+            async with client.listen(resource_subscriptions=["hangar://sandboxes/x/watch"]):
                 pass
 
 

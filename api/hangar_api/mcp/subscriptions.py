@@ -126,6 +126,9 @@ class Subscriptions:
         self._seen: dict[str, tuple[tuple[str, int], ...]] = {}  # events URI → its scopes' last seq
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._waiting: dict[str, set[asyncio.Event]] = {}  # canonical URI → its wait_for_turn waiters
+        self._generation: dict[str, int] = {}  # canonical URI → changes seen (in this epoch)
+        self._epoch = 0
 
     # --- who listens ------------------------------------------------------------------------------------
     def subscribed(self, canonical: str) -> bool:
@@ -282,7 +285,14 @@ class Subscriptions:
 
     # --- sending ----------------------------------------------------------------------------------------
     def changed(self, canonical: str) -> None:
-        """``canonical`` changed: mark it, as each subscriber spelled it, in their outboxes."""
+        """``canonical`` changed: wake its waiters, mark it (as each subscriber spelled it) in their
+        outboxes."""
+        if len(self._generation) > 50_000:  # every name ever seen: start counting again, in a new epoch
+            self._generation.clear()
+            self._epoch += 1
+        self._generation[canonical] = self._generation.get(canonical, 0) + 1
+        for event in self._waiting.get(canonical, ()):
+            event.set()
         for uri in list(self._raw.get(canonical, ())):
             for outbox in list(self._outboxes.get(uri, ())):
                 if outbox.broken is not None:  # a session gone: its subscriptions go with it
@@ -290,6 +300,27 @@ class Subscriptions:
                         self._remove(gone, outbox)
                     continue
                 outbox.mark(uri)
+
+    # --- waiters (wait_for_turn) ------------------------------------------------------------------------
+    def generation(self, canonical: str) -> tuple[int, int]:
+        """Which change of ``canonical`` the watches saw last: a snapshot read before it is stale. (Once the
+        watches run; before, every target is at (0, 0), and snapshots are kept 250 ms at most anyway.)"""
+        return self._epoch, self._generation.get(canonical, 0)
+
+    async def wait_change(self, canonical: str, timeout: float) -> None:
+        """Returns when ``canonical`` changes (the watches see it), or after ``timeout`` seconds."""
+        self._start()
+        event = asyncio.Event()
+        waiting = self._waiting.setdefault(canonical, set())
+        waiting.add(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            waiting.discard(event)
+            if not waiting:
+                self._waiting.pop(canonical, None)
 
     # --- where changes come from ------------------------------------------------------------------------
     def _start(self) -> None:

@@ -24,6 +24,7 @@ deadline in its sealed ``requestState``, so the rounds a person spends on forms 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +54,10 @@ from .answers import (
     apply_question_response,
 )
 from .common import Hub, Target
+from .subscriptions import Subscriptions
 
 POLL_SECONDS = 0.5
+SHARED_SECONDS = 0.25  # how old a snapshot other waiters on the same target may reuse
 PROGRESS_EVERY = 2.0
 ELICIT_WAIT_SECONDS = 15 * 60
 JOB_SETTLE_SECONDS = 10.0  # how long a job's state may lag behind its turns' end
@@ -179,6 +182,45 @@ async def snapshot(hub: Hub, target: Target) -> Snapshot:
         ]
         pending.sort(key=lambda a: (a.get("status") or {}).get("requestedAt") or "")
     return Snapshot(target, obj, sessions, latest, pending)
+
+
+_shared: dict[tuple[int, str, str], tuple[float, tuple[int, int], asyncio.Future[Snapshot]]] = {}
+
+
+def watched_uri(target: Target) -> str:
+    return f"hangar://{target.kind}s/{target.name}"
+
+
+def changes(hub: Hub) -> Subscriptions | None:
+    subs: Subscriptions | None = getattr(hub.state, "mcp_subscriptions", None)
+    return subs
+
+
+async def shared_snapshot(hub: Hub, target: Target, fresh: bool = False) -> Snapshot:
+    """The target as read at most :data:`SHARED_SECONDS` ago and since its last change the watches saw, one
+    read for every waiter on it: a thousand ``wait_for_turn`` calls on one session cost the apiserver what
+    one does. A waiter that has just written (applied an answer) reads ``fresh``, and its read replaces the
+    shared one, so no waiter reuses a read from before the write."""
+    key = (id(hub.state), target.kind, target.name)
+    subs = changes(hub)
+    gen = subs.generation(watched_uri(target)) if subs is not None else (0, 0)
+    now = time.monotonic()
+    hit = _shared.get(key)
+    if (
+        fresh
+        or hit is None
+        or now - hit[0] > SHARED_SECONDS
+        or hit[1] != gen
+        or (hit[2].done() and hit[2].exception() is not None)
+    ):
+        hit = (now, gen, asyncio.ensure_future(snapshot(hub, target)))
+        _shared[key] = hit
+        if len(_shared) > 1024:  # forget targets nobody waits on
+            for k, (at, _, fut) in list(_shared.items()):
+                if now - at > SHARED_SECONDS and fut.done():
+                    del _shared[k]
+    # Shielded: one waiter going away doesn't cancel the read the others wait for.
+    return await asyncio.shield(hit[2])
 
 
 # --- the answer -------------------------------------------------------------------------------------------
@@ -318,6 +360,8 @@ async def wait_for_turn(
     st.asked = {}
     ended_since: float | None = None
     last_note, last_report = "", 0.0
+    # An answer was just applied (this round's, or in the loop): read afresh, not a snapshot from before it.
+    wrote = bool(is_modern and ctx.input_responses)
 
     async def through_task(requests: dict[str, ElicitRequest]) -> bool:
         """One round of a task's forms: True when the call should stop."""
@@ -326,7 +370,8 @@ async def wait_for_turn(
         return bool(got) and await apply_input_responses(hub, who, client, target, st, got)
 
     while True:
-        snap = await snapshot(hub, target)
+        snap = await shared_snapshot(hub, target, fresh=wrote)
+        wrote = False
         pending = [a["metadata"]["name"] for a in snap.pending]
         gone = set(st.declined) | await declines.declined(hub.db, client, pending)
         askable = [a for a in snap.pending if a["metadata"]["name"] not in gone]
@@ -339,6 +384,7 @@ async def wait_for_turn(
             if task is not None:
                 if await through_task(approval_requests(target, askable, st)):
                     return result(await snapshot(hub, target), st, done=False)
+                wrote = True
                 continue
             if is_modern:
                 requests = approval_requests(target, askable, st)
@@ -349,6 +395,7 @@ async def wait_for_turn(
                 hub, who, client, target, snap.names, st, a["metadata"]["name"], resp
             ):
                 return result(await snapshot(hub, target), st, done=False)
+            wrote = True
             continue
         ended = not snap.running and not snap.first_turn_due()
         if ended and snap.settling():
@@ -363,6 +410,7 @@ async def wait_for_turn(
             if task is not None:
                 if await through_task({key: request}):
                     return result(await snapshot(hub, target), st, done=True)
+                wrote = True
                 continue
             if is_modern:
                 return InputRequiredResult(input_requests={key: request}, request_state=st.dump())
@@ -370,6 +418,7 @@ async def wait_for_turn(
             resp = await elicit(ctx, question_prompt(target, q[0]), AnswerForm)
             if await apply_question_response(hub, who, target, st, asked, resp):
                 return result(await snapshot(hub, target), st, done=True)
+            wrote = True
             continue
         now = time.time()
         if now >= st.deadline:
@@ -386,4 +435,9 @@ async def wait_for_turn(
             # Seconds since the call's first round: the same clock on every round, so it never goes back.
             await ctx.report_progress(round(min(now - st.started, timeout), 1), timeout, note)
             last_note, last_report = note, now
-        await anyio.sleep(POLL_SECONDS)
+        # Woken by the watches when the target changes; read again every half second anyway.
+        subs = changes(hub)
+        if subs is not None:
+            await subs.wait_change(watched_uri(target), POLL_SECONDS)
+        else:
+            await anyio.sleep(POLL_SECONDS)
