@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +19,7 @@ from mcp_types import (
     CallToolResult,
     ElicitRequestFormParams,
     ElicitResult,
+    Implementation,
     InputRequiredResult,
     TextContent,
     TextResourceContents,
@@ -49,9 +51,12 @@ async def connect(
     mode: str = MODERN,
     answer: Answer | None = None,
     asked: list[ElicitRequestFormParams] | None = None,
+    name: str | None = None,
+    delay: float = 0,
 ) -> AsyncIterator[Client]:
     """The SDK's Client on the stack's /mcp, with ``subject``'s token. With ``answer`` it declares
-    elicitation and answers each form with it (recording the forms in ``asked``)."""
+    elicitation and answers each form with it (recording the forms in ``asked``), after ``delay`` seconds
+    (a person reading the form). ``name`` is its clientInfo name."""
     headers = {"Authorization": f"Bearer {stack.token_for(subject)}"} if subject else {}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=900), follow_redirects=True)
 
@@ -60,6 +65,7 @@ async def connect(
         if asked is not None:
             asked.append(params)
         assert answer is not None
+        await asyncio.sleep(delay)
         return answer(params)
 
     async with (
@@ -68,6 +74,7 @@ async def connect(
             streamable_http_client(f"{stack.api_url}/mcp", http_client=http),
             mode=mode,
             elicitation_callback=elicit if answer else None,
+            client_info=Implementation(name=name, version="1") if name else None,
         ) as client,
     ):
         yield client
@@ -339,7 +346,7 @@ async def test_a_client_without_elicitation_sees_pending_approvals_and_answers_t
 
 
 @needs_clis
-async def test_a_declined_approval_is_not_asked_again_and_stays_pending(
+async def test_a_declined_approval_is_not_asked_of_that_client_again_and_stays_pending(
     cluster: Cluster, stack: Stack, model: ScriptedModel
 ) -> None:
     model.add(
@@ -349,17 +356,39 @@ async def test_a_declined_approval_is_not_asked_again_and_stays_pending(
     claude_env(cluster, "mcp-env-ask", model, approvals="ask")
     api = Api(stack)
     new_session(api, "mcp-decline", "mcp-env-ask", "write it")
+    [p] = await in_thread(wait, lambda: pending(api, "mcp-decline"), 120, "the approval")
     asked: list[ElicitRequestFormParams] = []
-    async with connect(stack, answer=lambda _: ElicitResult(action="decline"), asked=asked) as client:
-        out = data(await client.call_tool("wait_for_turn", {"ref": "mcp-decline", "timeout_seconds": 4}))
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    def decline(_: ElicitRequestFormParams) -> ElicitResult:
+        return ElicitResult(action="decline")
+
+    args = {"ref": "mcp-decline", "timeout_seconds": 6}
+    # The person takes 3 s over the form: timeout_seconds counts from the first round, not again.
+    async with connect(stack, answer=decline, asked=asked, name="ide-a", delay=3) as client:
+        start = time.monotonic()
+        out = data(await client.call_tool("wait_for_turn", args, progress_callback=on_progress))
+        took = time.monotonic() - start
     assert len(asked) == 1, "asked once, not again after the decline"
-    [p] = out["pending_approvals"]
+    assert 6 <= took < 8.5, took
+    assert progress == sorted(progress) and progress[-1] <= 6, progress
     assert out["timed_out"] and not out["done"] and out["phase"] == "Running", out
     assert out["approval"] == {"id": p["id"], "outcome": "declined"}
+    # A later call of the same client, in either era, is not asked again either; the approval stays pending.
+    for mode in (MODERN, "legacy"):
+        async with connect(stack, mode=mode, answer=decline, asked=asked, name="ide-a") as client:
+            out = data(await client.call_tool("wait_for_turn", {**args, "timeout_seconds": 2}))
+        assert len(asked) == 1 and out["timed_out"], (mode, out)
+        assert [x["id"] for x in out["pending_approvals"]] == [p["id"]]
     assert [x["id"] for x in await in_thread(pending, api, "mcp-decline")] == [p["id"]]
-    r = api.post(f"/api/sessions/mcp-decline/approvals/{p['id']}", {"decision": "allow"})
-    assert r.status_code == 200, r.text
-    assert (await in_thread(api.wait_turn, "mcp-decline", 1))["phase"] == "Completed"
+    # Another client is asked, and its answer decides it.
+    async with connect(stack, answer=answering("allow"), asked=asked, name="ide-b") as client:
+        out = data(await client.call_tool("wait_for_turn", {**args, "timeout_seconds": 120}))
+    assert len(asked) == 2 and out["done"] and out["phase"] == "Completed", out
+    assert out["approval"] == {"id": p["id"], "outcome": "answered", "decision": "allow", "message": None}
 
 
 # --- a question ---------------------------------------------------------------------------------------------
@@ -556,6 +585,9 @@ async def test_resources_show_sessions_jobs_and_their_events(
     async with connect(stack) as client:
         s = await read_json(client, "hangar://sessions/mcp-res")
         assert s["name"] == "mcp-res" and s["turns"][0]["summary"] == "FINAL: hello.", s
+        # What the spec lists: state, turns, summaries, question, checkpoints.
+        assert s["state"] == s["phase"] and s["question"] is None and isinstance(s["checkpoints"], list), s
+        assert s["summaries"] == [{"turn": "mcp-res-1", "outcome": "completed", "summary": "FINAL: hello."}]
         ev = await read_json(client, "hangar://sessions/mcp-res/events")
         seqs = [e["seq"] for e in ev["events"]]
         assert seqs and ev["last_seq"] == seqs[-1] and any(e["kind"] == "turn_ended" for e in ev["events"])
@@ -570,6 +602,11 @@ async def test_resources_show_sessions_jobs_and_their_events(
     async with connect(stack, "alice") as client:
         j = await read_json(client, "hangar://jobs/mcp-res-job")
         assert j["turns"][0]["summary"] == "FINAL: hello again."
+        # What the spec lists: state, timeline, result, attempts.
+        # (the job's own timeline when the operator records one; else created / started / finished)
+        assert isinstance(j["timeline"], list) and len(j["timeline"]) >= 2, j
+        assert j["result"]["summary"] == "FINAL: hello again." and j["result"]["session"] == "mcp-res-job-a1"
+        assert [a["session"] for a in j["attempts"]] == ["mcp-res-job-a1"], j["attempts"]
         ev = await read_json(client, "hangar://jobs/mcp-res-job/events?since=0")
         assert any(e["kind"] == "job_state" for e in ev["events"]), ev
         with pytest.raises(Exception, match="jobs token"):

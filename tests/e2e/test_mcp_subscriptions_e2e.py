@@ -33,8 +33,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed"),
     pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)"),
 ]
-THROTTLE = 0.25
-JITTER = 0.02  # what the transport may take off a gap the server kept
+THROTTLE = 0.25  # at most one notification per URI this often, as the client receives them
 
 
 @dataclass
@@ -185,7 +184,7 @@ async def test_a_2026_client_listening_on_a_session_hears_a_turn_start_and_end(
             async with client.listen(resource_subscriptions=["hangar://sessions/mcp-sub-nope"]):
                 pass
         with pytest.raises(MCPError, match="cannot subscribe"):
-            async with client.listen(resource_subscriptions=["hangar://inbox"]):
+            async with client.listen(resource_subscriptions=["hangar://sandboxes/x/watch"]):
                 pass
 
 
@@ -243,7 +242,8 @@ async def test_a_burst_of_changes_is_throttled_to_one_notification_per_250ms_and
             for heard in (modern, legacy):
                 times = heard.times(uri, start)
                 gaps = [b - a for a, b in itertools.pairwise(times)]
-                assert times and all(g >= THROTTLE - JITTER for g in gaps), (burst_end - start, gaps)
+                # Measured here, at the client: no gap below 250 ms.
+                assert times and all(g >= THROTTLE for g in gaps), (burst_end - start, gaps)
                 assert len(times) <= (burst_end - start) / THROTTLE + 3, (burst_end - start, times)
                 assert 2 <= len(times) < 30, "a leading and a trailing notification, not one per change"
                 print(f"burst {burst_end - start:.3f}s, notified at", [round(t - start, 3) for t in times])

@@ -39,11 +39,12 @@ class TokensVerifier:
         return AccessToken(token=token, client_id=found.subject, scopes=[found.role], subject=found.subject)
 
 
-def mcp_caller(verifier: TokensVerifier, ctx: Context[Any, Any]) -> Caller:
-    """The caller of this tool call: the token the SDK verified for this HTTP request."""
+def mcp_caller(verifier: TokensVerifier, ctx: Context[Any, Any] | None) -> Caller:
+    """The caller of this tool call: the token the SDK verified for this HTTP request (a static resource
+    has no ``ctx``: the verified token alone)."""
     token = get_access_token()
     raw = token.token if token is not None else None
-    if raw is None:
+    if raw is None and ctx is not None:
         header = (ctx.headers or {}).get("authorization", "")
         scheme, _, value = header.partition(" ")
         raw = value.strip() if scheme.lower() == "bearer" else None

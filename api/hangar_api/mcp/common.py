@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from fastapi import HTTPException
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
 
 from hangar.kube import Kube, Obj
 from hangar.models.base import NAME_MAX, NAME_PATTERN
@@ -55,13 +56,25 @@ def tool_error(e: HTTPException) -> ToolError:
     return ToolError(f"{_KIND.get(e.status_code, 'error')}: {e.detail}")
 
 
+def invalid_text(e: ValidationError) -> str:
+    """``invalid: <field>: <why>; …``: which input, and the rule it broke (the pattern, the bound)."""
+    parts = []
+    for err in e.errors(include_url=False):
+        where = ".".join(str(x) for x in err.get("loc", ())) or "input"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "invalid: " + "; ".join(parts)
+
+
 @contextmanager
 def refusals() -> Iterator[None]:
-    """A REST refusal (404, 409, 422, …) becomes the tool's error (``isError``) with the same reason."""
+    """A REST refusal (404, 409, 422, …) becomes the tool's error (``isError``) with the same reason; so
+    does a REST body that doesn't validate (the tool's own schema lets less through, but fail closed)."""
     try:
         yield
     except HTTPException as e:
         raise tool_error(e) from None
+    except ValidationError as e:
+        raise ToolError(invalid_text(e)) from None
 
 
 @dataclass

@@ -15,13 +15,15 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 
 from hangar.kube import Obj
 from hangar.store import Database
 
 from .. import deps, job_attempts
 from ..views import job_view, session_view
-from . import common
+from . import common, inbox
 from .auth import TokensVerifier, mcp_caller
 from .common import Hub, refusals
 
@@ -30,13 +32,29 @@ PAGE = 1000
 
 
 async def _guard(read: Callable[[], Awaitable[dict[str, Any]]]) -> str:
+    """A refusal is a JSON-RPC error with the reason: not found (-32602, the SDK's), a bad argument such as
+    ``since`` (-32602), forbidden (-32600, as for subscribing)."""
     try:
         with refusals():
             return json.dumps(await read())
     except ToolError as e:
-        if str(e).startswith("not found"):
-            raise ResourceNotFoundError(str(e)) from None
-        raise ResourceError(str(e)) from None
+        text = str(e)
+        if text.startswith("not found"):
+            raise ResourceNotFoundError(text) from None
+        if text.startswith("invalid"):
+            raise MCPError(INVALID_PARAMS, text) from None
+        if text.startswith(("forbidden", "unauthorized")):
+            raise MCPError(INVALID_REQUEST, text) from None
+        raise ResourceError(text) from None
+
+
+def parse_since(since: str | None) -> int | None:
+    """A session's ``since``: none, or the ``last_seq`` of an earlier read (a whole number)."""
+    if since is None or since == "":
+        return None
+    if not since.isdigit() or len(since) > 18:
+        raise ToolError(f"invalid: since={since!r}: give the last_seq of an earlier read (a whole number)")
+    return int(since)
 
 
 async def events(d: Database, scope: str, since: int | None) -> dict[str, Any]:
@@ -52,12 +70,12 @@ def parse_cursor(since: str | None) -> dict[str, int] | int | None:
     """A job's ``since``: none, a number (every source), or ``source:seq`` pairs (``job:3,a1:12``)."""
     if since is None or since == "":
         return None
-    if since.isdigit():
+    if since.isdigit() and len(since) <= 18:
         return int(since)
     out: dict[str, int] = {}
     for part in since.split(","):
         key, _, seq = part.partition(":")
-        if not re.fullmatch(r"job|a[0-9]+", key) or not seq.isdigit():
+        if not re.fullmatch(r"job|a[0-9]+", key) or not seq.isdigit() or len(seq) > 18:
             raise ToolError(
                 f"invalid: since={since!r}: give the cursor of an earlier read (like job:3,a1:12) or a number"
             )
@@ -89,38 +107,91 @@ async def job_events(hub: Hub, job: Obj, since: str | None) -> dict[str, Any]:
     return {"events": picked, "cursor": ",".join(f"{k}:{q}" for k, q in last.items())}
 
 
+# --- what the spec lists on a session and a job, beside REST's view ----------------------------------------
+def session_resource_view(s: Obj, turns: list[Obj]) -> dict[str, Any]:
+    """The session as ``get_session`` returns it, plus ``state`` (its phase), ``summaries`` (each ended
+    turn's) and ``question`` (the open one, when its latest turn ended on a question); ``turns`` and
+    ``checkpoints`` are REST's."""
+    out = session_view(s, turns)
+    ended = [t for t in out["turns"] if t["phase"] in ("Completed", "Failed", "Interrupted", "NeedsInput")]
+    latest = out["turns"][-1] if out["turns"] else None
+    out["state"] = out["phase"]
+    out["summaries"] = [{"turn": t["name"], "outcome": t["outcome"], "summary": t["summary"]} for t in ended]
+    out["question"] = latest["question"] if latest and latest["phase"] == "NeedsInput" else None
+    return out
+
+
+def job_resource_view(j: Obj, turns: list[Obj]) -> dict[str, Any]:
+    """The job as ``get_job`` returns it (``state``, ``attempts``, ``turns``, ``delivery``), plus
+    ``timeline`` (the job's own when it records one, else its created / started / finished times) and
+    ``result`` (the latest completed turn's outcome, summary, result and artifacts)."""
+    out = job_view(j, turns)
+    st = j.get("status") or {}
+    timeline = st.get("timeline")
+    if not isinstance(timeline, list):
+        timeline = [
+            {"at": at, "event": event}
+            for at, event in (
+                (out["created_at"], "created"),
+                (out["started_at"], "started"),
+                (out["finished_at"], out["state"]),
+            )
+            if at
+        ]
+    out["timeline"] = timeline
+    done = [t for t in out["turns"] if t["outcome"] == "completed"]
+    last = max(done, key=lambda t: t["finished_at"] or "", default=None)
+    out["result"] = (
+        {k: last[k] for k in ("name", "session", "outcome", "summary", "result", "artifacts")}
+        if last
+        else None
+    )
+    return out
+
+
 def register_resources(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None:
     json_type = "application/json"
 
     @server.resource("hangar://sessions/{name}", mime_type=json_type)
     async def session_resource(name: str, ctx: Context[Any, Any]) -> str:
-        """The session (JSON): phase, turns with their outcome and summary, question, pending approvals."""
+        """The session (JSON): state, turns with their outcome and summary, summaries, question, checkpoints,
+        pending approvals."""
 
         async def read() -> dict[str, Any]:
             s = await common.get_session(hub, mcp_caller(verifier, ctx), name)
-            return session_view(s, await deps.session_turns(hub.kube, name))
+            return session_resource_view(s, await deps.session_turns(hub.kube, name))
 
         return await _guard(read)
 
     @server.resource("hangar://sessions/{name}/events{?since}", mime_type=json_type)
-    async def session_events(name: str, ctx: Context[Any, Any], since: int | None = None) -> str:
+    async def session_events(name: str, ctx: Context[Any, Any], since: str | None = None) -> str:
         """The session's activity events: the last 200, or with ?since=SEQ the ones after SEQ."""
 
         async def read() -> dict[str, Any]:
+            after = parse_since(since)
             await common.get_session(hub, mcp_caller(verifier, ctx), name)
-            return await events(hub.db, f"session/{name}", since)
+            return await events(hub.db, f"session/{name}", after)
+
+        return await _guard(read)
+
+    @server.resource(inbox.URI, mime_type=json_type)
+    async def inbox_resource() -> str:
+        """What needs you: approvals waiting for a person, agents' questions, jobs done with a pull request
+        to review, failed jobs; only what your token may see. Subscribe to follow it."""
+
+        async def read() -> dict[str, Any]:
+            return await inbox.read(hub, mcp_caller(verifier, None))
 
         return await _guard(read)
 
     @server.resource("hangar://jobs/{job_id}", mime_type=json_type)
     async def job_resource(job_id: str, ctx: Context[Any, Any]) -> str:
-        """The job (JSON): state, attempts, turns, question, pending approvals."""
+        """The job (JSON): state, timeline, result, attempts, turns, question, pending approvals, delivery."""
 
         async def read() -> dict[str, Any]:
             j = await common.get_job(hub, mcp_caller(verifier, ctx), job_id)
-            return job_view(
-                j, await job_attempts.job_turns(hub.kube, j, await job_attempts.attempt_sessions(hub.kube, j))
-            )
+            sessions = await job_attempts.attempt_sessions(hub.kube, j)
+            return job_resource_view(j, await job_attempts.job_turns(hub.kube, j, sessions))
 
         return await _guard(read)
 
@@ -132,6 +203,7 @@ def register_resources(server: MCPServer[Any], hub: Hub, verifier: TokensVerifie
         ("job:3,a1:12": the last seq read of each source) or a number (the same seq for every source)."""
 
         async def read() -> dict[str, Any]:
+            parse_cursor(since)  # a bad cursor is refused before anything is read
             j = await common.get_job(hub, mcp_caller(verifier, ctx), job_id)
             return await job_events(hub, j, since)
 

@@ -18,28 +18,93 @@ from typing import Any
 
 from fastapi import FastAPI
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import (
+    CallToolRequestParams,
+    CallToolResult,
+    InputRequiredResult,
+    ServerCapabilities,
+    TextContent,
+)
+from pydantic import ValidationError
 from starlette.routing import Route
 
 from hangar.config import Settings
 
 from .auth import TokensVerifier
-from .common import Hub
+from .common import Hub, invalid_text
+from .events import BoundedEventStore
 from .resources import register_resources
 from .subscriptions import Subscriptions
+from .tasks import Tasks
 from .tools import register
 
 PATH = "/mcp"
 # A person may take up to 15 minutes over a form; the sealed state must outlive that.
 STATE_TTL_SECONDS = 30 * 60
+# SSE `retry:` (ms) a handshake-era client waits before it resumes a dropped stream with Last-Event-ID.
+RETRY_MS = 1000
 
 INSTRUCTIONS = (
     "hangar runs coding agents as named sessions and jobs. wait_for_turn waits for a turn and puts the "
     "agent's tool approvals and questions to you; get_session / get_job read them; send_to_session, "
     "follow_up_job and steer_turn talk to the agent; answer_approval decides a tool approval."
 )
+
+
+class HangarServer(MCPServer[Any]):
+    """The SDK's server with hangar's refusals: a tool error's text is the refusal itself (``not found: …``,
+    ``invalid: name: …``), without the SDK's ``Error executing tool <name>:`` prefix, so a client can match
+    on the kind; arguments that fail the input schema say which field and which rule."""
+
+    async def _handle_call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+    ) -> CallToolResult | InputRequiredResult:
+        result = await super()._handle_call_tool(ctx, params)
+        if not isinstance(result, CallToolResult) or not result.is_error:
+            return result
+        prefix = f"Error executing tool {params.name}: "
+        texts = [c.text.removeprefix(prefix) for c in result.content if isinstance(c, TextContent)]
+        return CallToolResult(content=[TextContent(type="text", text=t) for t in texts], is_error=True)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as e:
+            if isinstance(e.__cause__, ValidationError):
+                raise ToolError(invalid_text(e.__cause__)) from e.__cause__
+            raise
+
+
+def same_capabilities(server: MCPServer[Any]) -> None:
+    """Both eras see the same capabilities: tools, and resources with ``subscribe`` (served by
+    ``resources/subscribe`` and ``subscriptions/listen``). No ``listChanged``: hangar's tool and resource
+    lists never change at run time. No ``prompts``: it has none (``prompts/*`` is "method not found")."""
+    low = server._lowlevel_server
+    for method in ("prompts/list", "prompts/get"):
+        low._request_handlers.pop(method, None)
+
+    def capabilities(
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> ServerCapabilities:
+        # The handshake-era derivation for every version: listChanged from no options (false), subscribe
+        # from the resources/subscribe handler.
+        return type(low).get_capabilities(low, None, experimental_capabilities, extensions)
+
+    low.get_capabilities = capabilities  # type: ignore[method-assign]
 
 
 def build(app: FastAPI) -> MCPServer[Any]:
@@ -52,7 +117,8 @@ def build(app: FastAPI) -> MCPServer[Any]:
         if key
         else RequestStateSecurity.ephemeral(ttl=STATE_TTL_SECONDS)
     )
-    server: MCPServer[Any] = MCPServer(
+    tasks = app.state.mcp_tasks = Tasks(verifier)
+    server = HangarServer(
         "hangar",
         version="0.1.0",
         instructions=INSTRUCTIONS,
@@ -61,18 +127,23 @@ def build(app: FastAPI) -> MCPServer[Any]:
         auth=AuthSettings(issuer_url="https://hangar.invalid", resource_server_url=None),
         request_state_security=security,
         subscriptions=subscriptions.bus,
+        extensions=[tasks],
     )
     register(server, Hub(app.state), verifier)
     register_resources(server, Hub(app.state), verifier)
     subscriptions.register(server)
+    same_capabilities(server)
     return server
 
 
 def stop(state: Any) -> None:
-    """Stops the subscriptions' watches and poll (the app's lifespan ends)."""
+    """Stops the subscriptions' watches and poll, and the tasks still running (the app's lifespan ends)."""
     subscriptions: Subscriptions | None = getattr(state, "mcp_subscriptions", None)
     if subscriptions is not None:
         subscriptions.stop()
+    tasks: Tasks | None = getattr(state, "mcp_tasks", None)
+    if tasks is not None:
+        tasks.stop()
 
 
 def mount(app: FastAPI) -> MCPServer[Any]:
@@ -85,7 +156,15 @@ def mount(app: FastAPI) -> MCPServer[Any]:
         if hosts
         else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
-    asgi = server.streamable_http_app(streamable_http_path=PATH, transport_security=security)
+    # Event ids and `retry:` on the handshake era's SSE streams, so a client that loses one (mid
+    # wait_for_turn) resumes it with Last-Event-ID (SEP-1699). 2026-07-28 requests are stateless: a dropped
+    # one is sent again (see docs/mcp.md).
+    asgi = server.streamable_http_app(
+        streamable_http_path=PATH,
+        transport_security=security,
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_MS,
+    )
     # The route passes the request on unchanged (path /mcp), so the SDK app's own auth middleware and
     # route see it as if it stood alone.
     app.router.routes.append(Route(PATH, endpoint=asgi, include_in_schema=False))

@@ -1,9 +1,9 @@
 """Resource subscriptions: ``notifications/resources/updated`` for ``hangar://sessions/<name>``,
 ``hangar://sessions/<name>/events``, ``hangar://jobs/<id>`` and ``hangar://jobs/<id>/events``, in both eras.
 
-- 2026-07-28 clients open ``subscriptions/listen`` with ``resourceSubscriptions``: the SDK's
-  :class:`ListenHandler` serves the stream from our :class:`InMemorySubscriptionBus`; we wrap it to check that
-  the caller may read every URI (before the ack) and to count who listens to what.
+- 2026-07-28 clients open ``subscriptions/listen`` with ``resourceSubscriptions``: our handler checks that
+  the caller may read every URI (before the ack), acknowledges, and writes the stream's notifications itself
+  (the SDK's ``ListenHandler`` publishes through a queue, so it can't time a write).
 - 2025-era clients send ``resources/subscribe`` / ``resources/unsubscribe`` (``MCPServer`` has no handler for
   them; we add ours on the lowlevel server, which also advertises ``resources.subscribe: true``). The
   notification goes out on the client's session (its GET stream). A session's subscriptions end with it.
@@ -17,8 +17,9 @@ for new events (its scopes' last ``seq``) every half second, and at once when a 
 changes (a status change accompanies nearly every event); it is notified only when there are new events.
 Nothing is done for a URI nobody subscribed to.
 
-At most one notification per URI every 250 ms (:class:`Throttle`): the first change is sent at once, later
-ones within the window are folded into one trailing send at its end, so the last change is never lost.
+At most one notification per URI every 250 ms, per subscriber, timed from when the last one was written
+(:class:`~.outbox.Outbox`): the first change is sent at once, later ones within the window are folded into
+one trailing send at its end, so the last change is never lost.
 """
 
 from __future__ import annotations
@@ -26,25 +27,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import re
-import time
-from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.server.subscriptions import SUBSCRIPTION_ID_META_KEY, InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     EmptyResult,
+    ResourceUpdatedNotification,
+    ResourceUpdatedNotificationParams,
     SubscribeRequestParams,
+    SubscriptionFilter,
+    SubscriptionsAcknowledgedNotification,
+    SubscriptionsAcknowledgedNotificationParams,
     SubscriptionsListenRequestParams,
     SubscriptionsListenResult,
     UnsubscribeRequestParams,
@@ -57,16 +59,16 @@ from ..auth import Caller
 from . import common
 from .auth import TokensVerifier
 from .common import Hub
+from .inbox import URI as INBOX
+from .outbox import Outbox
 
 log = logging.getLogger("hangar.api.mcp.subscriptions")
 
-THROTTLE_SECONDS = 0.25
 EVENTS_POLL_SECONDS = 0.5
 MIN_CHECK_GAP = 0.05
 JOB_LABEL = "hangar.dev/job"
 _URI = re.compile(r"^hangar://(sessions|jobs)/([a-z0-9][-a-z0-9]*)(/events)?(?:\?.*)?$")
 _ATTEMPT = re.compile(r"^(.+)-a[0-9]+$")
-Send = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -74,73 +76,26 @@ class Target:
     """What a subscribable URI names. ``uri`` is its canonical form (no query): ``…/events?since=5`` and
     ``…/events`` change together."""
 
-    kind: str  # "sessions" | "jobs"
+    kind: str  # "sessions" | "jobs" | "inbox"
     name: str
     events: bool
 
     @property
     def uri(self) -> str:
+        if self.kind == "inbox":
+            return INBOX
         return f"hangar://{self.kind}/{self.name}" + ("/events" if self.events else "")
 
 
 def parse(uri: str) -> Target | None:
+    if uri == INBOX:
+        return Target("inbox", "", False)
     m = _URI.match(uri)
     return Target(m.group(1), m.group(2), bool(m.group(3))) if m else None
 
 
 def uris_of(kind: str, name: str) -> tuple[str, str]:
     return f"hangar://{kind}/{name}", f"hangar://{kind}/{name}/events"
-
-
-class Throttle:
-    """At most one send per key every ``interval`` seconds: leading edge, plus one trailing send at the end
-    of the window for whatever changed during it."""
-
-    def __init__(self, send: Send, interval: float = THROTTLE_SECONDS) -> None:
-        self.send = send
-        self.interval = interval
-        self._last: dict[str, float] = {}
-        self._trailing: dict[str, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def mark(self, key: str) -> None:
-        if key in self._trailing:
-            return  # the trailing send at the window's end covers this change
-        now = time.monotonic()
-        wait = self._last.get(key, -math.inf) + self.interval - now
-        if wait <= 0:
-            self._last[key] = now
-            self._spawn(self.send(key))
-        else:
-            self._trailing[key] = self._spawn(self._later(key, wait))
-        if len(self._last) > 4096:  # forget keys idle for longer than a window
-            for k, at in list(self._last.items()):
-                if at + self.interval < now and k not in self._trailing:
-                    del self._last[k]
-
-    async def _later(self, key: str, wait: float) -> None:
-        while wait > 0:
-            await asyncio.sleep(wait)
-            wait = self._last.get(key, -math.inf) + self.interval - time.monotonic()
-        self._trailing.pop(key, None)
-        self._last[key] = time.monotonic()
-        await self.send(key)
-
-    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
-        async def run() -> None:
-            try:
-                await coro
-            except Exception:
-                log.exception("sending a resource update failed")
-
-        task = asyncio.create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
 
 
 def header_caller(verifier: TokensVerifier, headers: Any) -> Caller:
@@ -162,29 +117,32 @@ class Subscriptions:
     def __init__(self, hub: Hub, verifier: TokensVerifier) -> None:
         self.hub = hub
         self.verifier = verifier
+        # The SDK's server wants a bus; hangar writes its notifications itself (outboxes), not through it.
         self.bus = InMemorySubscriptionBus()
-        self.listen_handler = ListenHandler(self.bus)
-        self.throttle = Throttle(self._send)
-        self._listens: Counter[str] = Counter()  # subscribed URI (as the client spelled it) → open streams
-        self._legacy: dict[str, dict[str, ServerSession]] = {}  # URI → MCP session id → session
+        self._outboxes: dict[str, set[Outbox]] = {}  # subscribed URI (as the client spelled it) → subscribers
+        self._legacy: dict[str, Outbox] = {}  # MCP session id → its outbox
         self._raw: dict[str, set[str]] = {}  # canonical URI → the subscribed spellings of it
         self._session_job: dict[str, str] = {}  # session → job, from the Session watch (label)
         self._seen: dict[str, tuple[tuple[str, int], ...]] = {}  # events URI → its scopes' last seq
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._hooked: set[str] = set()
+        self._waiting: dict[str, set[asyncio.Event]] = {}  # canonical URI → its wait_for_turn waiters
+        self._generation: dict[str, int] = {}  # canonical URI → changes seen (in this epoch)
+        self._epoch = 0
 
     # --- who listens ------------------------------------------------------------------------------------
     def subscribed(self, canonical: str) -> bool:
         return canonical in self._raw
 
     def _count(self, uri: str) -> int:
-        return self._listens[uri] + len(self._legacy.get(uri, {}))
+        return len(self._outboxes.get(uri, ()))
 
-    async def _add(self, uri: str) -> None:
+    async def _add(self, uri: str, outbox: Outbox) -> None:
         """One more subscriber of ``uri`` (already authorized)."""
         target = parse(uri)
         assert target is not None
+        outbox.uris.add(uri)
+        self._outboxes.setdefault(uri, set()).add(outbox)
         self._start()
         canonical = target.uri
         first = canonical not in self._raw
@@ -194,8 +152,14 @@ class Subscriptions:
             self._seen[canonical] = await self._fingerprint(target)
             self._wake.set()
 
-    def _remove(self, uri: str) -> None:
-        """Called after a subscriber of ``uri`` went: forget the URI when it was the last."""
+    def _remove(self, uri: str, outbox: Outbox) -> None:
+        """A subscriber of ``uri`` went: forget the URI when it was the last."""
+        outbox.uris.discard(uri)
+        subs = self._outboxes.get(uri)
+        if subs is not None:
+            subs.discard(outbox)
+            if not subs:
+                del self._outboxes[uri]
         if self._count(uri) > 0:
             return
         target = parse(uri)
@@ -215,11 +179,13 @@ class Subscriptions:
         if target is None:
             raise MCPError(
                 INVALID_PARAMS,
-                f"not found: cannot subscribe to {uri!r}: hangar://sessions/<name>, "
+                f"not found: cannot subscribe to {uri!r}: hangar://inbox, hangar://sessions/<name>, "
                 "hangar://sessions/<name>/events, hangar://jobs/<id> and hangar://jobs/<id>/events are "
                 "subscribable",
                 {"uri": uri},
             )
+        if target.kind == "inbox":
+            return  # every token has an inbox: what it may see
         try:
             if target.kind == "sessions":
                 await common.get_session(self.hub, who, target.name)
@@ -233,62 +199,83 @@ class Subscriptions:
     async def on_listen(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
-        """2026-07-28 ``subscriptions/listen``: authorize every resource URI, then the SDK's stream."""
+        """2026-07-28 ``subscriptions/listen``: authorize every resource URI, acknowledge them (and nothing
+        else: hangar sends no list changes), then write this stream's notifications until the client goes."""
+        sub_id = ctx.request_id
+        if sub_id is None:
+            raise MCPError(INVALID_REQUEST, "subscriptions/listen needs a request id")
         uris = list(dict.fromkeys(params.notifications.resource_subscriptions or []))
         if uris:
             who = header_caller(self.verifier, ctx.request.headers if ctx.request is not None else None)
             for uri in uris:
                 await self.authorize(who, uri)
-        for uri in uris:
-            self._listens[uri] += 1
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: sub_id}
+
+        async def write(uri: str) -> None:
+            note = ResourceUpdatedNotification(params=ResourceUpdatedNotificationParams(uri=uri, _meta=meta))
+            await ctx.session.send_notification(note, related_request_id=sub_id)
+
+        outbox = Outbox(write)
         try:
             for uri in uris:
-                await self._add(uri)
-            return await self.listen_handler(ctx, params)
+                await self._add(uri, outbox)
+            honored = SubscriptionFilter(resource_subscriptions=uris or None)
+            await ctx.session.send_notification(
+                SubscriptionsAcknowledgedNotification(
+                    params=SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
+                ),
+                related_request_id=sub_id,
+            )
+            await outbox.run()  # until the client disconnects (cancelled) or a write fails
         finally:
-            for uri in uris:
-                self._listens[uri] -= 1
-                if self._listens[uri] <= 0:
-                    del self._listens[uri]
-                self._remove(uri)
+            for uri in list(outbox.uris):
+                self._remove(uri, outbox)
+        return SubscriptionsListenResult(_meta=meta)
+
+    @staticmethod
+    def _session_key(ctx: ServerRequestContext[Any, Any]) -> tuple[str, Any]:
+        connection = getattr(ctx.session, "_connection", None)
+        return getattr(connection, "session_id", None) or f"conn-{id(connection)}", connection
 
     async def on_subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
     ) -> EmptyResult:
-        """2025-era ``resources/subscribe``: remembered per MCP session until unsubscribed or the session ends."""
+        """2025-era ``resources/subscribe``: remembered per MCP session until unsubscribed or the session ends;
+        the notifications go out on the session's GET stream."""
         uri = str(params.uri)
         who = header_caller(self.verifier, ctx.request.headers if ctx.request is not None else None)
         await self.authorize(who, uri)
-        connection = getattr(ctx.session, "_connection", None)
-        key = getattr(connection, "session_id", None) or f"conn-{id(connection)}"
-        self._legacy.setdefault(uri, {})[key] = ctx.session
-        if connection is not None and key not in self._hooked:
-            self._hooked.add(key)
-            connection.exit_stack.callback(self._session_closed, key)
-        await self._add(uri)
+        key, connection = self._session_key(ctx)
+        outbox = self._legacy.get(key)
+        if outbox is None or outbox.broken is not None:
+            session = ctx.session
+
+            async def write(u: str) -> None:
+                await session.send_resource_updated(u)
+
+            outbox = self._legacy[key] = Outbox(write)
+            if connection is not None:
+                connection.exit_stack.callback(self._session_closed, key, outbox)
+            outbox.start()
+        await self._add(uri, outbox)
         return EmptyResult()
 
     async def on_unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
     ) -> EmptyResult:
         uri = str(params.uri)
-        connection = getattr(ctx.session, "_connection", None)
-        key = getattr(connection, "session_id", None) or f"conn-{id(connection)}"
-        subs = self._legacy.get(uri, {})
-        if subs.pop(key, None) is not None:
-            if not subs:
-                self._legacy.pop(uri, None)
-            self._remove(uri)
+        key, _ = self._session_key(ctx)
+        outbox = self._legacy.get(key)
+        if outbox is not None and uri in outbox.uris:
+            self._remove(uri, outbox)
         return EmptyResult()
 
-    def _session_closed(self, key: str) -> None:
-        self._hooked.discard(key)
-        for uri in [u for u, subs in self._legacy.items() if key in subs]:
-            subs = self._legacy[uri]
-            subs.pop(key, None)
-            if not subs:
-                del self._legacy[uri]
-            self._remove(uri)
+    def _session_closed(self, key: str, outbox: Outbox) -> None:
+        outbox.stop()
+        if self._legacy.get(key) is outbox:
+            del self._legacy[key]
+        for uri in list(outbox.uris):
+            self._remove(uri, outbox)
 
     def register(self, server: MCPServer[Any]) -> None:
         low = server._lowlevel_server
@@ -298,22 +285,42 @@ class Subscriptions:
 
     # --- sending ----------------------------------------------------------------------------------------
     def changed(self, canonical: str) -> None:
-        if canonical in self._raw:
-            self.throttle.mark(canonical)
-
-    async def _send(self, canonical: str) -> None:
+        """``canonical`` changed: wake its waiters, mark it (as each subscriber spelled it) in their
+        outboxes."""
+        if len(self._generation) > 50_000:  # every name ever seen: start counting again, in a new epoch
+            self._generation.clear()
+            self._epoch += 1
+        self._generation[canonical] = self._generation.get(canonical, 0) + 1
+        for event in self._waiting.get(canonical, ()):
+            event.set()
         for uri in list(self._raw.get(canonical, ())):
-            if self._listens[uri] > 0:
-                await self.bus.publish(ResourceUpdated(uri=uri))
-            for key, session in list(self._legacy.get(uri, {}).items()):
-                try:
-                    await session.send_resource_updated(uri)
-                except Exception as e:  # the session is gone
-                    log.info("dropping the subscription of MCP session %s to %s: %s", key, uri, e)
-                    self._legacy.get(uri, {}).pop(key, None)
-                    if not self._legacy.get(uri, True):
-                        self._legacy.pop(uri, None)
-                    self._remove(uri)
+            for outbox in list(self._outboxes.get(uri, ())):
+                if outbox.broken is not None:  # a session gone: its subscriptions go with it
+                    for gone in list(outbox.uris):
+                        self._remove(gone, outbox)
+                    continue
+                outbox.mark(uri)
+
+    # --- waiters (wait_for_turn) ------------------------------------------------------------------------
+    def generation(self, canonical: str) -> tuple[int, int]:
+        """Which change of ``canonical`` the watches saw last: a snapshot read before it is stale. (Once the
+        watches run; before, every target is at (0, 0), and snapshots are kept 250 ms at most anyway.)"""
+        return self._epoch, self._generation.get(canonical, 0)
+
+    async def wait_change(self, canonical: str, timeout: float) -> None:
+        """Returns when ``canonical`` changes (the watches see it), or after ``timeout`` seconds."""
+        self._start()
+        event = asyncio.Event()
+        waiting = self._waiting.setdefault(canonical, set())
+        waiting.add(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            waiting.discard(event)
+            if not waiting:
+                self._waiting.pop(canonical, None)
 
     # --- where changes come from ------------------------------------------------------------------------
     def _start(self) -> None:
@@ -330,7 +337,8 @@ class Subscriptions:
     def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        self.throttle.stop()
+        for outbox in list(self._legacy.values()):
+            outbox.stop()
 
     async def _watch(self, plural: str, on: Callable[[str, Obj], None]) -> None:
         while True:
@@ -346,6 +354,7 @@ class Subscriptions:
                 await asyncio.sleep(1)
 
     def _session_changed(self, session: str) -> None:
+        self.changed(INBOX)
         uri, events = uris_of("sessions", session)
         self.changed(uri)
         self._kick(events)
@@ -385,6 +394,7 @@ class Subscriptions:
             self._session_changed(str(session))
 
     def _on_job(self, kind: str, obj: Obj) -> None:
+        self.changed(INBOX)
         uri, events = uris_of("jobs", str(obj["metadata"].get("name", "")))
         self.changed(uri)
         self._kick(events)

@@ -11,8 +11,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import InputRequiredResult, ToolAnnotations
 from pydantic import Field
 
-from hangar.models.base import ApprovalPolicy, Harness
-from hangar.models.limits import MessageText
+from hangar.models.base import NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
+from hangar.models.job import JOB_NAME_MAX
+from hangar.models.limits import MESSAGE_MAX, bounded
 
 from .. import approvals as ap
 from .. import deps, job_approvals, job_attempts, job_steering, jobs, sessions, steering
@@ -24,12 +25,54 @@ from .common import Hub, refusals, sessions_only
 from .waiting import wait_for_turn as wait_loop
 
 Ctx = Context[Any, Any]
-Ref = Annotated[str, Field(min_length=1, max_length=253, description="A job id or a session name")]
-SessionName = Annotated[str, Field(min_length=1, max_length=253, description="The session's name")]
-JobId = Annotated[str, Field(min_length=1, max_length=253, description="The job's id")]
-Message = MessageText
+# The same rules as REST's bodies (hangar_api.sessions, .jobs, .approvals), in the tools' input schemas, so
+# a client sees them before it calls; strict: a "10" is not an integer, nor "true" a boolean.
+LABEL = "a DNS label: lowercase letters, digits and '-', starting with a letter"
+Ref = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=NAME_MAX,
+        pattern=NAME_PATTERN,
+        description=f"A job id or a session name ({LABEL})",
+    ),
+]
+SessionName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=NAME_MAX,
+        pattern=NAME_PATTERN,
+        description=f"The session's name ({LABEL}, at most {NAME_MAX} characters)",
+    ),
+]
+JobId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=JOB_NAME_MAX,
+        pattern=NAME_PATTERN,
+        description=f"The job's id ({LABEL}, at most {JOB_NAME_MAX} characters)",
+    ),
+]
+# At least one character that isn't white space: a blank message tells the agent nothing.
+NOT_BLANK = r"\S"
+Message = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MESSAGE_MAX,
+        pattern=NOT_BLANK,
+        description="What the agent is told (not blank)",
+    ),
+    bounded(MESSAGE_MAX),
+]
+ApprovalId = Annotated[str, Field(pattern=r"^ap-[0-9a-f]{12}$", description="The approval's id, ap-<12 hex>")]
 Decision = Literal["allow", "deny", "allow_always"]
-Timeout = Annotated[int, Field(ge=1, le=600, description="Seconds to wait, at most 600 (10 minutes)")]
+Timeout = Annotated[
+    int, Field(strict=True, ge=1, le=600, description="Seconds to wait, at most 600 (10 minutes)")
+]
+Flag = Annotated[bool, Field(strict=True)]
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -68,8 +111,10 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
 
     @server.tool(annotations=WRITE)
     async def new_session(
-        name: Annotated[str, Field(min_length=1, max_length=40, description="A DNS label, at most 40 chars")],
-        environment: Annotated[str, Field(min_length=1, max_length=253)],
+        name: SessionName,
+        environment: Annotated[
+            str, Field(min_length=1, max_length=253, description="The environment's name")
+        ],
         message: Message,
         ctx: Ctx,
         harness: Harness = "claude",
@@ -97,8 +142,10 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
     async def steer_turn(
         ref: Ref,
         ctx: Ctx,
-        message: MessageText | None = None,
-        interrupt: bool = False,
+        message: Annotated[
+            str | None, Field(min_length=1, max_length=MESSAGE_MAX, pattern=NOT_BLANK), bounded(MESSAGE_MAX)
+        ] = None,
+        interrupt: Flag = False,
     ) -> dict[str, Any]:
         """Tell a running agent something mid-turn (a steer), or with interrupt=true stop its turn (with a
         message: stop and go on with it). ref is a job id (every attempt with a running turn) or a session
@@ -126,10 +173,12 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
     @server.tool(annotations=WRITE)
     async def answer_approval(
         ref: Ref,
-        approval: Annotated[str, Field(min_length=1, max_length=253, description="ap-<12 hex>")],
+        approval: ApprovalId,
         decision: Decision,
         ctx: Ctx,
-        message: Annotated[str | None, Field(max_length=ap.MESSAGE_MAX)] = None,
+        message: Annotated[
+            str | None, Field(max_length=ap.MESSAGE_MAX, description="What the agent is told (optional)")
+        ] = None,
     ) -> dict[str, Any]:
         """Decide a tool approval the agent waits on: allow, deny (the message reaches the agent) or
         allow_always (this call and calls like it for the rest of the turn). An approval is decided once:

@@ -13,89 +13,55 @@ on a **question** (phase ``NeedsInput``, or a job in ``needs_input``):
 An approval is decided with the REST layer's :func:`hangar_api.approvals.decide` (decided once: a form answered
 after someone else decided is ``stale``). An answer to a question is the next Turn of each waiting session,
 created under the exact next index, so it is sent at most once: when someone else answered first the name is
-taken, nothing is sent and the outcome is ``stale``. A declined approval is not asked again in the same call
-(it stays pending); a declined or cancelled question, or a cancelled approval form, ends the call.
+taken, nothing is sent and the outcome is ``stale``. A declined approval stays pending and is not asked of
+that client again, in this call or a later one (``declines.py``); a declined or cancelled question, or a
+cancelled approval form, ends the call.
+
+``timeout_seconds`` counts from the call's first round: a 2026-07-28 retry carries the start and the
+deadline in its sealed ``requestState``, so the rounds a person spends on forms count, and the progress
+(seconds since that start) never goes back.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
-from fastapi import HTTPException
-from mcp.server.elicitation import render_elicitation_schema
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel
 
-from hangar.kube import ApiException, Kube, Obj, owner_ref
+from hangar.kube import Obj
 from hangar.models.job import JOB_FINAL
-from hangar.models.limits import MessageText
 
 from .. import approvals as ap
 from .. import job_attempts
 from ..auth import Caller
 from ..views import job_pr, turn_view
-from .auth import acting
+from . import declines, tasks
+from .answers import (
+    ANSWER_SCHEMA,
+    APPROVAL_SCHEMA,
+    AnswerForm,
+    ApprovalForm,
+    CallState,
+    apply_approval_response,
+    apply_question_response,
+)
 from .common import Hub, Target
+from .subscriptions import Subscriptions
 
 POLL_SECONDS = 0.5
+SHARED_SECONDS = 0.25  # how old a snapshot other waiters on the same target may reuse
 PROGRESS_EVERY = 2.0
 ELICIT_WAIT_SECONDS = 15 * 60
 JOB_SETTLE_SECONDS = 10.0  # how long a job's state may lag behind its turns' end
 ENDED = ("Completed", "Failed", "Interrupted", "NeedsInput")
-Outcome = Literal["answered", "declined", "cancelled", "stale"]
-
-
-class ApprovalForm(BaseModel):
-    decision: Literal["allow", "deny", "allow_always"] = Field(
-        description="allow, deny, or allow_always (this call and calls like it for the rest of the turn)"
-    )
-    message: str | None = Field(
-        default=None, max_length=ap.MESSAGE_MAX, description="Optional: what the agent is told"
-    )
-
-
-class AnswerForm(BaseModel):
-    answer: MessageText = Field(description="Your answer to the agent")
-
-
-APPROVAL_SCHEMA = render_elicitation_schema(ApprovalForm)
-ANSWER_SCHEMA = render_elicitation_schema(AnswerForm)
-
-
-# --- what the call has done so far (carried across 2026-07-28 rounds in the sealed requestState) ----------
-@dataclass
-class CallState:
-    declined: list[str] = field(default_factory=list)  # approvals the person declined to answer
-    history: list[dict[str, Any]] = field(default_factory=list)  # each approval form's outcome
-    elicitation: dict[str, Any] | None = None  # the last question's outcome
-    questions: int = 0
-    asked: dict[str, dict[str, Any]] = field(default_factory=dict)  # input key -> what it asks
-
-    def dump(self) -> str:
-        return json.dumps(self.__dict__)
-
-    @classmethod
-    def load(cls, raw: str | None) -> CallState:
-        if not raw:
-            return cls()
-        try:
-            data = json.loads(raw)
-            return cls(
-                declined=list(data.get("declined") or []),
-                history=list(data.get("history") or []),
-                elicitation=data.get("elicitation"),
-                questions=int(data.get("questions") or 0),
-                asked=dict(data.get("asked") or {}),
-            )
-        except (ValueError, TypeError, AttributeError):
-            return cls()
 
 
 # --- reading the target ---------------------------------------------------------------------------------
@@ -218,6 +184,45 @@ async def snapshot(hub: Hub, target: Target) -> Snapshot:
     return Snapshot(target, obj, sessions, latest, pending)
 
 
+_shared: dict[tuple[int, str, str], tuple[float, tuple[int, int], asyncio.Future[Snapshot]]] = {}
+
+
+def watched_uri(target: Target) -> str:
+    return f"hangar://{target.kind}s/{target.name}"
+
+
+def changes(hub: Hub) -> Subscriptions | None:
+    subs: Subscriptions | None = getattr(hub.state, "mcp_subscriptions", None)
+    return subs
+
+
+async def shared_snapshot(hub: Hub, target: Target, fresh: bool = False) -> Snapshot:
+    """The target as read at most :data:`SHARED_SECONDS` ago and since its last change the watches saw, one
+    read for every waiter on it: a thousand ``wait_for_turn`` calls on one session cost the apiserver what
+    one does. A waiter that has just written (applied an answer) reads ``fresh``, and its read replaces the
+    shared one, so no waiter reuses a read from before the write."""
+    key = (id(hub.state), target.kind, target.name)
+    subs = changes(hub)
+    gen = subs.generation(watched_uri(target)) if subs is not None else (0, 0)
+    now = time.monotonic()
+    hit = _shared.get(key)
+    if (
+        fresh
+        or hit is None
+        or now - hit[0] > SHARED_SECONDS
+        or hit[1] != gen
+        or (hit[2].done() and hit[2].exception() is not None)
+    ):
+        hit = (now, gen, asyncio.ensure_future(snapshot(hub, target)))
+        _shared[key] = hit
+        if len(_shared) > 1024:  # forget targets nobody waits on
+            for k, (at, _, fut) in list(_shared.items()):
+                if now - at > SHARED_SECONDS and fut.done():
+                    del _shared[k]
+    # Shielded: one waiter going away doesn't cancel the read the others wait for.
+    return await asyncio.shield(hit[2])
+
+
 # --- the answer -------------------------------------------------------------------------------------------
 def result(snap: Snapshot, st: CallState, *, done: bool, timed_out: bool = False) -> dict[str, Any]:
     primary = snap.primary()
@@ -276,113 +281,8 @@ def question_prompt(target: Target, question: str) -> str:
     return f"{who} {target.name} asks: {question}"
 
 
-# --- applying answers -------------------------------------------------------------------------------------
-async def decide(
-    hub: Hub, who: Caller, snap_names: list[str], target: Target, approval: str, form: ApprovalForm
-) -> dict[str, Any]:
-    body = ap.DecisionBody(decision=form.decision, message=form.message or None)
-    audit: dict[str, Any] = {"via": "mcp", target.kind: target.name}
-    try:
-        await ap.decide(hub.kube, hub.db, acting(who), snap_names, approval, body, target.where, **audit)
-    except HTTPException as e:  # decided by someone else, expired, withdrawn, gone: nothing changed
-        return {"id": approval, "outcome": "stale", "detail": str(e.detail)}
-    return {"id": approval, "outcome": "answered", "decision": form.decision, "message": form.message}
-
-
-async def _create_next_turn(k: Kube, s: Obj, index: int, message: str, by: str) -> str | None:
-    """Turn ``<session>-<index>``, or None when that name is taken (someone else answered first)."""
-    session = s["metadata"]["name"]
-    name = f"{session}-{index}"
-    body = {
-        "apiVersion": "hangar.dev/v1alpha1",
-        "kind": "Turn",
-        "metadata": {
-            "name": name,
-            "labels": {"hangar.dev/session": session, "app.kubernetes.io/part-of": "hangar"},
-            "ownerReferences": [owner_ref(s)],
-        },
-        # An answer to the agent's own question is new information (steering.md, classifying steers).
-        "spec": {"session": session, "index": index, "message": message, "by": by, "class": "new_info"},
-    }
-    try:
-        await k.create("turns", body)
-    except ApiException as e:
-        if e.status == 409:
-            return None
-        raise
-    return name
-
-
-async def answer(hub: Hub, who: Caller, target: Target, asked: dict[str, Any], text: str) -> dict[str, Any]:
-    """Send ``text`` as the next message of each session still waiting in the turn that asked, at most
-    once: the next turn's name is created exactly, so a second answer (another client, a retry) finds it
-    taken and sends nothing."""
-    k = hub.kube
-    base = {"question": asked.get("question"), "answer": text}
-    if target.kind == "job":
-        j = await k.get("jobs", target.name)
-        if j is None:
-            return {**base, "outcome": "stale", "detail": f"job {target.name!r} is gone"}
-        try:
-            job_attempts.refuse_final(j, "take an answer")
-        except HTTPException as e:
-            return {**base, "outcome": "stale", "detail": str(e.detail)}
-    sent: list[str] = []
-    for session, index in dict(asked.get("turns") or {}).items():
-        s = await k.get("sessions", session)
-        if (
-            s is None
-            or (s.get("status") or {}).get("phase") in ("Failed", "Stopped")
-            or s["spec"].get("stopped")
-        ):
-            continue
-        name = await _create_next_turn(k, s, int(index) + 1, text, who.subject)
-        if name is not None:
-            sent.append(name)
-    if not sent:
-        return {**base, "outcome": "stale", "detail": "the question was already answered; nothing was sent"}
-    action = "session.send" if target.kind == "session" else "job.follow_up"
-    await hub.db.audit(who.subject, action, target.name, turns=sent, via="mcp", answers=asked.get("question"))
-    return {**base, "outcome": "answered", "turns": sent}
-
-
-async def apply_approval_response(
-    hub: Hub, who: Caller, target: Target, names: list[str], st: CallState, approval: str, resp: ElicitResult
-) -> bool:
-    """Apply one approval form's response; True when the call should stop (the form was cancelled)."""
-    if resp.action == "accept":
-        try:
-            form = ApprovalForm.model_validate(resp.content or {})
-        except ValidationError as e:
-            raise ToolError(f"invalid: the approval form's answer doesn't validate: {e}") from None
-        st.history.append(await decide(hub, who, names, target, approval, form))
-        return False
-    if resp.action == "decline":
-        st.declined.append(approval)
-        st.history.append({"id": approval, "outcome": "declined"})
-        return False
-    st.history.append({"id": approval, "outcome": "cancelled"})
-    return True
-
-
-async def apply_question_response(
-    hub: Hub, who: Caller, target: Target, st: CallState, asked: dict[str, Any], resp: ElicitResult
-) -> bool:
-    """Apply the answer to a question; True when the call should stop (declined or cancelled)."""
-    if resp.action == "accept":
-        try:
-            form = AnswerForm.model_validate(resp.content or {})
-        except ValidationError as e:
-            raise ToolError(f"invalid: the answer doesn't validate: {e}") from None
-        st.elicitation = await answer(hub, who, target, asked, form.answer)
-        return False
-    outcome: Outcome = "declined" if resp.action == "decline" else "cancelled"
-    st.elicitation = {"question": asked.get("question"), "outcome": outcome}
-    return True
-
-
 async def apply_input_responses(
-    hub: Hub, who: Caller, target: Target, st: CallState, responses: dict[str, Any]
+    hub: Hub, who: Caller, client: str, target: Target, st: CallState, responses: dict[str, Any]
 ) -> bool:
     """A 2026-07-28 retry: apply each answered form once. True when the call should stop."""
     stop = False
@@ -393,7 +293,7 @@ async def apply_input_responses(
             continue
         del st.asked[key]
         if asked["kind"] == "approval":
-            stop |= await apply_approval_response(hub, who, target, snap.names, st, asked["id"], resp)
+            stop |= await apply_approval_response(hub, who, client, target, snap.names, st, asked["id"], resp)
         else:
             stop |= await apply_question_response(hub, who, target, st, asked, resp)
     return stop
@@ -411,43 +311,92 @@ async def elicit(ctx: Context[Any, Any], message: str, schema: type[BaseModel]) 
     return ElicitResult(action=got.action)
 
 
+def approval_requests(target: Target, askable: list[Obj], st: CallState) -> dict[str, ElicitRequest]:
+    """One form per approval (``approve-<id>``), remembered in ``st.asked``."""
+    st.asked = {}
+    requests: dict[str, ElicitRequest] = {}
+    for a in askable:
+        key = f"approve-{a['metadata']['name']}"
+        st.asked[key] = {"kind": "approval", "id": a["metadata"]["name"]}
+        requests[key] = ElicitRequest(
+            params=ElicitRequestFormParams(
+                message=approval_prompt(target, a), requested_schema=APPROVAL_SCHEMA
+            )
+        )
+    return requests
+
+
+def question_request(
+    target: Target, text: str, turns: dict[str, int], st: CallState
+) -> tuple[str, dict[str, Any], ElicitRequest]:
+    """The question's form, ``answer-<n>``: a new ``n`` for each question; the same while it is still the
+    one outstanding (a task asks again every round until it is answered)."""
+    asked = {"kind": "question", "question": text, "turns": turns}
+    key = next((k for k, v in st.asked.items() if v == asked), None)
+    if key is None:
+        st.questions += 1
+        key = f"answer-{st.questions}"
+    st.asked = {key: asked}
+    form = ElicitRequestFormParams(message=question_prompt(target, text), requested_schema=ANSWER_SCHEMA)
+    return key, asked, ElicitRequest(params=form)
+
+
 # --- the tool ---------------------------------------------------------------------------------------------
 async def wait_for_turn(
     hub: Hub, who: Caller, ctx: Context[Any, Any], target: Target, timeout: float
 ) -> dict[str, Any] | InputRequiredResult:
+    """The loop. Run as a task (``tasks.py``), it asks through the task (``input_required``, answered with
+    ``tasks/update``) and reports its progress as the task's status message."""
+    task = tasks.running()
     is_modern, elicits = modern(ctx), can_elicit(ctx)
-    st = CallState.load(ctx.request_state) if is_modern else CallState()
-    if is_modern and ctx.input_responses:
-        if await apply_input_responses(hub, who, target, st, dict(ctx.input_responses)):
+    client = declines.client_key(who, ctx)
+    st = CallState.load(ctx.request_state) if is_modern and task is None else CallState()
+    if not st.started:
+        st.started = time.time()
+        st.deadline = st.started + timeout
+    if is_modern and task is None and ctx.input_responses:
+        if await apply_input_responses(hub, who, client, target, st, dict(ctx.input_responses)):
             snap = await snapshot(hub, target)
             return result(snap, st, done=not snap.running and not snap.first_turn_due())
     st.asked = {}
-    started = time.monotonic()
-    deadline = started + timeout
     ended_since: float | None = None
     last_note, last_report = "", 0.0
+    # An answer was just applied (this round's, or in the loop): read afresh, not a snapshot from before it.
+    wrote = bool(is_modern and ctx.input_responses)
+
+    async def through_task(requests: dict[str, ElicitRequest]) -> bool:
+        """One round of a task's forms: True when the call should stop."""
+        assert task is not None
+        got = await task.ask(requests, POLL_SECONDS)
+        return bool(got) and await apply_input_responses(hub, who, client, target, st, got)
+
     while True:
-        snap = await snapshot(hub, target)
-        askable = [a for a in snap.pending if a["metadata"]["name"] not in st.declined]
+        snap = await shared_snapshot(hub, target, fresh=wrote)
+        wrote = False
+        pending = [a["metadata"]["name"] for a in snap.pending]
+        gone = set(st.declined) | await declines.declined(hub.db, client, pending)
+        askable = [a for a in snap.pending if a["metadata"]["name"] not in gone]
+        if askable and time.time() >= st.deadline:
+            return result(snap, st, done=False, timed_out=True)
         if askable:
             ended_since = None
             if not elicits:
                 return result(snap, st, done=False)
+            if task is not None:
+                if await through_task(approval_requests(target, askable, st)):
+                    return result(await snapshot(hub, target), st, done=False)
+                wrote = True
+                continue
             if is_modern:
-                requests: dict[str, Any] = {}
-                for a in askable:
-                    key = f"approve-{a['metadata']['name']}"
-                    st.asked[key] = {"kind": "approval", "id": a["metadata"]["name"]}
-                    requests[key] = ElicitRequest(
-                        params=ElicitRequestFormParams(
-                            message=approval_prompt(target, a), requested_schema=APPROVAL_SCHEMA
-                        )
-                    )
-                return InputRequiredResult(input_requests=requests, request_state=st.dump())
+                requests = approval_requests(target, askable, st)
+                return InputRequiredResult(input_requests=dict(requests), request_state=st.dump())
             a = askable[0]
             resp = await elicit(ctx, approval_prompt(target, a), ApprovalForm)
-            if await apply_approval_response(hub, who, target, snap.names, st, a["metadata"]["name"], resp):
+            if await apply_approval_response(
+                hub, who, client, target, snap.names, st, a["metadata"]["name"], resp
+            ):
                 return result(await snapshot(hub, target), st, done=False)
+            wrote = True
             continue
         ended = not snap.running and not snap.first_turn_due()
         if ended and snap.state in ("verifying", "delivering"):
@@ -458,26 +407,24 @@ async def wait_for_turn(
             ended = time.monotonic() - ended_since > JOB_SETTLE_SECONDS
         if ended:
             q = snap.question()
-            if q is None or not elicits:
+            if q is None or not elicits or (task is not None and time.time() >= st.deadline):
                 return result(snap, st, done=True)
-            text, turns = q
-            st.questions += 1
-            key = f"answer-{st.questions}"
-            asked = {"kind": "question", "question": text, "turns": turns}
+            key, asked, request = question_request(target, q[0], q[1], st)
+            if task is not None:
+                if await through_task({key: request}):
+                    return result(await snapshot(hub, target), st, done=True)
+                wrote = True
+                continue
             if is_modern:
-                st.asked[key] = asked
-                form = ElicitRequestFormParams(
-                    message=question_prompt(target, text), requested_schema=ANSWER_SCHEMA
-                )
-                return InputRequiredResult(
-                    input_requests={key: ElicitRequest(params=form)}, request_state=st.dump()
-                )
-            resp = await elicit(ctx, question_prompt(target, text), AnswerForm)
+                return InputRequiredResult(input_requests={key: request}, request_state=st.dump())
+            st.asked = {}
+            resp = await elicit(ctx, question_prompt(target, q[0]), AnswerForm)
             if await apply_question_response(hub, who, target, st, asked, resp):
                 return result(await snapshot(hub, target), st, done=True)
+            wrote = True
             continue
-        now = time.monotonic()
-        if now >= deadline:
+        now = time.time()
+        if now >= st.deadline:
             return result(snap, st, done=False, timed_out=True)
         primary = snap.primary()
         note = (
@@ -485,7 +432,15 @@ async def wait_for_turn(
             if primary is not None
             else f"{target.where} {snap.state}: waiting for its first turn"
         )
-        if note != last_note or now - last_report >= PROGRESS_EVERY:
-            await ctx.report_progress(round(now - started, 1), timeout, note)
+        if task is not None:
+            task.working(note)  # tasks carry no progress notifications: the status message says it
+        elif note != last_note or now - last_report >= PROGRESS_EVERY:
+            # Seconds since the call's first round: the same clock on every round, so it never goes back.
+            await ctx.report_progress(round(min(now - st.started, timeout), 1), timeout, note)
             last_note, last_report = note, now
-        await anyio.sleep(POLL_SECONDS)
+        # Woken by the watches when the target changes; read again every half second anyway.
+        subs = changes(hub)
+        if subs is not None:
+            await subs.wait_change(watched_uri(target), POLL_SECONDS)
+        else:
+            await anyio.sleep(POLL_SECONDS)

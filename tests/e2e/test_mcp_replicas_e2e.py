@@ -1,0 +1,185 @@
+"""Two API replicas behind one address (a round-robin TCP proxy, a new connection per request) serve one MCP
+client: a 2026-07-28 ``input_required`` retry that lands on the other replica is applied (the shared
+``HANGAR_MCP_STATE_KEY``), and a subscriber on replica A hears a change made through replica B (changes come
+from the apiserver's watches, events from the shared database). The SDK's ``Client`` over real HTTP, the
+real Claude Code CLI against a ScriptedModel."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, ElicitResult, InputRequiredResult
+
+from hangar.devcluster.controlplane import free_port, stop_process
+from hangar.devcluster.stack import Stack, wait_http
+from hangar.testing.model_server import ScriptedModel, Step
+
+from .conftest import Cluster
+from .helpers import Api, clis_installed, wait
+from .test_mcp_e2e import MODERN, claude_env, data, in_thread, new_session, pending
+from .test_mcp_e2e import _cleanup as _cleanup  # the autouse fixture deleting what a test made
+from .test_mcp_subscriptions_e2e import Heard, listening
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not clis_installed(), reason="agent CLIs not installed (tools/install-clis.sh)"),
+]
+
+
+@contextmanager
+def replicas(stack: Stack, n: int = 2) -> Iterator[list[int]]:
+    """``n`` more API processes on the stack's apiserver and database, with one MCP state key."""
+    root = Path(tempfile.mkdtemp(prefix="hangar-replicas-", dir="/tmp"))
+    key = secrets.token_urlsafe(32)
+    procs: list[subprocess.Popen[bytes]] = []
+    ports = [free_port() for _ in range(n)]
+    try:
+        for i, port in enumerate(ports):
+            env = {**stack.env(), "HANGAR_API_PORT": str(port), "HANGAR_MCP_STATE_KEY": key}
+            log = root / f"api-{i}.log"
+            with log.open("ab") as fh:
+                p = subprocess.Popen(
+                    [*stack.hangar(), "api", "--host", "127.0.0.1"],
+                    env=env,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=str(root),
+                )
+            procs.append(p)
+            wait_http(f"http://127.0.0.1:{port}/readyz", 60, p, log)
+        yield ports
+    finally:
+        for p in procs:
+            stop_process(p.pid, p, grace=10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class RoundRobin:
+    """A TCP proxy sending each new connection to the next port in turn; ``served`` records where."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports
+        self.served: list[int] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def _pipe(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            w.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = self.ports[len(self.served) % len(self.ports)]
+        self.served.append(port)
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer))
+
+    async def __aenter__(self) -> RoundRobin:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+@asynccontextmanager
+async def client_at(
+    stack: Stack, url: str, *, fresh_connections: bool = False, **kw: Any
+) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {stack.token_for('mcp-client')}"}
+    if fresh_connections:
+        headers["Connection"] = "close"  # every request a new connection: the proxy alternates replicas
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http), **kw) as client:
+        yield client
+
+
+async def test_two_replicas_behind_one_address_serve_one_client(
+    cluster: Cluster, stack: Stack, model: ScriptedModel
+) -> None:
+    model.add(
+        Step(text="Writing.", command="echo hi > mcp-rep.txt"),
+        Step(when="tool_result", text="FINAL: written."),
+        Step(when="and again", text="FINAL: again."),
+    )
+    claude_env(cluster, "mcp-env-ask", model, approvals="ask")
+    api = Api(stack)
+    new_session(api, "mcp-rep", "mcp-env-ask", "write it")
+    [p] = await in_thread(wait, lambda: pending(api, "mcp-rep"), 120, "the approval")
+    uri = "hangar://sessions/mcp-rep"
+    args = {"ref": "mcp-rep", "timeout_seconds": 120}
+
+    async def allow(_: Any, params: Any) -> ElicitResult:
+        return ElicitResult(action="accept", content={"decision": "allow"})
+
+    with replicas(stack) as (port_a, port_b):
+        a_url, b_url = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
+        heard = Heard()
+        async with (
+            RoundRobin([port_a, port_b]) as proxy,
+            client_at(stack, a_url, mode="auto") as on_a,
+            listening(on_a, [uri], heard),
+            client_at(
+                stack,
+                f"http://127.0.0.1:{proxy.port}",
+                fresh_connections=True,
+                mode=MODERN,
+                elicitation_callback=allow,
+            ) as client,
+        ):
+            first = await client.session.call_tool("wait_for_turn", args, allow_input_required=True)
+            assert isinstance(first, InputRequiredResult), first
+            asked_on = proxy.served[-1]
+            [key] = list(first.input_requests or {})
+            assert key == f"approve-{p['id']}"
+            reply = {key: ElicitResult(action="accept", content={"decision": "allow"})}
+            before = len(proxy.served)
+            r = await client.session.call_tool(
+                "wait_for_turn",
+                args,
+                input_responses=reply,  # type: ignore[arg-type]
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+            assert proxy.served[before] != asked_on, "the retry reached the other replica"
+            assert isinstance(r, CallToolResult)
+            out = data(r)
+            assert out["done"] and out["phase"] == "Completed", out
+            assert out["approval"] == {
+                "id": p["id"],
+                "outcome": "answered",
+                "decision": "allow",
+                "message": None,
+            }
+            # A change made through replica B reaches the subscriber on replica A.
+            await asyncio.sleep(1)
+            start = time.monotonic()
+            async with httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {stack.token}"}, timeout=30
+            ) as b:
+                sent = await b.post(f"{b_url}/api/sessions/mcp-rep/messages", json={"message": "and again"})
+                assert sent.status_code in (200, 201, 202), sent.text
+            await heard.next(uri, start, timeout=30)
+    assert (await in_thread(api.wait_turn, "mcp-rep", 2))["phase"] == "Completed"
