@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeAlias, get_args
 
-from ..models.limits import MESSAGE_MAX, utf8_len
+from ..limits import MESSAGE_MAX, utf8_len
 from .http import call
 
 Handler = Callable[[argparse.Namespace], None]

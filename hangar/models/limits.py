@@ -17,33 +17,22 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, JsonValue
 
+# The numbers live in hangar.limits (no pydantic: the CLI imports them and starts fast); the same names here.
+from ..limits import ARTIFACTS_MAX as ARTIFACTS_MAX
+from ..limits import INLINE_MAX as INLINE_MAX
+from ..limits import INTERRUPTS_MAX as INTERRUPTS_MAX
+from ..limits import MESSAGE_MAX as MESSAGE_MAX
+from ..limits import MODEL_MAX as MODEL_MAX
+from ..limits import OBJECT_BUDGET as OBJECT_BUDGET
+from ..limits import PREVIEW_MAX as PREVIEW_MAX
+from ..limits import REASON_MAX as REASON_MAX
+from ..limits import RESULT_MAX as RESULT_MAX
+from ..limits import STEERS_MAX as STEERS_MAX
+from ..limits import SUMMARY_MAX as SUMMARY_MAX
+from ..limits import TURN_REQUESTS_BYTES_MAX as TURN_REQUESTS_BYTES_MAX
+from ..limits import clip as clip
+from ..limits import utf8_len as utf8_len
 from .base import Model
-
-INLINE_MAX = 4096  # bytes of a message body kept inside a resource
-MESSAGE_MAX = 262144  # bytes of one message body (stored in the database beyond INLINE_MAX)
-PREVIEW_MAX = 512  # bytes of the preview a resource keeps of a body stored in the database
-STEERS_MAX = 50  # steers one turn takes
-INTERRUPTS_MAX = 20  # interrupt requests one turn takes
-TURN_REQUESTS_BYTES_MAX = 1048576  # bytes of all steer and interrupt bodies of one turn, wherever they live
-MODEL_MAX = 256  # bytes of a model name
-REASON_MAX = 2000  # bytes of a stop reason
-RESULT_MAX = 65536  # bytes of a turn's structured result (JSON) kept in its status
-ARTIFACTS_MAX = 100  # artifacts recorded in a turn's status
-SUMMARY_MAX = 16384  # bytes of a turn's summary kept in its status (the full answer is in the activity)
-# What a whole object may reach by these limits; tests/unit/test_limits.py builds the largest Turn, Session
-# and Job the limits allow and checks each stays under it (etcd refuses objects over 1.5 MiB).
-OBJECT_BUDGET = 524288
-
-
-def utf8_len(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def clip(text: str, max_bytes: int) -> str:
-    """``text`` cut to at most ``max_bytes`` bytes of UTF-8 on a character boundary (for what the agent
-    or the driver reports, which hangar records rather than refuses)."""
-    raw = text.encode("utf-8", "surrogatepass")
-    return text if len(raw) <= max_bytes else raw[:max_bytes].decode("utf-8", "ignore")
 
 
 def _within(max_bytes: int) -> Any:
