@@ -5,6 +5,7 @@ and its pull request opened on the GitHub simulator, through the same client han
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_types import CallToolResult
 
 from hangar.devcluster.stack import Stack
 from hangar.testing.git_server import GitServer
@@ -24,6 +26,7 @@ from hangar.testing.model_server import ScriptedModel, Step
 from .conftest import Cluster
 from .helpers import Api, clis_installed, environment, model_env, wait
 from .test_jobs_e2e import JOBS, QUESTION, SLOW, As, _delete_jobs, submit, tool_running, wait_state
+from .test_mcp_e2e import connect, data, refused
 
 pytestmark = [
     pytest.mark.e2e,
@@ -340,9 +343,15 @@ def test_a_job_that_needs_release_waits_for_an_approver(
     r = As(stack, "alice").post("/api/jobs/deliver-gated-2/reject", {"reason": "mine"})
     assert r.status_code == 403
     assert wait_state(alice, "deliver-gated", "awaiting_approval")["attempts"] == [], "nothing ran"
-    r = bob.post("/api/jobs/deliver-gated/approve", {"reason": "looks fine"})
-    assert r.status_code == 200, r.text
-    assert r.json()["release"]["decision"] == "approved" and r.json()["release"]["by"] == "bob"
+    # Over MCP the same rule and texts: the mcp-only token is refused; bob's login token releases the job.
+    r = asyncio.run(over_mcp(stack, "mcp-client", "approve_job", {"job_id": "deliver-gated"}))
+    refused(r, "forbidden: mcp-client has an mcp-only token (hangar connect)")
+    r = asyncio.run(over_mcp(stack, "alice", "reject_job", {"job_id": "deliver-gated"}))
+    refused(r, "forbidden: alice submitted job 'deliver-gated'")
+    r = asyncio.run(
+        over_mcp(stack, "bob", "approve_job", {"job_id": "deliver-gated", "reason": "looks fine"})
+    )
+    assert data(r)["release"]["decision"] == "approved" and data(r)["release"]["by"] == "bob"
     r = bob.post("/api/jobs/deliver-gated/reject")
     assert r.status_code == 409 and r.json()["detail"] == "job 'deliver-gated' was already approved by bob"
     j = wait(lambda: (x := alice.job("deliver-gated"))["attempts"] and x, 60, "the attempts to start")
@@ -357,6 +366,11 @@ def test_a_job_that_needs_release_waits_for_an_approver(
     assert last["state"] == "cancelled" and last["by"] == stack_admin(admin) and "not now" in last["why"]
     # A jobs token that is neither the submitter nor an approver isn't told the job exists.
     assert As(stack, "alice").post("/api/jobs/deliver-gated-2/approve").status_code in (403, 409)
+
+
+async def over_mcp(stack: Stack, subject: str, tool: str, args: dict[str, Any]) -> CallToolResult:
+    async with connect(stack, subject) as client:
+        return await client.call_tool(tool, args)
 
 
 def stack_admin(api: Api) -> str:

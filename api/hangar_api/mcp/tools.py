@@ -16,7 +16,7 @@ from hangar.models.job import JOB_NAME_MAX
 from hangar.models.limits import MESSAGE_MAX, bounded
 
 from .. import approvals as ap
-from .. import deps, job_approvals, job_attempts, job_steering, jobs, sessions, steering
+from .. import deps, job_approvals, job_attempts, job_release, job_steering, jobs, sessions, steering
 from ..auth import Caller
 from ..views import job_view, session_view
 from . import common
@@ -137,6 +137,30 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
         who = caller(ctx)
         with refusals():
             return await jobs.follow_up(job_id, jobs.FollowUp(message=message), acting(who), hub.kube, hub.db)
+
+    @server.tool(annotations=WRITE)
+    async def approve_job(
+        job_id: JobId,
+        ctx: Ctx,
+        reason: Annotated[str, Field(max_length=2000, description="Why (recorded with the release)")] = "",
+    ) -> dict[str, Any]:
+        """Release a job that waits in awaiting_approval for its repository's policy: its attempts start.
+        Admins and the repository's policy approvers only, with a login token, never on their own job (an
+        mcp-only `hangar connect` token is refused). Like POST /api/jobs/{id}/approve."""
+        with refusals():
+            # The caller exactly as the token says: release is a person's act, so never acting()'s reach.
+            return await job_release.decide(hub.kube, hub.db, caller(ctx), job_id, "approve", reason)
+
+    @server.tool(annotations=WRITE)
+    async def reject_job(
+        job_id: JobId,
+        ctx: Ctx,
+        reason: Annotated[str, Field(max_length=2000, description="Why (recorded with the rejection)")] = "",
+    ) -> dict[str, Any]:
+        """Reject a job that waits in awaiting_approval: it is cancelled without running. The same rule as
+        approve_job. Like POST /api/jobs/{id}/reject."""
+        with refusals():
+            return await job_release.decide(hub.kube, hub.db, caller(ctx), job_id, "reject", reason)
 
     @server.tool(annotations=WRITE)
     async def steer_turn(
