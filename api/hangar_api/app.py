@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.responses import Response
 
+from hangar import health
 from hangar.config import Settings
 from hangar.kube import Kube
 from hangar.store import open_database
@@ -46,6 +47,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
         app.state.tokens = tokens
         app.state.turns = TurnFactory(app.state.kube)
         app.state.governance = _governance(settings, app.state.kube, app.state.db)
+        app.state.readiness = _readiness(settings, app.state.kube, app.state.db)
         app.state.ready = True
         try:
             async with mcp_server.session_manager.run():
@@ -86,13 +88,16 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> PlainTextResponse:
+        # Live: this answers at all (uvicorn's loop is not wedged); the apiserver and the database are
+        # readiness matters, so their outage takes the api out of the Service instead of restarting it.
         return PlainTextResponse("ok")
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> PlainTextResponse:
         if not app.state.ready:
             return PlainTextResponse("starting", status_code=503)
-        return PlainTextResponse("ok")
+        ok, results = await app.state.readiness.run()
+        return PlainTextResponse(health.report(results), status_code=200 if ok else 503)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -104,6 +109,17 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
         return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
     return app
+
+
+def _readiness(settings: Settings, kube: Kube, db: Any) -> health.Checks:
+    """Ready: the apiserver lets this ServiceAccount list sessions here, and the database answers."""
+
+    async def database() -> None:
+        await db.last_seq("hangar-readyz")
+
+    return health.Checks(
+        {"apiserver": health.listable(kube, (settings.namespace,), ("sessions",)), "database": database}
+    )
 
 
 def _governance(settings: Settings, kube: Kube, db: Any) -> governance.Governance | None:

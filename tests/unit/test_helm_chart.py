@@ -396,16 +396,18 @@ def test_rbac_is_namespaced_and_least_privilege(default_objs: list[dict]) -> Non
             assert allowed(default_objs, "Role", "", resource, verb)
     assert allowed(default_objs, "Role", "", "events", "create")
 
-    # The only cluster-wide grant: reading CRDs.
+    # The only cluster-wide grants: reading CRDs and listing namespaces (what kopf observes).
     (cluster_role,) = find(default_objs, "ClusterRole")
     assert cluster_role["rules"] == [
         {
             "apiGroups": ["apiextensions.k8s.io"],
             "resources": ["customresourcedefinitions"],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
     ]
-    assert not allowed(default_objs, "ClusterRole", "", "namespaces", "list")
+    assert not allowed(default_objs, "ClusterRole", "", "namespaces", "get")
+    assert not allowed(default_objs, "ClusterRole", "", "pods", "list")
 
 
 def test_rbac_watch_all_namespaces() -> None:
