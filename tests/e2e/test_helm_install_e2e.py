@@ -222,6 +222,30 @@ def test_install_session_turn_upgrade_uninstall(release: Release) -> None:
         )
         assert review.json()["status"]["userInfo"]["username"] == "system:serviceaccount:hangar:hangar"
 
+        # --- readiness means something: without the RBAC to list what it watches, the operator is unready -
+        ready = f"http://127.0.0.1:{rel.ports['metrics']}/readyz"
+        body = httpx.get(ready, timeout=10).text
+        assert all(f"{c}: ok" in body for c in ("kopf", "namespaces", "resources", "watches", "gateway")), (
+            body
+        )
+        role = rel.get("role", "hangar")
+
+        def set_rules(rules: list[dict[str, Any]]) -> None:
+            meta = {
+                k: v for k, v in role["metadata"].items() if k not in ("resourceVersion", "managedFields")
+            }
+            rel.cluster.kubectl(
+                "replace", "-f", "-", input=json.dumps({**role, "metadata": meta, "rules": rules})
+            )
+
+        set_rules([r for r in role["rules"] if "hangar.dev" not in r["apiGroups"]])
+        wait(lambda: httpx.get(ready, timeout=10).status_code == 503, 60, "the operator unready")
+        assert "watches: RuntimeError: cannot list" in httpx.get(ready, timeout=10).text
+        api_ready = httpx.get(f"http://127.0.0.1:{rel.ports['api']}/readyz", timeout=10)
+        assert api_ready.status_code == 503 and "apiserver:" in api_ready.text, api_ready.text
+        set_rules(role["rules"])
+        wait(lambda: httpx.get(ready, timeout=10).status_code == 200, 60, "the operator ready again")
+
         # --- a session through the chart-deployed api, a turn with the real CLI --------------------------
         env = environment_object(
             "helm-claude", {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-test"}
