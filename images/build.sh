@@ -40,13 +40,14 @@ fetch() { # name@version -> images/context/$2.tgz
     (cd "$CTX" && rm -f ./*.tmp.tgz && f=$(npm pack --silent "$1" | tail -1) && mv "$f" "$2.tgz" && echo "$1" >"$2.version")
   fi
 }
-fetch "node-linux-$ARCH@$NODE_VERSION" "node-linux-$ARCH"
+case "$ARCH" in amd64) NODE_ARCH=x64 ;; *) NODE_ARCH=$ARCH ;; esac  # npm's names: x64, arm64
+fetch "node-linux-$NODE_ARCH@$NODE_VERSION" "node-linux-$ARCH"
 fetch "npm@$NPM_VERSION" npm
 
 BASE_ARG=()
 case "${HANGAR_IMAGE_BASE:-auto}" in
   auto)
-    if buildah "${S[@]}" pull --quiet --arch "$ARCH" "$(sed -n 's/^ARG BASE=//p' images/hangar/Containerfile)" >/dev/null 2>&1; then
+    if timeout 60 buildah "${S[@]}" pull --quiet --arch "$ARCH" "$(sed -n 's/^ARG BASE=//p' images/hangar/Containerfile)" >/dev/null 2>&1; then
       echo "images: base from the registry" >&2
     else
       echo "images: no registry reachable; building a local Debian base with debootstrap" >&2
