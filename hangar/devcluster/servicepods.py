@@ -37,6 +37,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..paths import repo_root
 from .podrunner import DEFAULT_PATH, PodRunner, exited, now
+from .servicepod_probes import check_probe
 from .servicepod_volumes import fill_projected, group_owned, refresh_tokens
 
 log = logging.getLogger("hangar.podrunner.service")
@@ -416,42 +417,8 @@ class ServicePodRunner(PodRunner):
                 await self._status(sp)
             await asyncio.sleep(float(probe.get("periodSeconds", 10)))
 
-    def _port(self, c: Container, port: Any) -> int:
-        if isinstance(port, int) or str(port).isdigit():
-            return int(port)
-        for p in c.spec.get("ports") or []:
-            if p.get("name") == port:
-                return int(p["containerPort"])
-        raise ValueError(f"container {c.name} has no port named {port!r}")
-
     async def _check(self, c: Container, probe: dict[str, Any]) -> tuple[bool, str]:
-        timeout = float(probe.get("timeoutSeconds", 1))
-        try:
-            if "httpGet" in probe:
-                get = probe["httpGet"]
-                port = self._port(c, get["port"])
-                reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
-                try:
-                    path = get.get("path", "/")
-                    writer.write(
-                        f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: kube-probe/hangar-local\r\n\r\n".encode()
-                    )
-                    line = await asyncio.wait_for(reader.readline(), timeout)
-                finally:
-                    writer.close()
-                parts = line.split()
-                code = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-                return 200 <= code < 400, f"HTTP probe failed with statuscode: {code or 'none'}"
-            if "tcpSocket" in probe:
-                port = self._port(c, probe["tcpSocket"]["port"])
-                _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
-                writer.close()
-                return True, ""
-            return False, "only httpGet and tcpSocket probes run on the local runner"
-        except TimeoutError:
-            return False, f"context deadline exceeded ({timeout:g}s)"
-        except (OSError, ValueError) as e:
-            return False, str(e)
+        return await check_probe(c.name, c.spec, probe)
 
     async def _kill_container(self, c: Container, grace: float) -> None:
         p = c.popen
