@@ -24,6 +24,13 @@ path-exclude /usr/share/man/*
 path-exclude /usr/share/info/*
 path-exclude /usr/share/locale/*
 CFG
+# And, like it, apt drops the packages it downloaded once they are installed.
+cat >"$mnt/etc/apt/apt.conf.d/docker-clean" <<'CFG'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+CFG
 printf 'Types: deb\nURIs: %s\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$MIRROR" \
   >"$mnt/etc/apt/sources.list.d/debian.sources"
 rm -f "$mnt/etc/apt/sources.list"
