@@ -93,11 +93,12 @@ def create_app(settings: Settings, kubeconfig: str | None = None) -> FastAPI:
         return PlainTextResponse("ok")
 
     @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> PlainTextResponse:
+    async def readyz(verbose: str | None = None) -> PlainTextResponse:
         if not app.state.ready:
             return PlainTextResponse("starting", status_code=503)
         ok, results = await app.state.readiness.run()
-        return PlainTextResponse(health.report(results), status_code=200 if ok else 503)
+        text = health.report(results) if not ok or verbose is not None else "ok"
+        return PlainTextResponse(text, status_code=200 if ok else 503)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

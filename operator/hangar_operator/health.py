@@ -60,15 +60,17 @@ def checks(
 
 
 async def serve(ready: Checks, live: Checks, host: str, port: int) -> web.AppRunner:
-    async def answer(probe: Checks) -> web.Response:
+    async def answer(probe: Checks, request: web.Request) -> web.Response:
+        # "ok" when it passes (as the apiserver's /readyz); each check's line when not, or with ?verbose.
         ok, results = await probe.run()
-        return web.Response(status=200 if ok else 503, text=report(results))
+        text = report(results) if not ok or "verbose" in request.query else "ok"
+        return web.Response(status=200 if ok else 503, text=text)
 
-    async def healthz(_: web.Request) -> web.Response:
-        return await answer(live)
+    async def healthz(request: web.Request) -> web.Response:
+        return await answer(live, request)
 
-    async def readyz(_: web.Request) -> web.Response:
-        return await answer(ready)
+    async def readyz(request: web.Request) -> web.Response:
+        return await answer(ready, request)
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

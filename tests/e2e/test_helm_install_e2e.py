@@ -224,7 +224,8 @@ def test_install_session_turn_upgrade_uninstall(release: Release) -> None:
 
         # --- readiness means something: without the RBAC to list what it watches, the operator is unready -
         ready = f"http://127.0.0.1:{rel.ports['metrics']}/readyz"
-        body = httpx.get(ready, timeout=10).text
+        assert httpx.get(ready, timeout=10).text == "ok"
+        body = httpx.get(ready + "?verbose", timeout=10).text
         assert all(f"{c}: ok" in body for c in ("kopf", "namespaces", "resources", "watches", "gateway")), (
             body
         )
