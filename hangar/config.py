@@ -162,7 +162,9 @@ class Settings(BaseSettings):
     driver_image: str = setting(
         "ghcr.io/hangar-dev/hangar-sandbox:0.1.0",
         "HANGAR_DRIVER_IMAGE",
-        "Image holding hangar-driver, copied into each sandbox pod.",
+        "Image holding hangar-driver (in /opt/hangar/lib), copied into each sandbox pod; the chart sets "
+        "hangar's own image, so the driver is always the operator's release.",
+        chart="sandbox.driverImage, image",
     )
     cli_path: str = setting(
         "/opt/hangar/clis/node_modules/.bin",

@@ -12,6 +12,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.responses import Response
 
+from hangar import health
 from hangar.bodies import Body
 from hangar.config import Settings
 from hangar.kube import Kube
@@ -60,6 +61,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
         app.state.db = await open_database(settings.database_url)
         app.state.turns = TurnFactory(app.state.kube)
         app.state.governance = _governance(settings, app.state.kube, app.state.db)
+        app.state.readiness = _readiness(settings, app.state.kube, app.state.db)
         app.state.ready = True
         try:
             async with mcp_server.session_manager.run():
@@ -107,19 +109,34 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> PlainTextResponse:
+        # Live: this answers at all (uvicorn's loop is not wedged); the apiserver and the database are
+        # readiness matters, so their outage takes the api out of the Service instead of restarting it.
         return PlainTextResponse("ok")
 
     @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> PlainTextResponse:
+    async def readyz(verbose: str | None = None) -> PlainTextResponse:
         if not app.state.ready:
             return PlainTextResponse("starting", status_code=503)
-        return PlainTextResponse("ok")
+        ok, results = await app.state.readiness.run()
+        text = health.report(results) if not ok or verbose is not None else "ok"
+        return PlainTextResponse(text, status_code=200 if ok else 503)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _readiness(settings: Settings, kube: Kube, db: Any) -> health.Checks:
+    """Ready: the apiserver lets this ServiceAccount list sessions here, and the database answers."""
+
+    async def database() -> None:
+        await db.last_seq("hangar-readyz")
+
+    return health.Checks(
+        {"apiserver": health.listable(kube, (settings.namespace,), ("sessions",)), "database": database}
+    )
 
 
 def _governance(settings: Settings, kube: Kube, db: Any) -> governance.Governance | None:

@@ -132,9 +132,19 @@ def _dev(a: argparse.Namespace) -> None:
         runner_main(a)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hangar")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hangar", description="Run coding agents in sandbox pods.")
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--version", action="version", version=f"hangar {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("operator", help="run the operator (kopf) and its driver gateway")
     o.add_argument("--kubeconfig")

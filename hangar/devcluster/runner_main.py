@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client, config
 
-from .podrunner import PodRunner
+from .servicepods import ServicePodRunner
 
 
 async def _main(a: argparse.Namespace) -> None:
@@ -21,7 +21,7 @@ async def _main(a: argparse.Namespace) -> None:
         k, _, v = m.partition("=")
         paths[k] = Path(v)
     async with client.ApiClient(cfg) as api:
-        runner = PodRunner(api, Path(a.root), node=a.node, image_paths=paths)
+        runner = ServicePodRunner(api, Path(a.root), node=a.node, image_paths=paths)
         task = asyncio.create_task(runner.run())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -166,6 +166,11 @@ class Gateway:
         log.info("driver gateway listening on %s:%d", self.host, self.port)
         return self.port
 
+    @property
+    def serving(self) -> bool:
+        """Is it accepting connections (for the operator's health checks)?"""
+        return self._server is not None and self._server.is_serving()
+
     async def stop(self) -> None:
         """Stop listening and drop every connection. Unacknowledged commands stay queued in this object."""
         if self._server is not None:

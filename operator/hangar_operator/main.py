@@ -6,17 +6,21 @@ import asyncio
 import contextlib
 import logging
 import os
+import pwd
 import signal
+import socket
 
 import kopf
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from kopf._cogs.structs.references import Insights  # not re-exported; kopf.operator takes it
 
 from hangar.config import Settings
 from hangar.kube import Kube
 from hangar.store import open_database
 
-from . import handlers  # noqa: F401  (registers the handlers)
+from . import (
+    handlers,  # noqa: F401  (registers the handlers)
+    health,
+)
 from .controllers import build
 
 log = logging.getLogger("hangar.operator")
@@ -51,26 +55,6 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.execution.max_workers = 8
 
 
-async def _health_app(ready: asyncio.Event, host: str, port: int) -> web.AppRunner:
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def readyz(_: web.Request) -> web.Response:
-        return web.Response(text="ok") if ready.is_set() else web.Response(status=503, text="starting")
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
-
-
 async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
@@ -79,8 +63,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     controllers = build(kube, db, settings)
     await controllers.start()
     log.info("driver gateway listening on %s:%s", settings.gateway_host, controllers.ctx.gateway_port)
-    ready = asyncio.Event()
-    health = await _health_app(ready, settings.operator_host, settings.operator_port)
+    started = asyncio.Event()  # kopf raises it once its startup ran and its watchers may start
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -89,7 +72,6 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     @kopf.on.startup()
     async def startup(settings: kopf.OperatorSettings, **_: object) -> None:
         configure(settings)
-        ready.set()
 
     namespaces = [] if settings.watch_all else list(settings.watch_namespaces)
     log.info(
@@ -97,17 +79,44 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
         "every namespace" if settings.watch_all else ",".join(namespaces),
         settings.namespace,
     )
-    try:
-        await kopf.operator(
+    _identity()
+    insights = Insights()
+    operator = asyncio.create_task(
+        kopf.operator(
             standalone=True,
             namespaces=namespaces,
             clusterwide=settings.watch_all,
             stop_flag=stop,
+            ready_flag=started,
+            insights=insights,
             memo=kopf.Memo(controllers=controllers),
         )
+    )
+    ready, live = health.checks(
+        kube,
+        ("*",) if settings.watch_all else settings.watch_namespaces,
+        controllers.ctx.gateway,
+        started,
+        insights,
+        lambda: not operator.done(),
+    )
+    server = await health.serve(ready, live, settings.operator_host, settings.operator_port)
+    try:
+        await operator
     finally:
         with contextlib.suppress(Exception):
             await controllers.stop()
-        await health.cleanup()
+        await server.cleanup()
         await db.close()
         await kube.close()
+
+
+def _identity() -> None:
+    """kopf names this operator after the OS user unless POD_ID is set (the chart sets the pod's name); a uid
+    without a passwd entry (any runAsUser an image doesn't list) would make it fail at start."""
+    if os.environ.get("POD_ID"):
+        return
+    try:
+        pwd.getpwuid(os.getuid())
+    except KeyError:
+        os.environ["POD_ID"] = socket.gethostname()

@@ -396,16 +396,18 @@ def test_rbac_is_namespaced_and_least_privilege(default_objs: list[dict]) -> Non
             assert allowed(default_objs, "Role", "", resource, verb)
     assert allowed(default_objs, "Role", "", "events", "create")
 
-    # The only cluster-wide grant: reading CRDs.
+    # The only cluster-wide grants: reading CRDs and listing namespaces (what kopf observes).
     (cluster_role,) = find(default_objs, "ClusterRole")
     assert cluster_role["rules"] == [
         {
             "apiGroups": ["apiextensions.k8s.io"],
             "resources": ["customresourcedefinitions"],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
     ]
-    assert not allowed(default_objs, "ClusterRole", "", "namespaces", "list")
+    assert not allowed(default_objs, "ClusterRole", "", "namespaces", "get")
+    assert not allowed(default_objs, "ClusterRole", "", "pods", "list")
 
 
 def test_rbac_watch_all_namespaces() -> None:
@@ -727,3 +729,16 @@ def test_each_settings_chart_key_is_a_value() -> None:
             for part in key.split("."):
                 assert isinstance(node, dict) and part in node, f"{name}: values.yaml has no {key}"
                 node = node[part]
+
+
+def test_the_driver_comes_from_hangars_own_image_unless_set() -> None:
+    """Sandbox pods copy hangar-driver from the operator's image (same release, same protocol), pinned the
+    same way; ``sandbox.driverImage`` overrides it. kopf names itself after the pod (POD_ID)."""
+    default = containers(rendered_manifests())
+    assert env_value(default["operator"], "HANGAR_DRIVER_IMAGE") == "ghcr.io/hangar-dev/hangar:0.1.0"
+    assert env_of(default["operator"])["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    digest = "sha256:" + "c" * 64
+    pinned = containers(rendered_manifests(set_values={"image.digest": digest}))
+    assert env_value(pinned["operator"], "HANGAR_DRIVER_IMAGE") == f"ghcr.io/hangar-dev/hangar@{digest}"
+    own = containers(rendered_manifests(set_values={"sandbox.driverImage": "registry.example/driver:1"}))
+    assert env_value(own["api"], "HANGAR_DRIVER_IMAGE") == "registry.example/driver:1"
