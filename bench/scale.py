@@ -283,7 +283,7 @@ class Bench:
 
     async def probes(self, sessions: list[str], n: int, gap: float) -> dict[str, Any]:
         picks = random.sample(sessions, min(n, len(sessions)))
-        start_lag: list[float] = []
+        start_lag: list[float] = []  # message POSTed → start_turn at the driver: the reconcile lag
         done_lag: list[float] = []
         steer_lag: list[float] = []
 
@@ -295,11 +295,11 @@ class Bench:
         async def steer(s: str) -> None:
             steer_lag.append(await self.probe_steer(s))
 
-        tasks = []
-        for i, s in enumerate(picks):  # paced, so each probe is timed alone rather than queued behind a burst
-            tasks.append(asyncio.create_task(steer(s) if i % 2 else turn(s)))
+        for i, s in enumerate(
+            picks
+        ):  # one at a time: each probe is timed alone, not queued behind the others
+            await (steer(s) if i % 2 else turn(s))
             await asyncio.sleep(gap)
-        await asyncio.gather(*tasks)
         return {
             "message_to_start_turn_s": summary(start_lag),
             "message_to_completed_s": summary(done_lag),

@@ -93,21 +93,18 @@ class Sandboxes:
 
     # --- slots and starting -----------------------------------------------------------------------------
     async def in_use(self, ns: str, name: str) -> int:
-        """Sandbox slots held now, across every namespace served, besides ``name``'s own."""
-        if self.ctx.settings.watch_all:
-            found = await self.ctx.kube.list_all("sessions")
+        """Sandbox slots held now, across every namespace served, besides ``name``'s own: counted in the cache
+        (which holds the operator's own writes at once), or listed before the cache is primed."""
+        cache = self.ctx.cache
+        if cache.primed:
+            found = [obj for key, obj in cache.items("sessions") if key != (ns, name)]
         else:
             found = [
                 x
-                for w in self.ctx.settings.watch_namespaces
-                for x in await self.ctx.kube_in(w).list("sessions")
+                for x in await self.ctx.list_served("sessions")
+                if (x["metadata"].get("namespace"), x["metadata"]["name"]) != (ns, name)
             ]
-        n = 0
-        for x in found:
-            other = Session.model_validate(x)
-            if other.status.sandbox.pod and (other.namespace, other.name) != (ns, name):
-                n += 1
-        return n
+        return sum(1 for x in found if ((x.get("status") or {}).get("sandbox") or {}).get("pod"))
 
     async def start(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> None:
         """Start the session's next run, or wait (Pending, NoSandboxSlot) while every slot is taken."""
