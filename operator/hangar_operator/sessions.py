@@ -129,7 +129,11 @@ class Sessions:
                 return
             s_obj, s = forked, Session.model_validate(forked)
             st = s.status
-        env_obj = await kube.get("environments", s.spec.environment)
+        # An Environment is a template the session reads its spec from: the watch's copy does (a miss is read).
+        env_obj = (
+            self.ctx.cache.get("environments", ns, s.spec.environment) if self.ctx.cache.primed else None
+        )
+        env_obj = env_obj or await kube.get("environments", s.spec.environment)
         if env_obj is None:
             msg = f"environment {s.spec.environment!r} does not exist"
             if st.message != msg:
@@ -159,6 +163,9 @@ class Sessions:
         if st.sandbox.pod is None:
             if st.counters.sandboxes == 0 or queued:
                 await self.sandboxes.start(ns, s_obj, env)
+                # Its connect deadline (if it waits for a slot instead, the look finds nothing to do).
+                due = time.time() + self.ctx.settings.connect_timeout + 0.5
+                self._wake_at(ns, name, "connect", due, check=True)
             return
         if st.sandbox.connected and st.current_turn is None and queued:
             await self._start_turn(ns, s_obj, queued[0], policy, env)
