@@ -32,6 +32,8 @@ class Context:
     # Run keys of the sandboxes this process started or verified (by run id); dropped on release.
     run_keys: dict[str, bytes] = field(default_factory=dict)
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Sessions whose run is being made: their slot is taken before their status says so (Sandboxes.start).
+    reserved: set[tuple[str, str]] = field(default_factory=set)
     gateway_port: int = 0
     # Tower's decisions API, while the approval kind is in shadow or enforce and HANGAR_GOVERNANCE_URL is set.
     tower: TowerClient | None = None

@@ -11,6 +11,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hangar.models import API_VERSION
 from hangar_operator.cache import Cache
 from hangar_operator.status import patch_status
@@ -152,3 +154,25 @@ async def test_a_status_patch_that_changes_nothing_is_not_sent(tmp_path: Path) -
     rv = s["metadata"]["resourceVersion"]  # a compare-and-set is sent all the same: the check is its point
     await patch_status(rig.kube, "sessions", s, {"message": "x"}, resource_version=rv)
     assert len(rig.kube.writes) == before + 1
+
+
+@pytest.mark.parametrize("prime", [True, False], ids=["cache", "listing"])
+async def test_a_burst_of_starts_takes_exactly_the_free_slots(tmp_path: Path, prime: bool) -> None:
+    """Slots are reserved under the lock and made outside it: a burst starts side by side, never past the limit."""
+    rig = await (primed(tmp_path, max_sandboxes=3) if prime else make_rig(tmp_path, max_sandboxes=3))
+    rig.env()
+    names = [f"b{i}" for i in range(8)]
+    for n in names:
+        await rig.session(n, prompt="hi")
+    create = rig.kube.create_core
+
+    async def slow_create(kind: str, body: dict[str, Any]) -> bool:
+        await asyncio.sleep(0.01)  # as an apiserver call: the other starts run meanwhile
+        return await create(kind, body)
+
+    rig.kube.create_core = slow_create  # type: ignore[method-assign]
+    await asyncio.gather(*(rig.c.sessions.reconcile("default", n) for n in names))
+    phases = [rig.status("sessions", n)["phase"] for n in names]
+    assert sorted(phases) == ["Pending"] * 5 + ["Starting"] * 3
+    assert not rig.ctx.reserved
+    rig.c.wakeups.stop()
