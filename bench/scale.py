@@ -178,6 +178,18 @@ class Bench:
             "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
         )
 
+    async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST, again after a dropped connection (a keep-alive the API closed as it was reused): the second
+        answer of a create that had landed is a 409, which the caller takes as done."""
+        for attempt in range(5):
+            try:
+                return await self.http.post(path, json=body)
+            except httpx.TransportError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.5)
+        raise AssertionError("unreachable")
+
     async def _volume(self, session: str) -> None:
         """A volume bound ahead to the session's workspace claim (no provisioner runs: kwok runs nothing)."""
         pv = {
@@ -193,7 +205,11 @@ class Bench:
                 "claimRef": {"namespace": NAMESPACE, "name": f"{session}-workspace"},
             },
         }
-        await self.core.create_persistent_volume(pv)
+        try:
+            await self.core.create_persistent_volume(pv)
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
 
     async def add_sessions(self, names: list[str], timeout: float) -> dict[str, Any]:
         sem = asyncio.Semaphore(16)
@@ -202,10 +218,10 @@ class Bench:
             async with sem:
                 await self._volume(name)
                 self.created[name] = time.time()
-                r = await self.http.post(
-                    "/api/sessions", json={"name": name, "environment": ENVIRONMENT, "harness": "claude"}
+                r = await self.post(
+                    "/api/sessions", {"name": name, "environment": ENVIRONMENT, "harness": "claude"}
                 )
-                if r.status_code != 201:
+                if r.status_code not in (201, 409):
                     raise RuntimeError(f"POST /api/sessions {name}: {r.status_code} {r.text[:300]}")
 
         t0 = time.time()
@@ -257,9 +273,7 @@ class Bench:
         """POST a message; (→ start_turn at the driver, → Completed or None while held, and the operator's
         reconcile lag: the Turn's creation seen by a watch (the bench's, beside the operator's) → start_turn)."""
         t0 = time.time()
-        r = await self.http.post(
-            f"/api/sessions/{session}/messages", json={"message": "hold" if hold else "hi"}
-        )
+        r = await self.post(f"/api/sessions/{session}/messages", {"message": "hold" if hold else "hi"})
         if r.status_code != 202:
             raise RuntimeError(f"POST messages {session}: {r.status_code} {r.text[:300]}")
         turn = str(r.json()["turn"]["name"])
@@ -279,7 +293,7 @@ class Bench:
     async def probe_steer(self, session: str) -> float:
         await self.probe_turn(session, hold=True)
         t0 = time.time()
-        r = await self.http.post(f"/api/sessions/{session}/steer", json={"message": "steer"})
+        r = await self.post(f"/api/sessions/{session}/steer", {"message": "steer"})
         if r.status_code != 202:
             raise RuntimeError(f"POST steer {session}: {r.status_code} {r.text[:300]}")
         sid = str(r.json()["steer"]["id"])
