@@ -57,9 +57,11 @@ async def turn_created(body: kopf.Body, name: str, namespace: str | None, memo: 
     """A new Turn may start now."""
     assert namespace is not None  # every kind served is namespaced
     c = _c(memo)
-    session = (body.get("spec") or {}).get("session")
+    spec = body.get("spec") or {}
+    session = spec.get("session")
     if session:
-        await _reconcile_turn(c, namespace, session, name)
+        if spec.get("steers") or spec.get("interrupts"):  # else there is nothing to deliver: no reads
+            await _reconcile_turn(c, namespace, session, name)
         await c.sessions.reconcile(namespace, session)
 
 
