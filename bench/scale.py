@@ -351,9 +351,17 @@ class Bench:
 
 
 async def run(
-    cp: ControlPlane, stack: Stack, counts: list[int], idle_s: float, probes: int
+    cp: ControlPlane,
+    stack: Stack,
+    counts: list[int],
+    idle_s: float,
+    probes: int,
+    res: dict[str, Any],
+    save: Path | None,
 ) -> dict[str, Any]:
+    """The points, also written to ``save`` after each one: a run cut short keeps what it measured."""
     out: dict[str, Any] = {"points": []}
+    res["result"] = out
     async with Bench(cp, stack) as b:
         await b.setup()
         await asyncio.sleep(5)  # start-up settles
@@ -365,7 +373,7 @@ async def run(
         for n in counts:
             new = [f"s{i:05d}" for i in range(len(names), n)]
             log(f"adding {len(new)} sessions (to {n})")
-            added = await b.add_sessions(new, timeout=max(120.0, n * 1.0))
+            added = await b.add_sessions(new, timeout=max(300.0, n * 2.0))
             names += new
             await asyncio.sleep(5)  # the creation burst's tail
             idle = await b.idle(idle_s)
@@ -385,6 +393,8 @@ async def run(
                     "probes": probed,
                 }
             )
+            if save:
+                save.write_text(json.dumps(res, indent=2))
     return out
 
 
@@ -431,11 +441,10 @@ def plot(out: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> Non
     for label, o in runs:
         pts = o["result"]["points"]
         ns = [p["sessions"] for p in pts]
-        if "reconcile_lag_s" in pts[0]["probes"]:  # (runs before it was measured have none to draw)
-            axes[0].plot(ns, [p["probes"]["reconcile_lag_s"]["p99"] for p in pts], "o-", label=f"{label} p99")
-            axes[0].plot(
-                ns, [p["probes"]["reconcile_lag_s"]["p50"] for p in pts], "o--", label=f"{label} p50"
-            )
+        if "reconcile_lag_s" in pts[0]["probes"]:  # probes one at a time (earlier runs fired them in a burst)
+            lag = [p["probes"]["message_to_start_turn_s"] for p in pts]
+            axes[0].plot(ns, [x["p99"] for x in lag], "o-", label=f"{label} p99")
+            axes[0].plot(ns, [x["p50"] for x in lag], "o--", label=f"{label} p50")
         axes[1].plot(ns, [p["operator_rss_mib"] for p in pts], "o-", label=label)
         axes[2].plot(ns, [p["idle"]["cpu_pct"]["operator"] for p in pts], "o-", label=f"{label}: operator")
         axes[2].plot(
@@ -444,7 +453,7 @@ def plot(out: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> Non
     axes[0].axhline(1.0, color="grey", lw=0.8)
     axes[2].axhline(5.0, color="grey", lw=0.8)
     for ax, title, unit in (
-        (axes[0], "reconcile lag: Turn created (watch) → start_turn at the driver", "seconds"),
+        (axes[0], "reconcile lag: message POSTed → start_turn at the driver", "seconds"),
         (axes[1], "operator memory (RSS)", "MiB"),
         (axes[2], "idle CPU", "% of a core"),
     ):
@@ -495,7 +504,7 @@ def main() -> int:
             )
             br.stack.start_operator()
             br.stack.start_api()
-            res["result"] = asyncio.run(run(br.cp, br.stack, counts, a.idle, a.probes))
+            asyncio.run(run(br.cp, br.stack, counts, a.idle, a.probes, res, a.save))
     except _Loaded:
         pass
     except KeyboardInterrupt:
