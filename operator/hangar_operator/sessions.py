@@ -91,7 +91,9 @@ class Sessions:
         if st.phase == "Starting" and st.sandbox.started_at is not None:
             due = st.sandbox.started_at.timestamp() + self.ctx.settings.connect_timeout + 0.5
             self._wake_at(ns, s.name, "connect", due, check=True)
-        elif st.phase == "Suspending":  # its steps wait on the driver, with time limits (suspension.py)
+        elif self.wakeups is not None:  # connected (or gone): its connect deadline would only cost reads
+            self.wakeups.cancel(f"sessions/{ns}/{s.name}/connect")
+        if st.phase == "Suspending":  # its steps wait on the driver, with time limits (suspension.py)
             self._wake_at(ns, s.name, "suspending", time.time() + SUSPENDING_POLL)
 
     async def _reconcile(self, ns: str, name: str) -> None:

@@ -176,3 +176,12 @@ async def test_a_burst_of_starts_takes_exactly_the_free_slots(tmp_path: Path, pr
     assert sorted(phases) == ["Pending"] * 5 + ["Starting"] * 3
     assert not rig.ctx.reserved
     rig.c.wakeups.stop()
+
+
+async def test_a_connected_sandbox_has_no_connect_deadline_left(tmp_path: Path) -> None:
+    """Else every session started in a burst is read again connect_timeout later, idle or not."""
+    rig = await primed(tmp_path)
+    rig.env()
+    await rig.running("s")
+    assert not [k for k in rig.c.wakeups.handles if k.endswith("/connect")]
+    rig.c.wakeups.stop()
