@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from kubernetes_asyncio import client, config, watch
@@ -16,7 +16,10 @@ Obj = dict[str, Any]
 JsonPatch = list[Obj]
 Objs = list[Obj]  # spelt once here: inside Kube, ``list`` is the method
 
-__all__ = ["EXT", "SNAPSHOT_GROUP", "Answer", "ApiException", "Kube", "Obj", "merge_patch"]
+__all__ = ["EXT", "SNAPSHOT_GROUP", "Answer", "ApiException", "Kube", "Obj", "OnWrite", "merge_patch"]
+
+# Told of every hangar object as a write returned it (plural, object): the operator's cache reads its writes.
+OnWrite = Callable[[str, Obj], None]
 
 
 class Answer:
@@ -56,6 +59,7 @@ class Kube:
         self.namespace = namespace
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
+        self.on_write: OnWrite | None = None
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, namespace: str | None = None) -> Kube:
@@ -73,7 +77,13 @@ class Kube:
             return self
         out = Kube.__new__(Kube)
         out.api, out.custom, out.core, out.namespace = self.api, self.custom, self.core, namespace
+        out.on_write = self.on_write
         return out
+
+    def _wrote(self, plural: str, obj: Obj) -> Obj:
+        if self.on_write is not None and isinstance(obj, dict) and obj.get("metadata"):
+            self.on_write(plural, obj)
+        return obj
 
     async def close(self) -> None:
         await self.api.close()
@@ -104,14 +114,14 @@ class Kube:
         out: Obj = await self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, plural, body
         )
-        return out
+        return self._wrote(plural, out)
 
     async def patch(self, plural: str, name: str, body: Obj | JsonPatch) -> Obj:
         ctype = "application/json-patch+json" if isinstance(body, list) else "application/merge-patch+json"
         out: Obj = await self.custom.patch_namespaced_custom_object(
             GROUP, VERSION, self.namespace, plural, name, body, _content_type=ctype
         )
-        return out
+        return self._wrote(plural, out)
 
     async def patch_status(
         self, plural: str, name: str, status: Obj, resource_version: str | None = None
@@ -123,7 +133,7 @@ class Kube:
         out: Obj = await self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, self.namespace, plural, name, body, _content_type="application/merge-patch+json"
         )
-        return out
+        return self._wrote(plural, out)
 
     async def delete(self, plural: str, name: str) -> bool:
         with Answer(404) as gone:

@@ -56,6 +56,7 @@ class FakeKube(Kube):
                 "volumesnapshotcontents",
                 "volumesnapshotclasses",
             }
+        self.on_write = None
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, namespace: str | None = None) -> FakeKube:
@@ -64,7 +65,9 @@ class FakeKube(Kube):
     def scoped(self, namespace: str) -> FakeKube:
         if namespace == self.namespace:
             return self
-        return FakeKube(namespace, server=self.server)
+        out = FakeKube(namespace, server=self.server)
+        out.on_write = self.on_write
+        return out
 
     async def close(self) -> None:
         return None
@@ -122,19 +125,21 @@ class FakeKube(Kube):
         return self.server.matching(resource, None, label_selector)
 
     async def create(self, plural: str, body: Obj) -> Obj:
-        return self._create("create", self._custom(plural), body)
+        return self._wrote(plural, self._create("create", self._custom(plural), body))
 
     async def patch(self, plural: str, name: str, body: Obj | JsonPatch) -> Obj:
         resource = self._custom(plural)
         with self._request("patch", resource, name, body):
-            return self.server.patch(self._key(resource, name), body)
+            return self._wrote(plural, self.server.patch(self._key(resource, name), body))
 
     async def patch_status(
         self, plural: str, name: str, status: Obj, resource_version: str | None = None
     ) -> Obj:
         resource = self._custom(plural)
         with self._request("patch_status", resource, name, status, resource_version):
-            return self.server.patch_status(self._key(resource, name), status, resource_version)
+            return self._wrote(
+                plural, self.server.patch_status(self._key(resource, name), status, resource_version)
+            )
 
     async def delete(self, plural: str, name: str) -> bool:
         with Answer(404) as gone:

@@ -9,10 +9,11 @@ from typing import Any
 
 from hangar.config import Settings
 from hangar.governance.tower import TowerClient
-from hangar.kube import Kube
+from hangar.kube import Kube, Obj
 from hangar.store import Database
 
 from . import runs
+from .cache import Cache
 from .gateway import Gateway
 from .k8s_events import Recorder
 
@@ -31,9 +32,13 @@ class Context:
     # Run keys of the sandboxes this process started or verified (by run id); dropped on release.
     run_keys: dict[str, bytes] = field(default_factory=dict)
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Sessions whose run is being made: their slot is taken before their status says so (Sandboxes.start).
+    reserved: set[tuple[str, str]] = field(default_factory=set)
     gateway_port: int = 0
     # Tower's decisions API, while the approval kind is in shadow or enforce and HANGAR_GOVERNANCE_URL is set.
     tower: TowerClient | None = None
+    # What the watches last saw (cache.py): slot counts and sweeps without an apiserver call.
+    cache: Cache = field(default_factory=Cache)
 
     @property
     def home(self) -> str:
@@ -42,6 +47,15 @@ class Context:
     def serves(self, namespace: str) -> bool:
         """Is ``namespace`` one this operator serves (HANGAR_WATCH_NAMESPACES, ``*``: every one)?"""
         return self.settings.watch_all or namespace in self.settings.watch_namespaces
+
+    async def list_served(self, plural: str) -> list[Obj]:
+        """Every object of ``plural`` in the namespaces this operator serves."""
+        if self.settings.watch_all:
+            return await self.kube.list_all(plural)
+        return [x for ns in self.settings.watch_namespaces for x in await self.kube_in(ns).list(plural)]
+
+    async def resync_cache(self) -> None:
+        await self.cache.prime(self.list_served)
 
     def kube_in(self, namespace: str) -> Kube:
         return self.kube.scoped(namespace)

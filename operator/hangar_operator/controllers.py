@@ -29,6 +29,7 @@ from .retry import Retrier
 from .router import Router
 from .sandboxes import Sandboxes
 from .sessions import Sessions
+from .sweeper import Sweeper, Wakeups
 from .turns.deadlines import Deadlines
 from .turns.outcomes import TurnOutcomes
 from .turns.steering import Steering
@@ -50,13 +51,19 @@ class Controllers:
     tower_calls: TowerCalls
     suspensions: Suspensions
     bodies: BodySweeper
+    wakeups: Wakeups
+    sweeper: Sweeper
 
     async def start(self) -> None:
         self.ctx.gateway_port = await self.ctx.gateway.start()
         self.tower_calls.start()  # re-reads Tower's decisions now and every minute
         self.bodies.start()  # deletes stored message bodies nothing names, every 10 minutes
+        await self.ctx.resync_cache()  # the watches keep it current from here
+        self.sweeper.start()
 
     async def stop(self) -> None:
+        self.sweeper.stop()
+        self.wakeups.stop()
         self.deadlines.stop()
         self.approvals.stop()
         self.tower_calls.stop()
@@ -94,6 +101,7 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     async def on_rejected(who: str, reason: str) -> None:
         await holder[0].on_rejected(who, reason)
 
+    retry = retry or Retrier()
     gateway = Gateway(
         host=settings.gateway_host,
         port=settings.gateway_port,
@@ -107,6 +115,8 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     ctx = Context(
         kube=kube, db=db, settings=settings, gateway=gateway, events=Recorder(), tower=tower_client(settings)
     )
+    # The operator's own writes reach its cache at once (read your writes: a slot taken is counted).
+    kube.on_write = ctx.cache.put
     deadlines = Deadlines(settings.interrupt_grace)
     steering = Steering(ctx, deadlines)
     tainting = Tainting(ctx)
@@ -124,6 +134,16 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     sandboxes.reconcile_session = sessions.reconcile
     suspensions.reconcile_session = sessions.reconcile
     deadlines.on_expiry = sessions.kill_unconfirmed
+    wakeups = Wakeups(retry)
+    sweeper = Sweeper(ctx, wakeups)
+    environments = Environments(ctx)
+    sessions.wakeups = wakeups
+    sweeper.failed = sessions.failed
+    sweeper.reconcile, sweeper.check, sweeper.recount = (
+        sessions.reconcile,
+        sandboxes.check,
+        environments.reconcile,
+    )
     requests = PermissionRequests(ctx, approvals, tower_calls)
     router = Router(ctx, sessions, sandboxes, outcomes, steering, approvals, requests, suspensions)
     holder.append(router)
@@ -137,11 +157,13 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         outcomes=outcomes,
         approvals=approvals,
         jobs=jobs,
-        environments=Environments(ctx),
+        environments=environments,
         router=router,
-        retry=retry or Retrier(),
+        retry=retry,
         deadlines=deadlines,
         tower_calls=tower_calls,
         suspensions=suspensions,
         bodies=BodySweeper(ctx),
+        wakeups=wakeups,
+        sweeper=sweeper,
     )

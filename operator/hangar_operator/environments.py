@@ -11,7 +11,7 @@ import logging
 
 from pydantic import ValidationError
 
-from hangar.models import Environment, Session
+from hangar.models import Environment
 
 from .context import Context
 from .status import patch_status
@@ -33,8 +33,11 @@ class Environments:
         except ValidationError as e:  # the CRD schema refuses such a spec first
             log.warning("environment %s/%s is not valid: %s", ns, name, e)
             return
-        sessions = [Session.model_validate(s) for s in await kube.list("sessions")]
-        users = sum(1 for s in sessions if s.spec.environment == name and not s.spec.stopped)
+        if self.ctx.cache.primed:  # counted in memory: the watch keeps the cache current
+            specs = [o.get("spec") or {} for (n, _), o in self.ctx.cache.items("sessions") if n == ns]
+        else:
+            specs = [o.get("spec") or {} for o in await kube.list("sessions")]
+        users = sum(1 for sp in specs if sp.get("environment") == name and not sp.get("stopped"))
         if (
             env.status.sessions != users
             or env.status.observed_generation != env.generation

@@ -1,5 +1,8 @@
 """kopf handlers: thin entry points that hand each change to its kind's controller.
 
+No timer per session or environment: an idle session costs nothing. Deadlines, wake-ups on what frees and
+one sweeper do what a periodic look did (sweeper.py).
+
 Shared state comes in kopf's ``memo`` (``memo.controllers``, set by ``main.run``); every handler acts in
 the namespace of the object it was given. Raw event handlers (which kopf does not retry) go through the
 retry queue (``retry.py``).
@@ -26,19 +29,22 @@ def _c(memo: Any) -> Controllers:
     return controllers
 
 
+# The cache (cache.py) first: kopf runs event handlers before change handlers, so a reconcile that this
+# event starts reads what it says.
+@kopf.on.event(GROUP, VERSION, "sessions")
+async def session_seen(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
+    _c(memo).ctx.cache.seen("sessions", dict(event), namespace)
+
+
+@kopf.on.event(GROUP, VERSION, "environments")
+async def environment_seen(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
+    _c(memo).ctx.cache.seen("environments", dict(event), namespace)
+
+
 @kopf.on.resume(GROUP, VERSION, "sessions")
 @kopf.on.create(GROUP, VERSION, "sessions")
 @kopf.on.update(GROUP, VERSION, "sessions")
 async def session_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
-    c = _c(memo)
-    await c.sandboxes.check(namespace, name)
-    await c.sessions.reconcile(namespace, name)
-
-
-@kopf.timer(GROUP, VERSION, "sessions", interval=5.0, idle=5.0)
-async def session_tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-    """Retries what waits on something outside the session: a free slot, an environment, a lost pod."""
     assert namespace is not None  # every kind served is namespaced
     c = _c(memo)
     await c.sandboxes.check(namespace, name)
@@ -51,9 +57,11 @@ async def turn_created(body: kopf.Body, name: str, namespace: str | None, memo: 
     """A new Turn may start now."""
     assert namespace is not None  # every kind served is namespaced
     c = _c(memo)
-    session = (body.get("spec") or {}).get("session")
+    spec = body.get("spec") or {}
+    session = spec.get("session")
     if session:
-        await _reconcile_turn(c, namespace, session, name)
+        if spec.get("steers") or spec.get("interrupts"):  # else there is nothing to deliver: no reads
+            await _reconcile_turn(c, namespace, session, name)
         await c.sessions.reconcile(namespace, session)
 
 
@@ -86,6 +94,7 @@ async def sandbox_pod_event(event: kopf.RawEvent, namespace: str | None, memo: A
     labels = meta.get("labels") or {}
     session, run, name = labels.get(L.SESSION), labels.get(L.RUN), meta.get("name", "")
     phase = (pod.get("status") or {}).get("phase")
+    _c(memo).ctx.cache.pod_seen(namespace, name, phase, event["type"] == "DELETED")
     if not session or not run:
         return
     why: str | None = None
@@ -153,12 +162,5 @@ async def attempt_event(event: kopf.RawEvent, namespace: str | None, memo: Any, 
 @kopf.on.create(GROUP, VERSION, "environments")
 @kopf.on.update(GROUP, VERSION, "environments", field="spec")
 async def environment_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-    assert namespace is not None  # every kind served is namespaced
-    await _c(memo).environments.reconcile(namespace, name)
-
-
-@kopf.timer(GROUP, VERSION, "environments", interval=30.0, idle=10.0)
-async def environment_tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-    """Keeps the count of sessions that use the environment current."""
     assert namespace is not None  # every kind served is namespaced
     await _c(memo).environments.reconcile(namespace, name)

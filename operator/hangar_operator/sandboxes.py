@@ -25,7 +25,7 @@ from . import metrics
 from .approvals.controller import Approvals
 from .context import Context
 from .lifecycle import SESSION, after, move
-from .runs import parse_run
+from .runs import Run, parse_run
 from .sandbox_objects import run_key_secret, sandbox_pod
 from .snapshots import Snapshots
 from .status import patch_status
@@ -95,24 +95,29 @@ class Sandboxes:
 
     # --- slots and starting -----------------------------------------------------------------------------
     async def in_use(self, ns: str, name: str) -> int:
-        """Sandbox slots held now, across every namespace served, besides ``name``'s own."""
-        if self.ctx.settings.watch_all:
-            found = await self.ctx.kube.list_all("sessions")
+        """Sandbox slots held now, across every namespace served, besides ``name``'s own: counted in the cache
+        (which holds the operator's own writes at once), or listed before the cache is primed."""
+        cache = self.ctx.cache
+        reserved = {key for key in self.ctx.reserved if key != (ns, name)}
+        if cache.primed:
+            found = [obj for key, obj in cache.items("sessions") if key != (ns, name) and key not in reserved]
         else:
             found = [
                 x
-                for w in self.ctx.settings.watch_namespaces
-                for x in await self.ctx.kube_in(w).list("sessions")
+                for x in await self.ctx.list_served("sessions")
+                if (x["metadata"].get("namespace"), x["metadata"]["name"]) not in reserved | {(ns, name)}
             ]
-        n = 0
-        for x in found:
-            other = Session.model_validate(x)
-            if other.status.sandbox.pod and (other.namespace, other.name) != (ns, name):
-                n += 1
-        return n
+        # Reserved: a run being made (start) holds its slot before its status says so.
+        return len(reserved) + sum(
+            1 for x in found if ((x.get("status") or {}).get("sandbox") or {}).get("pod")
+        )
 
     async def start(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> None:
-        """Start the session's next run, or wait (Pending, NoSandboxSlot) while every slot is taken."""
+        """Start the session's next run, or wait (Pending, NoSandboxSlot) while every slot is taken.
+
+        The slot lock covers counting and reserving a slot only, not the apiserver calls that make the run:
+        a burst of new sessions starts their sandboxes side by side, and a reserved slot counts as held
+        until the status write that holds it (which the cache sees at once)."""
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
@@ -131,56 +136,23 @@ class Sandboxes:
         async with self.ctx.slot_lock:
             in_use = await self.in_use(ns, name)
             limit = self.ctx.settings.max_sandboxes
-            if in_use >= limit:
-                msg = f"waiting for a sandbox slot ({in_use} of {limit} in use)"
-                if st.reason != "NoSandboxSlot":  # once per wait: the Event, and the status's first word
-                    await self.ctx.events.emit(kube, s_obj, "Normal", "WaitingForSlot", msg)
-                if st.message != msg:
-                    phase = move(SESSION, st.phase, "wait")
-                    await patch_status(
-                        kube, "sessions", s_obj, {"phase": phase, "reason": "NoSandboxSlot", "message": msg}
-                    )
-                return
-            n = st.counters.sandboxes + 1
-            run = self.ctx.run(ns, name, n)
-            r = st.resuming
-            # A resumed run: the call Tower allowed reaches its driver signed with this run's key.
-            pre = (
-                {
-                    "turn": r.turn,
-                    "tool": r.tool,
-                    "args_hash": r.args_hash,
-                    "approval": r.approval,
-                    "tower": r.tower,
-                }
-                if r is not None
-                else None
-            )
-            secret, key = run_key_secret(s_obj, run, pre)
-            if await kube.create_core("secrets", secret):
-                self.ctx.run_keys[run.id] = key.encode()
-            # (an earlier attempt made it: its key is read on the driver's hello)
-            # A fork's volume exists already: it was cloned when the fork was recorded.
-            if ws.claim is not None:
-                await kube.create_core("persistentvolumeclaims", ws.claim)
-            await kube.create_core(
-                "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
-            )
-            counters = st.counters.model_copy()
-            counters.sandboxes = n
-            written = await patch_status(
-                kube,
-                "sessions",
-                s_obj,
-                {
-                    "phase": move(SESSION, st.phase, "sandbox_created"),
-                    "reason": "",
-                    "message": f"starting sandbox {run.pod}",
-                    "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
-                    "counters": counters.dump(),
-                },
-            )
-            metrics.SANDBOXES_STARTED.inc()
+            if in_use < limit:
+                self.ctx.reserved.add((ns, name))
+        if in_use >= limit:
+            msg = f"waiting for a sandbox slot ({in_use} of {limit} in use)"
+            if st.reason != "NoSandboxSlot":  # once per wait: the Event, and the status's first word
+                await self.ctx.events.emit(kube, s_obj, "Normal", "WaitingForSlot", msg)
+            if st.message != msg:
+                phase = move(SESSION, st.phase, "wait")
+                await patch_status(
+                    kube, "sessions", s_obj, {"phase": phase, "reason": "NoSandboxSlot", "message": msg}
+                )
+            return
+        try:
+            run, written = await self._make_run(ns, s_obj, env, ws.claim)
+        finally:
+            self.ctx.reserved.discard((ns, name))
+        metrics.SANDBOXES_STARTED.inc()
         await self.ctx.activity(ns, name, "sandbox_starting", {"pod": run.pod})
         if ws.restored_from:
             why = f"the workspace volume was lost: restored from VolumeSnapshot {ws.restored_from}"
@@ -193,6 +165,55 @@ class Sandboxes:
         await self.ctx.events.emit(
             kube, written, "Normal", "SandboxStarted", f"started sandbox pod {run.pod}"
         )
+
+    async def _make_run(
+        self, ns: str, s_obj: Obj, env: EnvironmentSpec, claim: Obj | None
+    ) -> tuple[Run, Obj]:
+        """The run's key Secret, the workspace volume (``claim``: None when it exists) and the Pod, then the
+        status that holds the slot."""
+        kube = self.ctx.kube_in(ns)
+        s = Session.model_validate(s_obj)
+        name, st = s.name, s.status
+        n = st.counters.sandboxes + 1
+        run = self.ctx.run(ns, name, n)
+        r = st.resuming
+        # A resumed run: the call Tower allowed reaches its driver signed with this run's key.
+        pre = (
+            {
+                "turn": r.turn,
+                "tool": r.tool,
+                "args_hash": r.args_hash,
+                "approval": r.approval,
+                "tower": r.tower,
+            }
+            if r is not None
+            else None
+        )
+        secret, key = run_key_secret(s_obj, run, pre)
+        if await kube.create_core("secrets", secret):
+            self.ctx.run_keys[run.id] = key.encode()
+        # (an earlier attempt made it: its key is read on the driver's hello)
+        # A fork's volume exists already: it was cloned when the fork was recorded.
+        if claim is not None:
+            await kube.create_core("persistentvolumeclaims", claim)
+        await kube.create_core(
+            "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
+        )
+        counters = st.counters.model_copy()
+        counters.sandboxes = n
+        written = await patch_status(
+            kube,
+            "sessions",
+            s_obj,
+            {
+                "phase": move(SESSION, st.phase, "sandbox_created"),
+                "reason": "",
+                "message": f"starting sandbox {run.pod}",
+                "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
+                "counters": counters.dump(),
+            },
+        )
+        return run, written
 
     # --- releasing --------------------------------------------------------------------------------------
     async def release(self, ns: str, name: str, why: str, event: str = "sandbox_released") -> None:

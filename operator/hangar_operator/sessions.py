@@ -10,6 +10,7 @@ session's lock, so a repeated event or an operator restart never does anything t
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime
 
 from hangar.bodies import Body, BodyMissing, resolve
@@ -30,11 +31,14 @@ from .lifecycle import SESSION, TURN, after, move
 from .sandbox_objects import pvc_name, workspace_pvc
 from .sandboxes import Sandboxes
 from .status import patch_status
+from .sweeper import Wakeups
 from .turns.ending import Ending, failed
 from .turns.outcomes import TurnOutcomes
 from .turns.steering import Steering
 
 log = logging.getLogger("hangar.operator.sessions")
+
+SUSPENDING_POLL = 5.0  # seconds between looks at a suspension's steps (a transient phase: few sessions)
 
 
 class Sessions:
@@ -54,10 +58,44 @@ class Sessions:
         self.tainting = tainting
         self.suspensions = suspensions
         self.idle = IdleSuspension(ctx)
+        self.idle.on_not_due = self._idle_due
+        self.wakeups: Wakeups | None = None
+        self.failed: set[tuple[str, str]] = set()  # whose last reconcile raised: the sweeper tries again
 
     async def reconcile(self, ns: str, name: str) -> None:
         async with self.ctx.lock(ns, name):
-            await self._reconcile(ns, name)
+            try:
+                await self._reconcile(ns, name)
+            except Exception:
+                self.failed.add((ns, name))
+                raise
+            self.failed.discard((ns, name))
+
+    # --- deadlines: the session is looked at again exactly when one is due (sweeper.py) ----------------
+    def _wake_at(self, ns: str, name: str, what: str, when: float, check: bool = False) -> None:
+        if self.wakeups is None:
+            return
+        sandboxes = self.sandboxes
+
+        async def work() -> None:
+            if check:
+                await sandboxes.check(ns, name)
+            await self.reconcile(ns, name)
+
+        self.wakeups.at(f"sessions/{ns}/{name}/{what}", when, work)
+
+    def _idle_due(self, ns: str, name: str, at: float) -> None:
+        self._wake_at(ns, name, "idle", at + 0.5)
+
+    def _deadlines(self, ns: str, s: Session) -> None:
+        st = s.status
+        if st.phase == "Starting" and st.sandbox.started_at is not None:
+            due = st.sandbox.started_at.timestamp() + self.ctx.settings.connect_timeout + 0.5
+            self._wake_at(ns, s.name, "connect", due, check=True)
+        elif self.wakeups is not None:  # connected (or gone): its connect deadline would only cost reads
+            self.wakeups.cancel(f"sessions/{ns}/{s.name}/connect")
+        if st.phase == "Suspending":  # its steps wait on the driver, with time limits (suspension.py)
+            self._wake_at(ns, s.name, "suspending", time.time() + SUSPENDING_POLL)
 
     async def _reconcile(self, ns: str, name: str) -> None:
         kube = self.ctx.kube_in(ns)
@@ -67,6 +105,7 @@ class Sessions:
             return
         s = Session.model_validate(s_obj)
         st = s.status
+        self._deadlines(ns, s)
         if st.phase == "Failed":
             return
         # The checkpoints' snapshot records follow their VolumeSnapshots (a no-op once each is ready).
@@ -95,7 +134,11 @@ class Sessions:
                 return
             s_obj, s = forked, Session.model_validate(forked)
             st = s.status
-        env_obj = await kube.get("environments", s.spec.environment)
+        # An Environment is a template the session reads its spec from: the watch's copy does (a miss is read).
+        env_obj = (
+            self.ctx.cache.get("environments", ns, s.spec.environment) if self.ctx.cache.primed else None
+        )
+        env_obj = env_obj or await kube.get("environments", s.spec.environment)
         if env_obj is None:
             msg = f"environment {s.spec.environment!r} does not exist"
             if st.message != msg:
@@ -130,11 +173,15 @@ class Sessions:
         if st.sandbox.pod is None:
             if st.counters.sandboxes == 0 or queued:
                 await self.sandboxes.start(ns, s_obj, env)
+                # Its connect deadline (if it waits for a slot instead, the look finds nothing to do).
+                due = time.time() + self.ctx.settings.connect_timeout + 0.5
+                self._wake_at(ns, name, "connect", due, check=True)
             return
         if st.sandbox.connected and st.current_turn is None and queued:
             await self._start_turn(ns, s_obj, queued[0], policy, env)
         elif await self.idle.maybe_suspend(ns, s_obj, env, bool(queued)):
             await self.suspensions.advance(ns, name)  # checkpoint, then release (suspension.py)
+            self._wake_at(ns, name, "suspending", time.time() + SUSPENDING_POLL)
 
     @staticmethod
     def _wait_phase(phase: str) -> str:

@@ -75,8 +75,11 @@ def with_conditions(plural: str, obj: Obj, patch: dict[str, Any]) -> dict[str, A
 async def patch_status(
     kube: Kube, plural: str, obj: Obj, patch: dict[str, Any], resource_version: str | None = None
 ) -> Obj:
-    """Write ``patch`` (with conditions) to ``obj``'s status; returns ``obj`` as it now is."""
+    """Write ``patch`` (with conditions) to ``obj``'s status; returns ``obj`` as it now is. A patch that
+    changes nothing is not sent (unless it is a compare-and-set, whose point is the check)."""
     full = with_conditions(plural, obj, patch)
+    if resource_version is None and merged(obj, full)["status"] == (obj.get("status") or {}):
+        return obj
     name = obj["metadata"]["name"]
     out = await kube.patch_status(plural, name, full, resource_version=resource_version)
     return out if isinstance(out, dict) and out.get("metadata") else merged(obj, full)

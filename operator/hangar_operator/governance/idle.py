@@ -8,6 +8,7 @@ slot, so ten idle sessions no longer keep every new one Pending.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from hangar.kube import Obj
@@ -29,6 +30,8 @@ def idle_limit(settings_seconds: int, env: EnvironmentSpec) -> int:
 class IdleSuspension:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        # Told (namespace, session, Unix time) when an idle session's suspension will be due: a wake-up.
+        self.on_not_due: Callable[[str, str, float], None] | None = None
 
     async def idle_since(self, ns: str, s: Session) -> datetime | None:
         """When the session's sandbox last did something for a person: its last turn's end, else its start."""
@@ -52,6 +55,8 @@ class IdleSuspension:
         since = await self.idle_since(ns, s)
         now = datetime.now(UTC)
         if since is None or (now - since).total_seconds() < limit:
+            if since is not None and self.on_not_due is not None:
+                self.on_not_due(ns, s.name, since.timestamp() + limit)
             return False
         sus = Suspension(reason="idle", since=now)
         await patch_status(

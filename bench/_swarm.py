@@ -1,0 +1,182 @@
+"""A swarm of driver clients in one process: each speaks the real driver protocol (``hangar_driver.protocol``:
+the same frames, the same HMAC signatures with the run key read from the session's Secret) to the operator's
+gateway, for a sandbox pod that kwok reports Running but that runs nothing.
+
+A client says hello, confirms the connection, reports ``driver_ready``, pings as the real driver does, and
+answers commands: ``start_turn`` is acknowledged and answered with ``turn_started`` and ``turn_ended`` (a turn
+whose message starts with ``hold`` stays running until a steer arrives), ``steer`` with a ``steer`` event
+(delivered). It records when each command arrived (the bench's clock), so the bench can time the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hangar_driver import protocol as P
+
+PING_EVERY = 10.0  # as the real driver: the gateway closes a connection silent for 60 s
+
+
+class FakeDriver:
+    def __init__(self, run: str, key: bytes, host: str, port: int, on_command: Callable[..., None]) -> None:
+        self.run, self.key, self.host, self.port = run, key, host, port
+        self.on_command = on_command
+        self.seq = 0
+        self.writer: asyncio.StreamWriter | None = None
+        self.connected_at: float | None = None
+        self.held: dict[str, str] = {}  # turn -> its start_turn command id, for a turn held until a steer
+        self.seen: set[str] = set()
+        self.task: asyncio.Task[None] | None = None
+
+    def _frame(self, ftype: str, body: dict[str, Any], seq: int = 0) -> bytes:
+        return P.encode(P.sign(self.key, P.make_frame(self.run, P.D2G, ftype, body, seq=seq)))
+
+    def _send(self, ftype: str, body: dict[str, Any], seq: int = 0) -> None:
+        assert self.writer is not None
+        self.writer.write(self._frame(ftype, body, seq))
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:
+        self.seq += 1
+        self._send(P.EVENT, {"name": name, "payload": payload}, seq=self.seq)
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(0.5 + random.random())  # the gateway went away: reconnect, as the driver
+
+    async def _session(self) -> None:
+        reader, writer = await asyncio.open_connection(self.host, self.port, limit=P.MAX_FRAME_BYTES)
+        self.writer = writer
+        try:
+            hello = {
+                "run": self.run,
+                "harness": "claude",
+                "driver_version": "bench-swarm",
+                "python": "3.11.0",
+                "resume_from": self.seq + 1 if self.seq else None,
+                "boot": P.new_id(),
+                "live": True,
+                "pid": os.getpid(),
+            }
+            self._send(P.HELLO, hello)
+            frame = P.decode(await asyncio.wait_for(reader.readline(), 30))
+            P.verify(self.key, frame, P.G2D, self.run)
+            acked, nonce = frame["body"]["acked"], frame["body"]["nonce"]
+            self.seq = max(self.seq, acked)
+            self._send(P.ACK, {"ids": [], "nonce": nonce})
+            if self.connected_at is None:
+                self.connected_at = time.time()
+                self.event(
+                    "driver_ready", {"harness": "claude", "live": True, "driver_version": "bench-swarm"}
+                )
+            self.nonce = nonce
+            pinger = asyncio.create_task(self._ping())
+            try:
+                while True:
+                    line = await reader.readline()
+                    if not line:
+                        raise EOFError("gateway closed the connection")
+                    frame = P.decode(line)
+                    P.verify(self.key, frame, P.G2D, self.run)
+                    if frame["type"] == P.COMMAND:
+                        self._command(frame["id"], frame["body"])
+            finally:
+                pinger.cancel()
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _ping(self) -> None:
+        await asyncio.sleep(random.uniform(0, PING_EVERY))  # spread 1,000 clients' pings over the interval
+        while True:
+            self._send(P.PING, {})
+            await asyncio.sleep(PING_EVERY)
+
+    def _command(self, cid: str, body: dict[str, Any]) -> None:
+        self._send(P.ACK, {"ids": [cid], "nonce": self.nonce})
+        if cid in self.seen:
+            return  # resent after a reconnect: executed once, as the driver does
+        self.seen.add(cid)
+        op = body.get("op")
+        self.on_command(self.run, op, body, time.time())
+        result = {"command_id": cid, "op": op, "ok": True, "error": None}
+        if op == "start_turn":
+            turn = str(body.get("turn"))
+            self.event("turn_started", {"turn": turn})
+            self.event("command_result", {**result, "turn": turn})
+            if str(body.get("message", "")).startswith("hold"):
+                self.held[turn] = cid
+            else:
+                self._end(turn)
+        elif op == "steer":
+            turn = str(body.get("turn"))
+            sid = body.get("steer_id")
+            self.event("command_result", {**result, "turn": turn, "steer_id": sid})
+            self.event(
+                "steer", {"turn": turn, "steer_id": sid, "status": "delivered", "written_at": time.time()}
+            )
+            if self.held.pop(turn, None) is not None:
+                self._end(turn)
+        else:
+            self.event("command_result", result)
+
+    def _end(self, turn: str) -> None:
+        self.event(
+            "turn_ended",
+            {"turn": turn, "outcome": "completed", "exit_status": 0, "summary": "ok", "usage": {}},
+        )
+
+
+class Swarm:
+    """One FakeDriver per run, started when the bench sees its pod Running."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.drivers: dict[str, FakeDriver] = {}
+        self.commands: list[tuple[str, str, dict[str, Any], float]] = []
+        self.waiters: dict[tuple[str, str], asyncio.Future[float]] = {}
+        self.arrived: dict[tuple[str, str], float] = {}  # a command may beat the bench's expect()
+
+    def _on_command(self, run: str, op: str, body: dict[str, Any], at: float) -> None:
+        self.commands.append((run, op, body, at))
+        key = (op, str(body.get("steer_id") if op == "steer" else body.get("turn")))
+        self.arrived[key] = at
+        fut = self.waiters.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(at)
+
+    def expect(self, op: str, ident: str) -> asyncio.Future[float]:
+        """A future set to the time the command ``op`` for ``ident`` (turn name or steer id) arrives."""
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        if (op, ident) in self.arrived:
+            fut.set_result(self.arrived[(op, ident)])
+        else:
+            self.waiters[(op, ident)] = fut
+        return fut
+
+    def start(self, run: str, key: bytes) -> None:
+        if run in self.drivers:
+            return
+        d = FakeDriver(run, key, self.host, self.port, self._on_command)
+        d.task = asyncio.create_task(d.run_forever())
+        self.drivers[run] = d
+
+    async def stop(self) -> None:
+        for d in self.drivers.values():
+            if d.task is not None:
+                d.task.cancel()
+        for d in self.drivers.values():
+            if d.task is not None:
+                with contextlib.suppress(BaseException):
+                    await d.task

@@ -1,0 +1,524 @@
+"""Scale: what N sessions cost one operator, idle and at work, at N = 10, 100, 1,000.
+
+Each session's sandbox is a kwok pod (a fake node: the pod reaches Running and runs nothing) and its driver a
+client of a swarm in this process that speaks the real driver protocol (``bench/_swarm.py``), so the operator,
+the API and the apiserver do all of their real work while no agent runs. Per count it reports: session
+created → driver connected; the operator's RSS per session; over an idle window, operator and apiserver CPU
+(% of a core) and apiserver requests per second (its ``apiserver_request_total``); then probes through the
+REST API on sessions picked at random: a message → ``start_turn`` reaches the driver (the reconcile lag),
+→ the turn is Completed, and a steer → it reaches the driver. Sessions are added between counts, never
+deleted. ``--plot`` draws lag and memory against the session count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _stack import bench_run, header, print_result
+from _stats import log, summary
+from _swarm import Swarm
+from kubernetes_asyncio import client, config, watch
+
+from hangar.devcluster import binaries
+from hangar.devcluster.controlplane import ControlPlane
+from hangar.devcluster.stack import Stack, environment_object
+
+NAMESPACE = "default"
+ENVIRONMENT = "bench-kwok"
+NODE = "kwok-bench-0"
+TICK = os.sysconf("SC_CLK_TCK")
+KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+_REQ = re.compile(r"^apiserver_request_total\{([^}]*)\}\s+([0-9.e+]+)$")
+
+
+class Bench:
+    def __init__(self, cp: ControlPlane, stack: Stack) -> None:
+        self.cp, self.stack = cp, stack
+        self.pids = {
+            "operator": stack.procs["operator"].pid,
+            "api": stack.procs["api"].pid,
+            **{p.name: p.popen.pid for p in cp.processes},
+        }
+        self.swarm = Swarm("127.0.0.1", stack.gateway_port)
+        self.created: dict[str, float] = {}  # session -> when the bench asked for it
+        self.connected: dict[str, float] = {}  # session -> when the bench saw sandbox.connected
+        self.turn_done: dict[str, float] = {}  # turn -> when the bench saw it Completed
+        self.turn_seen: dict[str, float] = {}  # turn -> when the bench's watch first saw it
+        self.turn_waiters: dict[str, asyncio.Future[float]] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Bench:
+        cfg = client.Configuration()
+        await config.load_kube_config(config_file=str(self.cp.kubeconfig), client_configuration=cfg)
+        self.kapi = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(self.kapi)
+        self.custom = client.CustomObjectsApi(self.kapi)
+        self.http = httpx.AsyncClient(
+            base_url=self.stack.api_url, headers={"Authorization": f"Bearer {self.stack.token}"}, timeout=60
+        )
+        self.tasks = [
+            asyncio.create_task(self._watch(self._pods, self.core.list_namespaced_pod, NAMESPACE)),
+            asyncio.create_task(
+                self._watch(self._claim, self.core.list_namespaced_persistent_volume_claim, NAMESPACE)
+            ),
+            asyncio.create_task(
+                self._watch(
+                    self._session,
+                    self.custom.list_namespaced_custom_object,
+                    "hangar.dev",
+                    "v1alpha1",
+                    NAMESPACE,
+                    "sessions",
+                )
+            ),
+            asyncio.create_task(
+                self._watch(
+                    self._turn,
+                    self.custom.list_namespaced_custom_object,
+                    "hangar.dev",
+                    "v1alpha1",
+                    NAMESPACE,
+                    "turns",
+                )
+            ),
+        ]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await self.swarm.stop()
+        await self.http.aclose()
+        await self.kapi.close()
+
+    # -- watches -------------------------------------------------------------------------------------------
+    async def _watch(self, handle: Any, fn: Any, *args: Any) -> None:
+        while True:
+            try:
+                async with watch.Watch().stream(fn, *args, timeout_seconds=300) as stream:
+                    async for ev in stream:
+                        await handle(ev["type"], ev["raw_object"])
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log(f"watch broke ({e!r}); re-watching")
+                await asyncio.sleep(0.5)
+
+    async def _pods(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        run = (meta.get("annotations") or {}).get("hangar.dev/run")
+        if kind == "DELETED" or not run or (pod.get("status") or {}).get("phase") != "Running":
+            return
+        if run in self.swarm.drivers:
+            return
+        secret = await self.core.read_namespaced_secret(f"{meta['name']}-key", NAMESPACE)
+        self.swarm.start(run, base64.b64decode(secret.data["run-key"]))
+
+    async def _claim(self, kind: str, pvc: dict[str, Any]) -> None:
+        """Bind a new workspace claim to its volume at once, as a provisioner's binding completes: the
+        controller-manager's binder, starved on a loaded machine, took minutes for a burst of hundreds."""
+        meta = pvc["metadata"]
+        if kind != "ADDED" or (pvc.get("status") or {}).get("phase") == "Bound":
+            return
+        pv = f"bench-{meta['name'].removesuffix('-workspace')}"
+        claim = {"namespace": NAMESPACE, "name": meta["name"], "uid": meta["uid"]}
+        await self.core.patch_persistent_volume(pv, {"spec": {"claimRef": claim}})
+        await self.core.patch_persistent_volume_status(pv, {"status": {"phase": "Bound"}})
+        notes = {"pv.kubernetes.io/bind-completed": "yes", "pv.kubernetes.io/bound-by-controller": "yes"}
+        await self.core.patch_namespaced_persistent_volume_claim(
+            meta["name"], NAMESPACE, {"metadata": {"annotations": notes}, "spec": {"volumeName": pv}}
+        )
+        status = {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "10Gi"}}
+        await self.core.patch_namespaced_persistent_volume_claim_status(
+            meta["name"], NAMESPACE, {"status": status}
+        )
+
+    async def _session(self, kind: str, s: dict[str, Any]) -> None:
+        name = s["metadata"]["name"]
+        if ((s.get("status") or {}).get("sandbox") or {}).get("connected"):
+            self.connected.setdefault(name, time.time())
+
+    async def _turn(self, kind: str, t: dict[str, Any]) -> None:
+        name = t["metadata"]["name"]
+        self.turn_seen.setdefault(name, time.time())
+        if (t.get("status") or {}).get("phase") == "Completed" and name not in self.turn_done:
+            self.turn_done[name] = time.time()
+            fut = self.turn_waiters.pop(name, None)
+            if fut is not None and not fut.done():
+                fut.set_result(self.turn_done[name])
+
+    # -- setup ---------------------------------------------------------------------------------------------
+    async def setup(self) -> None:
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": NODE,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {"type": "kwok", "kubernetes.io/hostname": NODE},
+            },
+            "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]},
+        }
+        await self.core.create_node(node)
+        deadline = time.monotonic() + 60
+        while True:
+            n = await self.core.read_node(NODE)
+            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError("kwok node not Ready")
+            await asyncio.sleep(0.2)
+        overrides = {"nodeSelector": {"type": "kwok"}, "tolerations": [KWOK_TAINT]}
+        body = environment_object(ENVIRONMENT, podOverrides=overrides, idleSuspendSeconds=0)
+        await self.custom.create_namespaced_custom_object(
+            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
+        )
+
+    async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST, again after a dropped connection (a keep-alive the API closed as it was reused): the second
+        answer of a create that had landed is a 409, which the caller takes as done."""
+        for attempt in range(5):
+            try:
+                return await self.http.post(path, json=body)
+            except httpx.TransportError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.5)
+        raise AssertionError("unreachable")
+
+    async def _volume(self, session: str) -> None:
+        """A volume bound ahead to the session's workspace claim (no provisioner runs: kwok runs nothing)."""
+        pv = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"bench-{session}"},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": f"/tmp/hangar-bench-none/{session}"},
+                "claimRef": {"namespace": NAMESPACE, "name": f"{session}-workspace"},
+            },
+        }
+        try:
+            await self.core.create_persistent_volume(pv)
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+
+    async def add_sessions(self, names: list[str], timeout: float) -> dict[str, Any]:
+        sem = asyncio.Semaphore(16)
+
+        async def one(name: str) -> None:
+            async with sem:
+                await self._volume(name)
+                self.created[name] = time.time()
+                r = await self.post(
+                    "/api/sessions", {"name": name, "environment": ENVIRONMENT, "harness": "claude"}
+                )
+                if r.status_code not in (201, 409):
+                    raise RuntimeError(f"POST /api/sessions {name}: {r.status_code} {r.text[:300]}")
+
+        t0 = time.time()
+        await asyncio.gather(*(one(n) for n in names))
+        deadline = time.monotonic() + timeout
+        while not all(n in self.connected for n in names):
+            if time.monotonic() > deadline:
+                missing = [n for n in names if n not in self.connected]
+                raise TimeoutError(f"{len(missing)} sessions not connected after {timeout}s: {missing[:5]}")
+            await asyncio.sleep(0.2)
+        lat = [self.connected[n] - self.created[n] for n in names]
+        return {"added": len(names), "wall_s": time.time() - t0, "create_to_connected_s": summary(lat)}
+
+    # -- measures ------------------------------------------------------------------------------------------
+    async def apiserver_requests(self) -> dict[str, float]:
+        """apiserver_request_total by "verb resource", summed over codes and scopes."""
+        ctx = self.cp.ssl_context()
+        async with httpx.AsyncClient(verify=ctx, timeout=30) as h:
+            text = (await h.get(f"{self.cp.server}/metrics")).text
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            m = _REQ.match(line)
+            if not m:
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+            out[key] = out.get(key, 0.0) + float(m.group(2))
+        return out
+
+    async def idle(self, seconds: float) -> dict[str, Any]:
+        req0 = await self.apiserver_requests()
+        cpu0 = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        t0 = time.monotonic()
+        await asyncio.sleep(seconds)
+        dt = time.monotonic() - t0
+        cpu1 = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        req1 = await self.apiserver_requests()
+        per = {k: (req1.get(k, 0.0) - req0.get(k, 0.0)) / dt for k in req1}
+        top = dict(sorted(((k, round(v, 2)) for k, v in per.items() if v > 0.05), key=lambda kv: -kv[1])[:8])
+        return {
+            "seconds": round(dt, 1),
+            "cpu_pct": {k: round(100 * (cpu1[k] - cpu0[k]) / dt, 2) for k in cpu1},
+            "apiserver_rps": round(sum(per.values()), 2),
+            "apiserver_rps_top": top,
+            "load_average": os.getloadavg()[0],
+        }
+
+    async def probe_turn(self, session: str, hold: bool = False) -> tuple[float, float | None, float]:
+        """POST a message; (→ start_turn at the driver, → Completed or None while held, and the operator's
+        reconcile lag: the Turn's creation seen by a watch (the bench's, beside the operator's) → start_turn)."""
+        t0 = time.time()
+        r = await self.post(f"/api/sessions/{session}/messages", {"message": "hold" if hold else "hi"})
+        if r.status_code != 202:
+            raise RuntimeError(f"POST messages {session}: {r.status_code} {r.text[:300]}")
+        turn = str(r.json()["turn"]["name"])
+        started = self.swarm.expect("start_turn", turn)
+        done = asyncio.get_running_loop().create_future()
+        if turn in self.turn_done:
+            done.set_result(self.turn_done[turn])
+        else:
+            self.turn_waiters[turn] = done
+        at = await asyncio.wait_for(started, 60)
+        lag = at - self.turn_seen.get(turn, t0)
+        if hold:
+            return at - t0, None, lag
+        end = await asyncio.wait_for(done, 60)
+        return at - t0, end - t0, lag
+
+    async def probe_steer(self, session: str) -> float:
+        await self.probe_turn(session, hold=True)
+        t0 = time.time()
+        r = await self.post(f"/api/sessions/{session}/steer", {"message": "steer"})
+        if r.status_code != 202:
+            raise RuntimeError(f"POST steer {session}: {r.status_code} {r.text[:300]}")
+        sid = str(r.json()["steer"]["id"])
+        return await asyncio.wait_for(self.swarm.expect("steer", sid), 60) - t0
+
+    async def probes(self, sessions: list[str], n: int, gap: float) -> dict[str, Any]:
+        picks = random.sample(sessions, min(n, len(sessions)))
+        start_lag: list[float] = []  # message POSTed → start_turn at the driver
+        reconcile_lag: list[float] = []  # the Turn's watch event → start_turn at the driver
+        done_lag: list[float] = []
+        steer_lag: list[float] = []
+
+        async def turn(s: str) -> None:
+            a, b, lag = await self.probe_turn(s)
+            start_lag.append(a)
+            reconcile_lag.append(lag)
+            done_lag.append(b or 0.0)
+
+        async def steer(s: str) -> None:
+            steer_lag.append(await self.probe_steer(s))
+
+        for i, s in enumerate(
+            picks
+        ):  # one at a time: each probe is timed alone, not queued behind the others
+            await (steer(s) if i % 2 else turn(s))
+            await asyncio.sleep(gap)
+        return {
+            "reconcile_lag_s": summary(reconcile_lag),
+            "message_to_start_turn_s": summary(start_lag),
+            "message_to_completed_s": summary(done_lag),
+            "steer_to_driver_s": summary(steer_lag),
+        }
+
+
+async def run(
+    cp: ControlPlane,
+    stack: Stack,
+    counts: list[int],
+    idle_s: float,
+    probes: int,
+    res: dict[str, Any],
+    save: Path | None,
+) -> dict[str, Any]:
+    """The points, also written to ``save`` after each one: a run cut short keeps what it measured."""
+    out: dict[str, Any] = {"points": []}
+    res["result"] = out
+    async with Bench(cp, stack) as b:
+        await b.setup()
+        await asyncio.sleep(5)  # start-up settles
+        rss0 = rss_mib(b.pids["operator"])
+        base = await b.idle(idle_s)
+        out["baseline"] = {"operator_rss_mib": round(rss0, 1), "idle": base}
+        log(f"0 sessions: operator {rss0:.0f} MiB, idle {base['cpu_pct']}, {base['apiserver_rps']} req/s")
+        names: list[str] = []
+        for n in counts:
+            new = [f"s{i:05d}" for i in range(len(names), n)]
+            log(f"adding {len(new)} sessions (to {n})")
+            added = await b.add_sessions(new, timeout=max(300.0, n * 2.0))
+            names += new
+            await asyncio.sleep(5)  # the creation burst's tail
+            idle = await b.idle(idle_s)
+            rss = rss_mib(b.pids["operator"])
+            log(
+                f"{n} sessions: idle {idle['cpu_pct']}, {idle['apiserver_rps']} req/s, operator {rss:.0f} MiB"
+            )
+            probed = await b.probes(names, probes, 0.2)
+            log(f"{n} sessions: probes {json.dumps({k: round(v['p50'], 3) for k, v in probed.items()})}")
+            out["points"].append(
+                {
+                    "sessions": n,
+                    **added,
+                    "operator_rss_mib": round(rss, 1),
+                    "operator_mib_per_session": round((rss - rss0) / n, 3),
+                    "idle": idle,
+                    "probes": probed,
+                }
+            )
+            if save:
+                save.write_text(json.dumps(res, indent=2))
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    lines = [f"{out['date']}  {out['machine']}  {out['args']}", ""]
+    b = out["result"]["baseline"]
+    lines.append(
+        f"0 sessions: operator {b['operator_rss_mib']} MiB; idle CPU % operator {b['idle']['cpu_pct']['operator']}"
+        f", apiserver {b['idle']['cpu_pct']['kube-apiserver']}; apiserver {b['idle']['apiserver_rps']} req/s"
+    )
+    hdr = (
+        f"{'sessions':>8} {'connect p50/p99 s':>18} {'RSS MiB':>8} {'MiB/sess':>8} {'op CPU%':>8} "
+        f"{'apisrv CPU%':>11} {'req/s':>7} {'lag p50/p99 s':>15} {'msg→start s':>15} {'done p50/p99 s':>15} "
+        f"{'steer p50/p99 s':>15}"
+    )
+    lines += ["", hdr]
+    for p in out["result"]["points"]:
+        c, pr = p["create_to_connected_s"], p["probes"]
+
+        def pp(s: dict[str, float]) -> str:
+            return f"{s['p50']:.3f}/{s['p99']:.3f}"
+
+        lines.append(
+            f"{p['sessions']:>8} {pp(c):>18} {p['operator_rss_mib']:>8} {p['operator_mib_per_session']:>8} "
+            f"{p['idle']['cpu_pct']['operator']:>8} {p['idle']['cpu_pct']['kube-apiserver']:>11} "
+            f"{p['idle']['apiserver_rps']:>7} {pp(pr['reconcile_lag_s']) if 'reconcile_lag_s' in pr else '-':>15} "
+            f"{pp(pr['message_to_start_turn_s']):>15} "
+            f"{pp(pr['message_to_completed_s']):>15} {pp(pr['steer_to_driver_s']):>15}"
+        )
+    lines.append("")
+    for p in out["result"]["points"]:
+        lines.append(f"apiserver requests/s while idle at {p['sessions']}: {p['idle']['apiserver_rps_top']}")
+    return "\n".join(lines)
+
+
+def plot(out: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    runs = [("this run", out)] + ([(compare.get("label", "before"), compare)] if compare else [])
+    for label, o in runs:
+        pts = o["result"]["points"]
+        ns = [p["sessions"] for p in pts]
+        if "reconcile_lag_s" in pts[0]["probes"]:  # probes one at a time (earlier runs fired them in a burst)
+            lag = [p["probes"]["message_to_start_turn_s"] for p in pts]
+            axes[0].plot(ns, [x["p99"] for x in lag], "o-", label=f"{label} p99")
+            axes[0].plot(ns, [x["p50"] for x in lag], "o--", label=f"{label} p50")
+        axes[1].plot(ns, [p["operator_rss_mib"] for p in pts], "o-", label=label)
+        axes[2].plot(ns, [p["idle"]["cpu_pct"]["operator"] for p in pts], "o-", label=f"{label}: operator")
+        axes[2].plot(
+            ns, [p["idle"]["cpu_pct"]["kube-apiserver"] for p in pts], "o--", label=f"{label}: apiserver"
+        )
+    axes[0].axhline(1.0, color="grey", lw=0.8)
+    axes[2].axhline(5.0, color="grey", lw=0.8)
+    for ax, title, unit in (
+        (axes[0], "reconcile lag: message POSTed → start_turn at the driver", "seconds"),
+        (axes[1], "operator memory (RSS)", "MiB"),
+        (axes[2], "idle CPU", "% of a core"),
+    ):
+        ax.set_xscale("log")
+        ax.set_xlabel("sessions (each a connected sandbox)")
+        ax.set_ylabel(unit)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+class _Loaded(Exception):
+    """--load: nothing to run."""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--counts", default="10,100,1000", help="session counts, ascending (default 10,100,1000)")
+    ap.add_argument("--idle", type=float, default=30.0, help="idle window per count, seconds (default 30)")
+    ap.add_argument("--probes", type=int, default=40, help="probes per count: half turns, half steers")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--save", type=Path, help="also write the JSON document here")
+    ap.add_argument("--plot", type=Path, help="draw lag, memory and idle CPU against the count (PNG)")
+    ap.add_argument("--compare", type=Path, help="a --save file of an earlier run, drawn beside this one")
+    ap.add_argument("--label", default="", help="a name for this run (kept in the JSON)")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
+    ap.add_argument("--load", type=Path, help="run nothing: print (and --plot) a --save file of a run")
+    a = ap.parse_args()
+    counts = sorted(int(x) for x in a.counts.split(","))
+    res = header({"counts": counts, "idle": a.idle, "probes": a.probes})
+    res["label"] = a.label
+    if a.load:
+        res = json.loads(a.load.read_text())
+    try:
+        if a.load:
+            raise _Loaded
+        with bench_run(a.keep_logs) as br:
+            br.cp = ControlPlane(
+                binaries.ensure(), br.cp_dir, components=("kube-controller-manager", "kube-scheduler", "kwok")
+            ).start(crds=True)
+            log("control plane up (with kwok)")
+            br.stack = Stack(
+                br.root,
+                br.cp.kubeconfig,
+                extra_env={"HANGAR_MAX_SANDBOXES": str(max(counts) + 10), "HANGAR_IDLE_SUSPEND_SECONDS": "0"},
+            )
+            br.stack.start_operator()
+            br.stack.start_api()
+            asyncio.run(run(br.cp, br.stack, counts, a.idle, a.probes, res, a.save))
+    except _Loaded:
+        pass
+    except KeyboardInterrupt:
+        log("interrupted: cleaned up")
+        return 130
+    if a.save:
+        a.save.write_text(json.dumps(res, indent=2))
+    if a.plot:
+        compare = json.loads(a.compare.read_text()) if a.compare else None
+        plot(res, a.plot, compare)
+        log(f"plot written to {a.plot}")
+    return print_result(res, a.json, table)
+
+
+if __name__ == "__main__":
+    tempfile.tempdir = None  # (BenchRun makes its directories under /tmp)
+    sys.exit(main())
