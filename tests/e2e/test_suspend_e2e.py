@@ -263,24 +263,25 @@ def test_a_volume_lost_while_suspended_is_restored_from_its_snapshot_and_the_res
         cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
 
 
+@pytest.mark.parametrize("harness", ["claude", "codex"])
 def test_a_decision_delivered_before_the_receipt_is_applied_once_the_call_is_filed(
-    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel
+    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel, harness: str
 ) -> None:
     """Tower decides the moment the call is filed and its outbox delivers "decided" before the filing's
     answer reaches hangar (and no approval.created follows): the webhook finds no Approval with that receipt yet
     and keeps the decision; the operator applies it once it records the receipt (or, at worst, its minute's
     re-read does). The call runs once, unasked, without a suspension."""
-    name = "sus-early-claude"
+    name = f"sus-early-{harness}"
     model.add(
         Step(when="EARLY", text="Pushing.", command=PUSH),
         Step(when="tool_result", text="FINAL: pushed."),
     )
-    env = environment_object(f"{name}-env", model_env("claude", model))
+    env = environment_object(f"{name}-env", model_env(harness, model))
     cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(env))
     api = Api(gov)
     tower.decide_on_filing = ("allowed", "lee@acme.test")
     try:
-        new_session(api, name, f"{name}-env", "claude", "EARLY: push the branch", approvals="governed")
+        new_session(api, name, f"{name}-env", harness, "EARLY: push the branch", approvals="governed")
         t1 = api.wait_turn(name, 1, timeout=180)
         assert t1["phase"] == "Completed" and "pushed" in t1["summary"], api.debug(name)
         [filed] = [f for f in tower.filed if f["session"] == name]
@@ -297,4 +298,48 @@ def test_a_decision_delivered_before_the_receipt_is_applied_once_the_call_is_fil
         assert "suspending" not in [e["kind"] for e in api.events(name)]
     finally:
         tower.decide_on_filing = None
+        cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("harness", ["claude", "codex"])
+def test_tower_down_when_it_allows_a_suspended_call_is_503_then_the_retry_resumes_it_once(
+    cluster: Cluster, stack: Stack, gov: Stack, tower: TowerSimulator, model: ScriptedModel, harness: str
+) -> None:
+    """Tower allows a suspended session's call while its decisions API is down: the webhook cannot read the
+    decision back, answers 503 and applies nothing (the session stays suspended); once Tower is up the
+    outbox's retry is accepted and applied once: the session resumes, turn 2 completes, the call ran once."""
+    name = f"sus-down-{harness}"
+    try:
+        api, receipt, _ = suspend(cluster, stack, gov, tower, model, name, harness)
+        model.add(
+            Step(when="was approved by", text="Pushing again.", command=PUSH),
+            Step(when="tool_result", text="FINAL: pushed."),
+        )
+        [created] = [d for d in tower.deliveries.values() if d.event.get("approval", {}).get("id") == receipt]
+        assert created.event["kind"] == "approval.created" and created.done.wait(30), created.attempts
+
+        def reads() -> list[tuple[str, str, str]]:
+            found = audit(gov, "governance.decision_read")
+            return sorted((e["kind"], e["status"], e["event"]) for e in found if e["target"] == receipt)
+
+        read_created = ("approval.created", "pending", created.event["id"])
+        assert reads() == [read_created]
+        tower.available = False
+        try:
+            d = tower.decide(receipt, "allowed", by="lee@acme.test")
+            wait(lambda: 503 in d.attempts, 30, "a 503 while Tower is down")
+            assert not d.done.is_set(), d.attempts
+            s = api.session(name)
+            assert s["phase"] == "Suspended" and s["suspended"]["tower"] == receipt and not s["resuming"], s
+            assert s["sandbox"]["pod"] is None
+            assert reads() == [read_created], "nothing read, nothing applied"
+        finally:
+            tower.available = True
+        assert d.done.wait(30) and d.final == 200, d.attempts
+        assert d.attempts.count(200) == 1 and set(d.attempts[:-1]) == {503}, d.attempts
+        t2 = api.wait_turn(name, 2, timeout=180)
+        assert t2["phase"] == "Completed" and "pushed" in t2["summary"], api.debug(name)
+        assert (workspace(stack, name) / "workspace" / "ran.txt").read_text() == "ran\n"
+        assert reads() == [read_created, ("approval.decided", "allowed", d.event["id"])]
+    finally:
         cluster.kubectl("-n", NS, "delete", f"session.hangar.dev/{name}", "--wait=false", check=False)
