@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from hangar.bodies import Body as Message
 from hangar.bodies import stow, turn_room
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import LIVE_HARNESSES
+from hangar.models import LIVE_HARNESSES, Session, Turn
 
 from . import names
 from . import schemas as S
@@ -189,8 +189,8 @@ async def interrupt_turn(k: Kube, turn: Obj, message: Message | None, by: str) -
 async def find_item(k: Kube, s: Obj, kind: str, item_id: str) -> tuple[Obj, int, dict[str, Any]] | None:
     """The turn of session ``s`` whose ``spec.<kind>`` holds ``item_id``: its current or last turn first
     (where nearly every steer is), then all of them."""
-    st = s.get("status") or {}
-    for name in dict.fromkeys(n for n in (st.get("currentTurn"), st.get("lastTurn")) if n):
+    st = Session.model_validate(s).status
+    for name in dict.fromkeys(n for n in (st.current_turn, st.last_turn) if n):
         turn = await k.get("turns", name)
         if turn is not None:
             found = _find([turn], kind, item_id)
@@ -273,17 +273,17 @@ async def classify(k: Kube, turn: Obj, kind: str, index: int, item_id: str, klas
 # --- finding a session's turn --------------------------------------------------------------------------
 async def running_turn(k: Kube, s: Obj) -> Obj | None:
     """The session's running turn, if any."""
-    current = (s.get("status") or {}).get("currentTurn")
+    current = Session.model_validate(s).status.current_turn
     if not current:
         return None
     turn = await k.get("turns", current)
-    if turn is None or (turn.get("status") or {}).get("phase") != "Running":
+    if turn is None or Turn.model_validate(turn).status.phase != "Running":
         return None
     return turn
 
 
 def _nothing_running(ref: str, s: Obj, what: str) -> HTTPException:
-    phase = (s.get("status") or {}).get("phase", "Pending")
+    phase = Session.model_validate(s).status.phase
     return HTTPException(
         409, f"session {ref!r} has no running turn to {what} (it is {phase}): send a message to start one"
     )
