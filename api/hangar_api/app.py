@@ -31,6 +31,7 @@ from . import (
     patches,
     sessions,
     steering,
+    turn_watch,
 )
 from .auth import Tokens
 from .guard import Guard
@@ -70,7 +71,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
             mcp.stop(app.state)
             if app.state.governance is not None:
                 await app.state.governance.close()
-            steering.stop_watch(app.state)
+            turn_watch.stop_watch(app.state)
             await app.state.db.close()
             await app.state.kube.close()
 

@@ -16,7 +16,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import GROUP, VERSION
+from hangar.models import GROUP, VERSION, Approval, ApprovalStatus, Session, Turn
 from hangar.models.limits import bounded
 from hangar.store import Database
 
@@ -27,6 +27,7 @@ from .deps import Admin, DbDep, KubeDep, get_session
 from .errors import api_error
 from .names import ApprovalId, SessionRef
 from .routing import Route
+from .views import stamp
 
 router = APIRouter(prefix="/api/sessions", tags=["approvals"], route_class=Route)
 
@@ -41,8 +42,10 @@ class DecisionBody(BaseModel):
 
 
 def approval_view(a: Obj) -> dict[str, Any]:
+    """The view shows what it can of an Approval whose spec is partial, so its status is typed on its own."""
     spec: dict[str, Any] = a.get("spec") or {}
-    st: dict[str, Any] = a.get("status") or {}
+    stored: dict[str, Any] = a.get("status") or {}
+    st = ApprovalStatus.model_validate(stored)
     return {
         "id": a["metadata"]["name"],
         "session": spec.get("session"),
@@ -55,20 +58,21 @@ def approval_view(a: Obj) -> dict[str, Any]:
         "why": spec.get("why", ""),
         "rule": spec.get("rule", ""),
         "governed": bool(spec.get("governed")),
-        "phase": st.get("phase", "Pending"),
-        "decision": st.get("decision") or spec.get("decision"),
-        "by": st.get("by") or spec.get("decidedBy"),
-        "message": st.get("message") if st.get("message") is not None else spec.get("message"),
-        "resolved_by": st.get("resolvedBy"),
-        "requested_at": st.get("requestedAt"),
-        "deadline": st.get("deadline"),
-        "decided_at": st.get("decidedAt"),
-        "delivered_at": st.get("deliveredAt"),
-        "reason": st.get("reason", ""),
-        # Tower (spec 002): the call filed with it, its receipt, and its answer (shadow: beside hangar's).
+        "phase": st.phase or "Pending",
+        "decision": st.decision or spec.get("decision"),
+        "by": st.by or spec.get("decidedBy"),
+        "message": st.message if st.message is not None else spec.get("message"),
+        "resolved_by": st.resolved_by,
+        "requested_at": stamp(st.requested_at),
+        "deadline": stamp(st.deadline),
+        "decided_at": stamp(st.decided_at),
+        "delivered_at": stamp(st.delivered_at),
+        "reason": st.reason,
+        # Tower (spec 002): the call filed with it, its receipt, and its answer (shadow: beside hangar's), as
+        # Tower gave it (its time stamp is Tower's own).
         "tower": spec.get("tower"),
-        "receipt": st.get("receipt"),
-        "tower_answer": st.get("tower"),
+        "receipt": st.receipt,
+        "tower_answer": stored.get("tower"),
     }
 
 
@@ -86,42 +90,42 @@ async def approvals_of(k: Kube, sessions: Collection[str]) -> list[Obj]:
     )
     items = await k.list("approvals", label_selector=selector)
     # Only the ones the operator requested (it writes their status); a hand-made Approval is not one.
-    return [
-        a
-        for a in items
-        if (a.get("status") or {}).get("phase") and (a.get("spec") or {}).get("session") in names
-    ]
+    return [a for a in items if _requested(Approval.model_validate(a), names)]
+
+
+def _requested(a: Approval, sessions: Collection[str]) -> bool:
+    return bool(a.status.phase) and a.spec.session in sessions
 
 
 def pending_and_recent(items: list[Obj], limit: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The approvals waiting (oldest first) and the latest ``limit`` resolved ones (newest first)."""
-    pending = [a for a in items if (a.get("status") or {}).get("phase") == "Pending"]
-    done = [a for a in items if (a.get("status") or {}).get("phase") != "Pending"]
-    pending.sort(key=lambda a: (a.get("status") or {}).get("requestedAt") or "")
-    done.sort(key=lambda a: (a.get("status") or {}).get("decidedAt") or "", reverse=True)
-    return [approval_view(a) for a in pending], [approval_view(a) for a in done[:limit]]
+    typed = [(Approval.model_validate(a).status, a) for a in items]
+    pending = [(st, a) for st, a in typed if st.phase == "Pending"]
+    done = [(st, a) for st, a in typed if st.phase != "Pending"]
+    pending.sort(key=lambda x: stamp(x[0].requested_at) or "")
+    done.sort(key=lambda x: stamp(x[0].decided_at) or "", reverse=True)
+    return [approval_view(a) for _, a in pending], [approval_view(a) for _, a in done[:limit]]
 
 
 def refusal(a: Obj) -> str | None:
     """Why this approval can't take a decision now, or None when it can."""
-    name = a["metadata"]["name"]
-    spec: dict[str, Any] = a.get("spec") or {}
-    st: dict[str, Any] = a.get("status") or {}
-    phase = st.get("phase")
-    if phase == "Pending" and not spec.get("decision"):
+    ap = Approval.model_validate(a)
+    name, spec, st = ap.name, ap.spec, ap.status
+    phase = st.phase
+    if phase == "Pending" and not spec.decision:
         return None
-    if phase == "Pending" or st.get("resolvedBy") == "person":
-        decision = st.get("decision") or spec.get("decision")
-        by = st.get("by") or spec.get("decidedBy") or "someone"
+    if phase == "Pending" or st.resolved_by == "person":
+        decision = st.decision or spec.decision
+        by = st.by or spec.decided_by or "someone"
         return f"approval {name} was already decided: {decision} by {by}; the first decision is kept"
     if phase == "Expired":
-        return f"approval {name} expired: {st.get('message') or 'denied, no decision in time'}"
+        return f"approval {name} expired: {st.message or 'denied, no decision in time'}"
     if phase == "Withdrawn":
-        return f"approval {name} was withdrawn: {st.get('reason') or 'the agent no longer waits on it'}"
-    if st.get("resolvedBy") == "policy":
-        return f"approval {name} was resolved by the policy ({spec.get('policy')}): {st.get('decision')}"
+        return f"approval {name} was withdrawn: {st.reason or 'the agent no longer waits on it'}"
+    if st.resolved_by == "policy":
+        return f"approval {name} was resolved by the policy ({spec.policy}): {st.decision}"
     if phase in ("Allowed", "Denied"):
-        return f"approval {name} was already decided: {st.get('decision')} by {st.get('resolvedBy')}"
+        return f"approval {name} was already decided: {st.decision} by {st.resolved_by}"
     return f"approval {name} is not pending"
 
 
@@ -130,17 +134,16 @@ async def list_approvals(
     ref: SessionRef, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> dict[str, Any]:
     """The running turn's policy (else the session's), the approvals the agent waits on, and recent ones."""
-    s = await get_session(k, ref)
-    st: dict[str, Any] = s.get("status") or {}
-    policy = st.get("policy")
-    if st.get("currentTurn"):
-        turn = await k.get("turns", st["currentTurn"])
-        policy = ((turn or {}).get("status") or {}).get("policy") or policy
+    st = Session.model_validate(await get_session(k, ref)).status
+    policy = st.policy
+    if st.current_turn:
+        turn = await k.get("turns", st.current_turn)
+        policy = (Turn.model_validate(turn).status.policy if turn else None) or policy
     pending, recent = pending_and_recent(await session_approvals(k, ref), limit)
     return {
         "session": ref,
         "policy": policy or "auto",
-        "tainted": bool((st.get("taint") or {}).get("tainted")),
+        "tainted": st.taint.tainted,
         "pending": pending,
         "recent": recent,
     }
@@ -153,11 +156,7 @@ async def get_approval(k: Kube, ref: str, approval: str) -> Obj:
 async def approval_in(k: Kube, sessions: Collection[str], approval: str, where: str) -> Obj:
     """Approval ``approval`` if one of ``sessions`` requested it, else 404 naming ``where``."""
     a = await k.get("approvals", approval) if names.valid("approval", approval) else None
-    if (
-        a is None
-        or (a.get("spec") or {}).get("session") not in sessions
-        or not (a.get("status") or {}).get("phase")
-    ):
+    if a is None or not _requested(Approval.model_validate(a), sessions):
         raise HTTPException(404, f"{where} has no approval {names.shown(approval)}")
     return a
 

@@ -264,9 +264,8 @@ async def _resume_refused(g: Governance, a: Obj, aid: str, event: events.Event) 
 
 async def _decide(k: Kube, a: Obj, status: str, by: str | None, reason: str | None) -> bool:
     """Tower's decision as the Approval's ``spec.decision``, once, while it is pending (409: already decided)."""
-    if (a.get("spec") or {}).get("decision") or (
-        (a.get("status") or {}).get("phase") or "Pending"
-    ) != "Pending":
+    ap = Approval.model_validate(a)
+    if ap.spec.decision or (ap.status.phase or "Pending") != "Pending":
         return False
     spec: dict[str, Any] = {
         "decision": "allow" if status == "allowed" else "deny",

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from hangar.models import Job, Session
+
 from . import approvals as ap
 from . import schemas as S
 from .deps import DbDep, KubeDep
@@ -26,18 +28,14 @@ async def list_approvals(
     """The job's policy, the approvals its attempts wait on, and recent ones, across all attempts."""
     j = await get_job(k, who, job_id)
     sessions = await attempt_sessions(k, j)
-    st: dict[str, Any] = j.get("status") or {}
+    st = Job.model_validate(j).status
     attempts = []
     for s in sessions:
-        sst: dict[str, Any] = s.get("status") or {}
+        sst = Session.model_validate(s).status
         attempts.append(
-            {
-                "session": s["metadata"]["name"],
-                "policy": sst.get("policy"),
-                "tainted": bool((sst.get("taint") or {}).get("tainted")),
-            }
+            {"session": s["metadata"]["name"], "policy": sst.policy, "tainted": sst.taint.tainted}
         )
-    policy = st.get("policy") or next((a["policy"] for a in attempts if a["policy"]), None)
+    policy = st.policy or next((a["policy"] for a in attempts if a["policy"]), None)
     items = await ap.approvals_of(k, [s["metadata"]["name"] for s in sessions])
     pending, recent = ap.pending_and_recent(items, limit)
     return {

@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException
 
 from hangar.kube import Kube, Obj
+from hangar.models import Job, Session
 from hangar.models.job import JOB_FINAL, attempt_session
 
 from . import names
@@ -72,7 +73,7 @@ async def job_turns(k: Kube, job: Obj, sessions: list[Obj]) -> list[Obj]:
     )
     turns = [t for t in await k.list("turns", label_selector=selector) if t["spec"].get("session") in names]
     by_name = {t["metadata"]["name"]: t for t in turns}
-    recorded = [by_name[n] for n in ((job.get("status") or {}).get("turns") or []) if n in by_name]
+    recorded = [by_name[n] for n in Job.model_validate(job).status.turns if n in by_name]
     seen = {t["metadata"]["name"] for t in recorded}
     rest = sorted(
         (t for t in turns if t["metadata"]["name"] not in seen),
@@ -82,7 +83,7 @@ async def job_turns(k: Kube, job: Obj, sessions: list[Obj]) -> list[Obj]:
 
 
 def job_state(job: Obj) -> str:
-    return str((job.get("status") or {}).get("state") or "queued")
+    return Job.model_validate(job).status.state
 
 
 def refuse_final(job: Obj, what: str) -> None:
@@ -93,20 +94,19 @@ def refuse_final(job: Obj, what: str) -> None:
         raise HTTPException(409, f"job {name!r} is being cancelled: it can't {what} any more")
 
 
-def _attempt_state(job: Obj, session: str) -> str | None:
-    for a in (job.get("status") or {}).get("attempts") or []:
-        if a.get("session") == session:
-            return str(a.get("state") or "") or None
-    return None
-
-
 def live_attempts(job: Obj, sessions: list[Obj]) -> list[Obj]:
     """The attempts a follow-up goes to: every attempt that has not failed (by the job's record of it or
     its session's phase) and was not stopped."""
-    return [
-        s
-        for s in sessions
-        if _attempt_state(job, s["metadata"]["name"]) not in ("failed", "stopped")
-        and (s.get("status") or {}).get("phase") not in ("Failed", "Stopped")
-        and not s["spec"].get("stopped")
-    ]
+    recorded: dict[str | None, str] = {}
+    for a in Job.model_validate(job).status.attempts:
+        recorded.setdefault(a.session, a.state)  # the first record of a session counts
+    out = []
+    for s in sessions:
+        sess = Session.model_validate(s)
+        if (
+            recorded.get(sess.name) not in ("failed", "stopped")
+            and sess.status.phase not in ("Failed", "Stopped")
+            and not sess.spec.stopped
+        ):
+            out.append(s)
+    return out

@@ -19,6 +19,7 @@ from .errors import api_error
 from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state, job_turns, refuse_final
 from .names import JobId, SteerId
 from .routing import Route
+from .turn_watch import turn_watch
 from .views import turn_view
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
@@ -101,9 +102,7 @@ async def withdraw(
     """Take back a steer still sending (200); once the agent has it, 409; the sandbox silent, 202."""
     j = await get_job(k, who, job_id)
     sessions = await attempt_sessions(k, j)
-    resp, ref = await steering.withdraw_in(
-        k, steering.turn_watch(request), sessions, steer_id, f"job {job_id!r}"
-    )
+    resp, ref = await steering.withdraw_in(k, turn_watch(request), sessions, steer_id, f"job {job_id!r}")
     await d.audit(who.subject, "job.withdraw", job_id, session=ref, steer=steer_id, answer=resp.status_code)
     return resp
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hangar.bodies import stow
 from hangar.forge import foreign_repository
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import LIVE_HARNESSES, Job
+from hangar.models import LIVE_HARNESSES, Job, Session, Turn
 from hangar.models.base import NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.models.environment import EnvironmentSpec
 from hangar.models.job import (
@@ -237,9 +237,9 @@ async def follow_up(job_id: JobId, body: FollowUp, who: JobsCaller, k: KubeDep, 
     if body.klass is None:
         # An answer to the agent's own question (a turn that ended NeedsInput) is new information.
         for s in targets:
-            last = (s.get("status") or {}).get("lastTurn")
+            last = Session.model_validate(s).status.last_turn
             t = await k.get("turns", last) if last else None
-            if t is not None and (t.get("status") or {}).get("phase") == "NeedsInput":
+            if t is not None and Turn.model_validate(t).status.phase == "NeedsInput":
                 klass = "new_info"
     by_person = who.subject if body.klass else None
     message = await stow(d, body.message)  # stored once, referenced by every attempt's turn

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from hangar.bodies import Body, stow
 from hangar.kube import ApiException, Kube
+from hangar.models import Session
 from hangar.models.base import LIVE_HARNESSES, NAME_MAX, NAME_PATTERN, ApprovalPolicy, Harness
 from hangar.store import Database
 
@@ -142,9 +143,9 @@ async def send(k: Kube, d: Database, turns: Any, who: Caller, ref: str, text: st
     """What ``POST /api/sessions/{ref}/messages`` does (also the MCP tool ``send_to_session``)."""
     s = await get_session(k, ref)
     message: Body = await stow(d, text)
-    phase = (s.get("status") or {}).get("phase")
-    if phase == "Failed":
-        raise HTTPException(409, f"session {ref!r} failed: {(s.get('status') or {}).get('message', '')}")
+    st = Session.model_validate(s).status
+    if st.phase == "Failed":
+        raise HTTPException(409, f"session {ref!r} failed: {st.message}")
     stopped = bool(s["spec"].get("stopped"))
     if s["spec"].get("harness", "claude") in LIVE_HARNESSES and not stopped:
         running = await steering.running_turn(k, s)

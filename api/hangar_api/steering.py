@@ -13,11 +13,8 @@ find the turn and check who may ask. The job routes reuse them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import secrets
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -28,7 +25,7 @@ from pydantic import BaseModel, Field
 from hangar.bodies import Body as Message
 from hangar.bodies import stow, turn_room
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import LIVE_HARNESSES
+from hangar.models import LIVE_HARNESSES, Session, Turn
 
 from . import names
 from . import schemas as S
@@ -37,10 +34,10 @@ from .errors import api_error
 from .fields import MessageText
 from .names import SessionRef, SteerId
 from .routing import Route
+from .turn_watch import TurnWatch, turn_watch
 from .views import interrupt_view, item_state, steer_view
 
 router = APIRouter(prefix="/api/sessions", tags=["steering"], route_class=Route)
-log = logging.getLogger("hangar.api.steering")
 
 
 class SteerBody(BaseModel):
@@ -152,103 +149,6 @@ async def _edit(k: Kube, turn_name: str, field: str, index: int, item_id: str, v
         raise _api_error(e) from None
 
 
-class TurnWatch:
-    """One watch on the namespace's Turns for the whole API process, fanned out to the requests waiting on
-    a turn (a withdraw waiting for the driver's verdict) and to the listeners (the MCP resource
-    subscriptions, ``hangar_api/mcp/subscriptions.py``). One watch, not one per request: a burst of
-    withdraws on one busy turn would otherwise have the apiserver send every change of it to each."""
-
-    def __init__(self, k: Kube, withdraw_wait: float = 20.0) -> None:
-        self.k = k
-        self.withdraw_wait = withdraw_wait  # seconds a withdraw waits for the driver's verdict, then 202
-        self.waiters: dict[str, list[tuple[Callable[[Obj], bool], asyncio.Future[Obj]]]] = {}
-        self.listeners: list[Callable[[Obj], None]] = []
-        self.task: asyncio.Task[None] | None = None
-
-    def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-
-    def _start(self) -> None:
-        if self.task is None or self.task.done():
-            self.task = asyncio.create_task(self._run())
-
-    def listen(self, fn: Callable[[Obj], None]) -> None:
-        """Call ``fn`` (synchronous, must not block) with every changed or deleted Turn from now on."""
-        self.listeners.append(fn)
-        self._start()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                async for ev in self.k.watch("turns"):
-                    obj = ev.get("object")
-                    if not isinstance(obj, dict):
-                        continue
-                    for done, fut in list(self.waiters.get(obj.get("metadata", {}).get("name", ""), [])):
-                        if not fut.done() and done(obj):
-                            fut.set_result(obj)
-                    for fn in list(self.listeners):
-                        try:
-                            fn(obj)
-                        except Exception:
-                            log.exception("turn watch listener failed")
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.info("turn watch broke (%s); watching again", e)
-                await asyncio.sleep(1)
-
-    async def wait(self, turn: Obj, done: Callable[[Obj], bool], timeout: float) -> Obj:
-        """The turn once ``done(turn)``, or as it is at the timeout. Reads the turn itself once registered
-        (and every 5 s), so a change the watch saw before we listened is not missed."""
-        if done(turn):
-            return turn
-        self._start()
-        name = turn["metadata"]["name"]
-        fut: asyncio.Future[Obj] = asyncio.get_running_loop().create_future()
-        entry = (done, fut)
-        self.waiters.setdefault(name, []).append(entry)
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                fresh = await self.k.get("turns", name)
-                if fresh is None:
-                    return turn
-                turn = fresh
-                if done(turn):
-                    return turn
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return turn
-                with contextlib.suppress(TimeoutError):
-                    return await asyncio.wait_for(asyncio.shield(fut), min(5.0, left))
-        finally:
-            waiting = self.waiters.get(name, [])
-            if entry in waiting:
-                waiting.remove(entry)
-            if not waiting:
-                self.waiters.pop(name, None)
-
-
-def stop_watch(state: Any) -> None:
-    w: TurnWatch | None = getattr(state, "turn_watch", None)
-    if w is not None:
-        w.stop()
-
-
-def turn_watch_of(state: Any) -> TurnWatch:
-    """The app's one Turn watch (made on first use; started by its first waiter or listener)."""
-    w: TurnWatch | None = getattr(state, "turn_watch", None)
-    if w is None:
-        w = state.turn_watch = TurnWatch(state.kube, state.settings.api_withdraw_wait)
-    return w
-
-
-def turn_watch(request: Request) -> TurnWatch:
-    return turn_watch_of(request.app.state)
-
-
 # --- the turn-level operations (sessions and jobs) -----------------------------------------------------
 async def steer_turn(
     k: Kube,
@@ -289,8 +189,8 @@ async def interrupt_turn(k: Kube, turn: Obj, message: Message | None, by: str) -
 async def find_item(k: Kube, s: Obj, kind: str, item_id: str) -> tuple[Obj, int, dict[str, Any]] | None:
     """The turn of session ``s`` whose ``spec.<kind>`` holds ``item_id``: its current or last turn first
     (where nearly every steer is), then all of them."""
-    st = s.get("status") or {}
-    for name in dict.fromkeys(n for n in (st.get("currentTurn"), st.get("lastTurn")) if n):
+    st = Session.model_validate(s).status
+    for name in dict.fromkeys(n for n in (st.current_turn, st.last_turn) if n):
         turn = await k.get("turns", name)
         if turn is not None:
             found = _find([turn], kind, item_id)
@@ -373,17 +273,17 @@ async def classify(k: Kube, turn: Obj, kind: str, index: int, item_id: str, klas
 # --- finding a session's turn --------------------------------------------------------------------------
 async def running_turn(k: Kube, s: Obj) -> Obj | None:
     """The session's running turn, if any."""
-    current = (s.get("status") or {}).get("currentTurn")
+    current = Session.model_validate(s).status.current_turn
     if not current:
         return None
     turn = await k.get("turns", current)
-    if turn is None or (turn.get("status") or {}).get("phase") != "Running":
+    if turn is None or Turn.model_validate(turn).status.phase != "Running":
         return None
     return turn
 
 
 def _nothing_running(ref: str, s: Obj, what: str) -> HTTPException:
-    phase = (s.get("status") or {}).get("phase", "Pending")
+    phase = Session.model_validate(s).status.phase
     return HTTPException(
         409, f"session {ref!r} has no running turn to {what} (it is {phase}): send a message to start one"
     )

@@ -3,10 +3,18 @@ themselves are camelCase, like every Kubernetes API)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from hangar.kube import Obj
 from hangar.models import Job, Session, Turn
+from hangar.models.base import iso
+
+
+def stamp(when: datetime | None) -> str | None:
+    """A time stamp read from a typed status, in the form hangar writes it (``iso``: UTC, milliseconds, Z),
+    so a view shows and sorts it as it is stored."""
+    return iso(when) if when is not None else None
 
 
 def turn_view(t: Obj) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from .sandboxes import Sandboxes
 from .sessions import Sessions
 from .status import patch_status
 from .turns.outcomes import TurnOutcomes
-from .turns.steering import EVENTS as STEERING_EVENTS
+from .turns.steer_events import EVENTS as STEERING_EVENTS
 from .turns.steering import Steering
 
 log = logging.getLogger("hangar.operator.router")

@@ -16,6 +16,7 @@ from mcp_types import ElicitResult
 from pydantic import BaseModel, Field, ValidationError
 
 from hangar.kube import ApiException, Kube, Obj, owner_ref
+from hangar.models import Session
 from hangar.models.limits import MESSAGE_MAX, bounded
 
 from .. import approvals as ap
@@ -134,7 +135,7 @@ async def answer(hub: Hub, who: Caller, target: Target, asked: dict[str, Any], t
         s = await k.get("sessions", session)
         if (
             s is None
-            or (s.get("status") or {}).get("phase") in ("Failed", "Stopped")
+            or Session.model_validate(s).status.phase in ("Failed", "Stopped")
             or s["spec"].get("stopped")
         ):
             continue

@@ -16,9 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from hangar.kube import Obj
+from hangar.models import Approval, Job, Turn
 
 from .. import approvals as ap
 from ..auth import Caller, owns
+from ..views import stamp
 from .auth import may_use_sessions
 from .common import Hub
 
@@ -57,11 +59,11 @@ async def read(hub: Hub, who: Caller) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
 
     for a in await k.list("approvals"):
-        st, spec = a.get("status") or {}, a.get("spec") or {}
+        approval = Approval.model_validate(a)
         # Only the ones the operator requested (it writes their status), still waiting for a decision.
-        if st.get("phase") != "Pending" or spec.get("decision"):
+        if approval.status.phase != "Pending" or approval.spec.decision:
             continue
-        session = str(spec.get("session") or "")
+        session = approval.spec.session or ""
         job = job_of.get(session)
         if job not in mine and not (job is None and may_use_sessions(who)):
             continue
@@ -81,10 +83,10 @@ async def read(hub: Hub, who: Caller) -> dict[str, Any]:
             ):
                 latest[name] = t
         for name, t in latest.items():
-            st = t.get("status") or {}
-            if st.get("phase") == "NeedsInput":
-                question = st.get("question") or "(the agent asked without a question)"
-                since = st.get("finishedAt") or t["metadata"].get("creationTimestamp")
+            tst = Turn.model_validate(t).status
+            if tst.phase == "NeedsInput":
+                question = tst.question or "(the agent asked without a question)"
+                since = stamp(tst.finished_at) or t["metadata"].get("creationTimestamp")
                 items.append(
                     {
                         "kind": "question",
@@ -96,22 +98,22 @@ async def read(hub: Hub, who: Caller) -> dict[str, Any]:
                 )
 
     for j in jobs:
-        st, name = j.get("status") or {}, j["metadata"]["name"]
-        since = st.get("finishedAt") or j["metadata"].get("creationTimestamp")
-        state = st.get("state")
-        if state == "needs_input" and st.get("question"):
-            items.append({"kind": "question", "since": since, "ref": name, "question": st["question"]})
+        jst, name = Job.model_validate(j).status, j["metadata"]["name"]
+        since = stamp(jst.finished_at) or j["metadata"].get("creationTimestamp")
+        state = jst.state
+        if state == "needs_input" and jst.question:
+            items.append({"kind": "question", "since": since, "ref": name, "question": jst.question})
         elif state == "failed":
             items.append(
                 {
                     "kind": "failed_job",
                     "since": since,
                     "ref": name,
-                    "reason": st.get("reason", ""),
-                    "message": st.get("message", ""),
+                    "reason": jst.reason,
+                    "message": jst.message,
                 }
             )
-        elif state == "done" and (pr := pull_request(st.get("delivery"))):
+        elif state == "done" and (pr := pull_request(jst.delivery.dump() if jst.delivery else None)):
             items.append({"kind": "review", "since": since, "ref": name, "pull_request": pr})
 
     items.sort(key=lambda i: str(i.get("since") or ""))

@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 
 from hangar.kube import Obj
+from hangar.models import Job
 from hangar.store import Database
 
 from .. import deps, job_attempts
@@ -126,10 +127,9 @@ def job_resource_view(j: Obj, turns: list[Obj]) -> dict[str, Any]:
     ``timeline`` (the job's own when it records one, else its created / started / finished times) and
     ``result`` (the latest completed turn's outcome, summary, result and artifacts)."""
     out = job_view(j, turns)
-    st = j.get("status") or {}
-    timeline = st.get("timeline")
-    if not isinstance(timeline, list):
-        timeline = [
+    # The job's own timeline (job_view has it as recorded), else one made of its created / started / finished.
+    if "timeline" not in Job.model_validate(j).status.model_fields_set:
+        out["timeline"] = [
             {"at": at, "event": event}
             for at, event in (
                 (out["created_at"], "created"),
@@ -138,7 +138,6 @@ def job_resource_view(j: Obj, turns: list[Obj]) -> dict[str, Any]:
             )
             if at
         ]
-    out["timeline"] = timeline
     done = [t for t in out["turns"] if t["outcome"] == "completed"]
     last = max(done, key=lambda t: t["finished_at"] or "", default=None)
     out["result"] = (

@@ -9,7 +9,7 @@
   notification goes out on the client's session (its GET stream). A session's subscriptions end with it.
 
 Where changes come from: one watch each on Sessions, Jobs and Approvals, and the app's Turn watch
-(:class:`hangar_api.steering.TurnWatch`, shared with the withdraw route), all started by the first
+(:class:`hangar_api.turn_watch.TurnWatch`, shared with the withdraw route), all started by the first
 subscription. An object maps to the URIs it shows in: a Session to its own, and its job's if it is a job's
 attempt (label ``hangar.dev/job``); a Turn and an Approval to their session's (and so its job's); a Job to its
 own. The operator writes the activity events straight to the database, so an ``…/events`` URI is checked
@@ -54,7 +54,7 @@ from mcp_types import (
 
 from hangar.kube import Obj
 
-from .. import steering
+from .. import turn_watch
 from ..auth import Caller
 from . import common
 from .auth import TokensVerifier
@@ -326,7 +326,7 @@ class Subscriptions:
     def _start(self) -> None:
         if self._tasks:
             return
-        steering.turn_watch_of(self.hub.state).listen(self._on_turn)
+        turn_watch.turn_watch_of(self.hub.state).listen(self._on_turn)
         self._tasks = [
             asyncio.create_task(self._watch("sessions", self._on_session)),
             asyncio.create_task(self._watch("jobs", self._on_job)),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import anyio
@@ -37,12 +38,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from hangar.kube import Obj
+from hangar.models import Approval, Job, Session, Turn
 from hangar.models.job import JOB_FINAL
 
 from .. import approvals as ap
 from .. import job_attempts
 from ..auth import Caller
-from ..views import job_pr, turn_view
+from ..views import job_pr, stamp, turn_view
 from . import declines, tasks
 from .answers import (
     ANSWER_SCHEMA,
@@ -65,10 +67,6 @@ ENDED = ("Completed", "Failed", "Interrupted", "NeedsInput")
 
 
 # --- reading the target ---------------------------------------------------------------------------------
-def _phase(turn: Obj) -> str:
-    return str((turn.get("status") or {}).get("phase") or "Queued")
-
-
 def _index(turn: Obj) -> int:
     return int(turn["spec"].get("index", 0))
 
@@ -85,16 +83,28 @@ class Snapshot:
     def names(self) -> list[str]:
         return [s["metadata"]["name"] for s in self.sessions]
 
-    @property
-    def running(self) -> bool:
-        return any(_phase(t) not in ENDED for t in self.latest)
+    @cached_property
+    def turns(self) -> list[Turn]:
+        """``latest``, typed (once: every waiter on the target shares the snapshot)."""
+        return [Turn.model_validate(t) for t in self.latest]
+
+    @cached_property
+    def job(self) -> Job | None:
+        return Job.model_validate(self.obj) if self.target.kind == "job" else None
+
+    def phase_of(self, turn: Obj) -> str:
+        """The phase of ``turn``, one of ``latest``."""
+        return self.turns[self.latest.index(turn)].status.phase
 
     @property
+    def running(self) -> bool:
+        return any(t.status.phase not in ENDED for t in self.turns)
+
+    @cached_property
     def state(self) -> str:
-        st = self.obj.get("status") or {}
-        if self.target.kind == "job":
-            return str(st.get("state") or "queued")
-        return str(st.get("phase") or "Pending")
+        if self.job is not None:
+            return self.job.status.state
+        return Session.model_validate(self.obj).status.phase
 
     def settling(self) -> bool:
         """A job whose turns have ended but whose state (which the operator derives from them a moment
@@ -104,7 +114,7 @@ class Snapshot:
         if self.state in ("queued", "running", "awaiting_approval"):
             return True
         return self.state == "needs_input" and not any(
-            _phase(t) in ("NeedsInput", "Interrupted") for t in self.latest
+            t.status.phase in ("NeedsInput", "Interrupted") for t in self.turns
         )
 
     def first_turn_due(self) -> bool:
@@ -117,34 +127,36 @@ class Snapshot:
 
     def primary(self) -> Obj | None:
         """The turn the answer is about: one waiting on a question, else the latest one that ran."""
-        asking = [t for t in self.latest if _phase(t) == "NeedsInput"]
+        asking = [
+            raw for raw, t in zip(self.latest, self.turns, strict=True) if t.status.phase == "NeedsInput"
+        ]
         if asking:
             return asking[0]
         if not self.latest:
             return None
-        return max(self.latest, key=lambda t: ((t.get("status") or {}).get("startedAt") or "", _index(t)))
+        started = {
+            id(raw): stamp(t.status.started_at) or "" for raw, t in zip(self.latest, self.turns, strict=True)
+        }
+        return max(self.latest, key=lambda raw: (started[id(raw)], _index(raw)))
 
     def question(self) -> tuple[str, dict[str, int]] | None:
         """The open question and the turns it waits in ({session: index}), if the agent waits on one."""
-        if self.target.kind == "job":
-            st = self.obj.get("status") or {}
+        if self.job is not None:
             if self.state != "needs_input" or self.running:
                 return None
-            if not any(_phase(t) in ("NeedsInput", "Interrupted") for t in self.latest):
+            if not any(t.status.phase in ("NeedsInput", "Interrupted") for t in self.turns):
                 return None  # the state still shows a question someone already answered
-            asking = [t for t in self.latest if _phase(t) == "NeedsInput"]
-            text = st.get("question") or next(
-                ((t.get("status") or {}).get("question") for t in asking if t.get("status")), None
-            )
+            asking = [t for t in self.turns if t.status.phase == "NeedsInput"]
+            text = self.job.status.question or next((t.status.question for t in asking), None)
             if not text:
                 return None
             live = {s["metadata"]["name"] for s in job_attempts.live_attempts(self.obj, self.sessions)}
             turns = {t["spec"]["session"]: _index(t) for t in self.latest if t["spec"]["session"] in live}
             return str(text), turns
         t = self.primary()
-        if t is None or _phase(t) != "NeedsInput":
+        if t is None or self.phase_of(t) != "NeedsInput":
             return None
-        text = (t.get("status") or {}).get("question") or "(the agent asked without a question)"
+        text = self.turns[self.latest.index(t)].status.question or "(the agent asked without a question)"
         return str(text), {t["spec"]["session"]: _index(t)}
 
 
@@ -175,12 +187,14 @@ async def snapshot(hub: Hub, target: Target) -> Snapshot:
             if sess in names and (sess not in by_session or _index(t) > _index(by_session[sess])):
                 by_session[sess] = t
         latest = [by_session[n] for n in names if n in by_session]
-        pending = [
-            a
+        waiting = [
+            (approval, a)
             for a in await ap.approvals_of(k, names)
-            if (a.get("status") or {}).get("phase") == "Pending" and not (a.get("spec") or {}).get("decision")
+            if (approval := Approval.model_validate(a)).status.phase == "Pending"
+            and not approval.spec.decision
         ]
-        pending.sort(key=lambda a: (a.get("status") or {}).get("requestedAt") or "")
+        waiting.sort(key=lambda x: stamp(x[0].status.requested_at) or "")
+        pending = [a for _, a in waiting]
     return Snapshot(target, obj, sessions, latest, pending)
 
 
@@ -248,7 +262,8 @@ def result(snap: Snapshot, st: CallState, *, done: bool, timed_out: bool = False
     }
     if snap.target.kind == "job":
         out["turns"] = [turn_view(t) for t in snap.latest]
-        out["delivery"] = (snap.obj.get("status") or {}).get("delivery")
+        delivery = snap.job.status.delivery if snap.job is not None else None
+        out["delivery"] = delivery.dump() if delivery is not None else None
         out["pr"] = job_pr(snap.obj)  # the PR for a job: null until it is delivered
     return out
 
@@ -428,7 +443,7 @@ async def wait_for_turn(
             return result(snap, st, done=False, timed_out=True)
         primary = snap.primary()
         note = (
-            f"turn {primary['metadata']['name']} {_phase(primary)}"
+            f"turn {primary['metadata']['name']} {snap.phase_of(primary)}"
             if primary is not None
             else f"{target.where} {snap.state}: waiting for its first turn"
         )
