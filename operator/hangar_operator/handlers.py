@@ -20,6 +20,7 @@ from hangar.models import labels as L
 from hangar.models.job import JOB_FINAL
 
 from .controllers import Controllers
+from .foreign_status import pod_status
 
 log = logging.getLogger("hangar.operator")
 
@@ -93,7 +94,7 @@ async def sandbox_pod_event(event: kopf.RawEvent, namespace: str | None, memo: A
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     session, run, name = labels.get(L.SESSION), labels.get(L.RUN), meta.get("name", "")
-    phase = (pod.get("status") or {}).get("phase")
+    phase = pod_status(pod).phase
     _c(memo).ctx.cache.pod_seen(namespace, name, phase, event["type"] == "DELETED")
     if not session or not run:
         return

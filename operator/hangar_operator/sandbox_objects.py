@@ -16,6 +16,7 @@ from hangar.models.environment import EnvironmentSpec
 from hangar_driver import precleared as pre
 from hangar_driver.protocol import new_run_key
 
+from .foreign_status import snapshot_status
 from .runs import Run
 
 # Paths inside the sandbox container. The local pod runner maps these to local directories.
@@ -95,7 +96,7 @@ def workspace_pvc(
     if restore_from is not None:
         snap = restore_from["metadata"]["name"]
         spec["dataSource"] = {"apiGroup": SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": snap}
-        size = (restore_from.get("status") or {}).get("restoreSize")
+        size = snapshot_status(restore_from).restore_size
         if size:
             spec["resources"] = {"requests": {"storage": str(size)}}
     return {

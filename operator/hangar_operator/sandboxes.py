@@ -24,6 +24,7 @@ from hangar.models.environment import EnvironmentSpec
 from . import metrics
 from .approvals.controller import Approvals
 from .context import Context
+from .foreign_status import pod_status
 from .lifecycle import SESSION, after, move
 from .runs import Run, parse_run
 from .sandbox_objects import run_key_secret, sandbox_pod
@@ -295,9 +296,9 @@ class Sandboxes:
         """A sandbox whose driver never connected can run no turn: fail the first queued turn with why,
         instead of starting sandbox after sandbox for it. The usual cause is an image without python3 3.8+."""
         detail = ""
-        for cs in (((pod or {}).get("status") or {}).get("containerStatuses")) or []:
-            term = (cs.get("state") or {}).get("terminated") or {}
-            if cs.get("name") == "sandbox" and term:
+        for cs in pod_status(pod).container_statuses:
+            term = cs.state.get("terminated") or {}
+            if cs.name == "sandbox" and term:
                 detail = f" (exit {term.get('exitCode')}"
                 detail += f": {term['message']})" if term.get("message") else ")"
         kube = self.ctx.kube_in(ns)
@@ -333,7 +334,7 @@ class Sandboxes:
         if pod is None:
             await self.pod_gone(ns, name, run_pod, pod_name, "was deleted")
             return
-        phase = (pod.get("status") or {}).get("phase")
+        phase = pod_status(pod).phase
         if phase in ("Failed", "Succeeded"):
             await self.pod_gone(ns, name, run_pod, pod_name, f"ended ({phase})", pod)
         elif st.phase == "Starting" and st.sandbox.started_at is not None:

@@ -25,6 +25,7 @@ from hangar.models import labels as L
 from hangar.models.session import Checkpoint, CheckpointSnapshot
 
 from .context import Context
+from .foreign_status import snapshot_status
 from .sandbox_objects import labels, pvc_name, workspace_pvc
 from .status import patch_status
 
@@ -43,12 +44,12 @@ def snapshot_name(session: str, checkpoint: str) -> str:
 
 
 def snapshot_error(obj: Obj) -> str | None:
-    err = (obj.get("status") or {}).get("error") or {}
+    err = snapshot_status(obj).error
     return str(err.get("message") or "failed") if err else None
 
 
 def is_ready(obj: Obj) -> bool:
-    return (obj.get("status") or {}).get("readyToUse") is True
+    return snapshot_status(obj).ready_to_use is True
 
 
 def to_prune(names: list[str], ready: set[str], keep: int = KEEP_SNAPSHOTS) -> list[str]:
