@@ -85,12 +85,22 @@ def enter(spec: dict[str, Any]) -> None:
     if os.getuid() != 0:
         raise SystemExit("podns: must run as root (it mounts, then drops to the pod's user)")
     # Longest target last: a volume mounted inside another one's path lands on top of it.
-    _expose(list(spec.get("expose") or []))
+    expose = list(spec.get("expose") or [])
+    # Opened before any mount: the image's paths stay reachable under a volume mounted over them (the
+    # chart's emptyDir on /tmp hides a checkout that lives under /tmp, as a CI clone may).
+    image = [(Path(p), os.open(p, os.O_PATH)) for p in sorted(expose, key=len)]
+    _expose(expose)
     mounts = sorted(spec.get("mounts") or [], key=lambda m: len(m["target"]))
     fds = [os.open(m["source"], os.O_PATH) for m in mounts]
     for m, fd in zip(mounts, fds, strict=True):
         _mount(fd, stat.S_ISDIR(os.fstat(fd).st_mode), m["target"], bool(m.get("readOnly")))
     for fd in fds:
+        os.close(fd)
+    targets = [Path(m["target"]) for m in mounts]
+    for path, fd in image:
+        if any(t == path or t in path.parents for t in targets):
+            path.mkdir(parents=True, exist_ok=True)
+            _sys_mount(f"/proc/self/fd/{fd}", str(path), MS_BIND)
         os.close(fd)
     env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
     argv = [str(a) for a in spec["argv"]]
