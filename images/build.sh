@@ -92,5 +92,9 @@ bash images/smoke.sh "$REGISTRY" "$VERSION" "${S[@]}" | tee "$OUT/smoke.log" || 
     echo "$n,${u:-?},$(( $(stat -c %s "$OUT/$n.oci.tar") / 1000000 ))"
   done
 } | tee "$OUT/sizes.csv"
+# The budgets (images/README.md), uncompressed and archive MB: over one fails the build.
+over=$(awk -F, 'BEGIN { b["hangar"]="300 140"; b["hangar-sandbox"]="1500 650" }
+  NR > 1 { split(b[$1], m, " "); if ($2 == "?" || $2 > m[1] || $3 > m[2]) print $1 " " $2 "/" m[1] " MB, archive " $3 "/" m[2] " MB" }' "$OUT/sizes.csv")
+[ -z "$over" ] || { echo "images: over budget: $over" >&2; smoke=1; }
 echo "images: done in $(( $(date +%s) - t0 ))s; archives in build/images/" >&2
 [ "$smoke" = 0 ] || { echo "images: smoke tests failed (build/images/smoke.log)" >&2; exit 1; }
