@@ -137,7 +137,7 @@ async def session_patch(hub: Hub, who: Caller, name: str) -> ReadResourceContent
             f"not found: session {name!r} has no patch yet: its work is taken when it is verified or "
             "delivered (a job's attempt in an Environment with a repository)"
         )
-    meta = {"hangar.dev/patch": {**p.summary(), "truncated": p.truncated}}
+    meta = {"hangar.dev/patch": p.summary()}  # base, head, source, truncated (then not git apply-able)
     return ReadResourceContents(content=p.patch, mime_type=DIFF, meta=meta)
 
 

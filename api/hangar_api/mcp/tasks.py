@@ -17,6 +17,7 @@ the answers any replica recorded (within half a second), and stops when any repl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import secrets
 import time
@@ -245,7 +246,8 @@ class Tasks(Extension):
                     result = dict(out or {})
                 await store.set_status(task.task_id, "completed", "done", result=result)
             except asyncio.CancelledError:
-                await asyncio.shield(store.cancel(task.task_id))
+                with contextlib.suppress(Exception):  # the app going away may have closed the database
+                    await asyncio.shield(store.cancel(task.task_id))
                 raise
             except MCPError as e:
                 error = e.error.model_dump(mode="json", exclude_none=True)
