@@ -24,6 +24,7 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 
 from hangar.kube import Obj
 from hangar.models import Job
+from hangar.models.base import NAME_MAX, NAME_PATTERN
 from hangar.store import Database
 
 from .. import deps, job_attempts, patches
@@ -128,6 +129,8 @@ async def job_events(hub: Hub, job: Obj, since: str | None) -> dict[str, Any]:
 async def session_patch(hub: Hub, who: Caller, name: str) -> ReadResourceContents:
     """The session's work as one patch against its base (what ``git apply`` takes), as REST's
     ``GET /api/sessions/{name}/patch`` serves it; ``_meta`` names the base and head commits."""
+    if not re.fullmatch(NAME_PATTERN, name) or len(name) > NAME_MAX:
+        raise ToolError(f"invalid: session {name!r} is not a session name (a DNS label)")
     await common.get_session(hub, who, name)
     # TODO(merge): REST's plain-session patch (patches.py, another branch) may add a function for sessions
     # without a recorded patch; call it here if patches.session_patch does not cover them.
