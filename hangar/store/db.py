@@ -27,6 +27,15 @@ SCHEMA = [
         kind TEXT NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY (kind, id))""",
     """CREATE TABLE IF NOT EXISTS tower_decisions (
         id TEXT PRIMARY KEY, decision TEXT NOT NULL, at TEXT NOT NULL)""",
+    # MCP tasks (hangar_api.mcp.tasks through hangar.store.tasks), so every api replica answers tasks/*.
+    """CREATE TABLE IF NOT EXISTS mcp_tasks (
+        id TEXT PRIMARY KEY, owner TEXT NOT NULL, status TEXT NOT NULL, message TEXT,
+        requests TEXT NOT NULL, result TEXT, error TEXT, created_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS mcp_tasks_created ON mcp_tasks (created_ms)",
+    """CREATE TABLE IF NOT EXISTS mcp_task_responses (
+        task TEXT NOT NULL, input_key TEXT NOT NULL, response TEXT NOT NULL, taken INTEGER NOT NULL,
+        PRIMARY KEY (task, input_key))""",
     # Message bodies longer than a resource keeps inline, by SHA-256 (hangar.bodies).
     """CREATE TABLE IF NOT EXISTS bodies (
         digest TEXT PRIMARY KEY, body TEXT NOT NULL, size INTEGER NOT NULL, at TEXT NOT NULL)""",
@@ -225,6 +234,15 @@ class Database:
             "SELECT 1 FROM events WHERE scope = ? AND turn = ? AND kind = ? LIMIT 1", (scope, turn, kind)
         )
         return bool(rows)
+
+    async def turn_events(self, scope: str, turn: str, kind: str, limit: int = 200) -> list[Event]:
+        """The events of ``kind`` that ``scope`` recorded for ``turn``, oldest first (e.g. its hand-backs)."""
+        rows = await self.backend.fetch(
+            "SELECT seq, scope, turn, kind, payload, at FROM events WHERE scope = ? AND turn = ? AND kind = ? "
+            "ORDER BY seq LIMIT ?",
+            (scope, turn, kind, limit),
+        )
+        return [_event(r) for r in rows]
 
     async def last_seq(self, scope: str) -> int:
         rows = await self.backend.fetch("SELECT COALESCE(MAX(seq), 0) FROM events WHERE scope = ?", (scope,))

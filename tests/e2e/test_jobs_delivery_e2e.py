@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, TextResourceContents
 
 from hangar.devcluster.stack import Stack
 from hangar.testing.git_server import GitServer
@@ -26,7 +26,7 @@ from hangar.testing.model_server import ScriptedModel, Step
 from .conftest import Cluster
 from .helpers import Api, clis_installed, environment, model_env, wait
 from .test_jobs_e2e import JOBS, QUESTION, SLOW, As, _delete_jobs, submit, tool_running, wait_state
-from .test_mcp_e2e import connect, data, refused
+from .test_mcp_e2e import MODERN, connect, data, read_json, refused
 
 pytestmark = [
     pytest.mark.e2e,
@@ -163,6 +163,15 @@ def test_a_job_goes_from_prompt_to_an_open_pull_request(
     admin = Api(stack)
     s = admin.get("/api/sessions/deliver-1-a1/patch")
     assert s.status_code == 200 and s.text == r.text, "the session's patch is the job's"
+    # Over MCP, in both eras: the same patch as a text/x-diff resource, and the pull request on the job.
+    for text, meta, pr_seen in asyncio.run(read_the_work(stack, "deliver-1")):
+        assert text == r.text and meta["base"] and meta["head"] == head and meta["source"] == "delivery"
+        assert pr_seen == {
+            "url": pr["html_url"],
+            "number": 1,
+            "branch": "hangar/deliver-1",
+            "head_commit": head,
+        }
     assert As(stack, "bob").get("/api/jobs/deliver-1/patch").status_code == 404
     # A follow-up after delivery: the same conversation goes on, its work is verified and pushed to the same
     # branch, and the same pull request shows it (its body updated, a comment says what was pushed).
@@ -366,6 +375,18 @@ def test_a_job_that_needs_release_waits_for_an_approver(
     assert last["state"] == "cancelled" and last["by"] == stack_admin(admin) and "not now" in last["why"]
     # A jobs token that is neither the submitter nor an approver isn't told the job exists.
     assert As(stack, "alice").post("/api/jobs/deliver-gated-2/approve").status_code in (403, 409)
+
+
+async def read_the_work(stack: Stack, job: str) -> list[tuple[str, dict[str, Any], Any]]:
+    """Each era's read of the first attempt's patch resource (text, its metadata) and the job's ``pr``."""
+    seen = []
+    for mode in (MODERN, "legacy"):
+        async with connect(stack, mode=mode) as client:
+            [c] = (await client.read_resource(f"hangar://sessions/{job}-a1/patch")).contents
+            assert isinstance(c, TextResourceContents) and c.mime_type == "text/x-diff", c
+            meta = (c.meta or {})["hangar.dev/patch"]
+            seen.append((c.text, meta, (await read_json(client, f"hangar://jobs/{job}"))["pr"]))
+    return seen
 
 
 async def over_mcp(stack: Stack, subject: str, tool: str, args: dict[str, Any]) -> CallToolResult:

@@ -4,6 +4,7 @@ sidecar's ``/mcp`` → resources → operator → driver → the real Claude Cod
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,12 +16,16 @@ import httpx2
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
+    BlobResourceContents,
     CallToolResult,
     ElicitRequestFormParams,
     ElicitResult,
     Implementation,
     InputRequiredResult,
+    ResourceLink,
     TextContent,
     TextResourceContents,
 )
@@ -615,3 +620,56 @@ async def test_resources_show_sessions_jobs_and_their_events(
     async with connect(stack, "bob") as client:
         with pytest.raises(Exception, match="no job 'mcp-res-job'"):
             await read_json(client, "hangar://jobs/mcp-res-job")
+
+
+@needs_clis
+async def test_handed_back_files_come_as_resource_links_and_read_back_with_their_type(
+    cluster: Cluster, stack: Stack, model: ScriptedModel
+) -> None:
+    report, png = "# Report\nall good\n", bytes(range(256))
+    make = (
+        "printf '# Report\\nall good\\n' > report.md && "
+        "python3 -c \"open('shot.png', 'wb').write(bytes(range(256)))\" && "
+        "hangar-agent artifact report.md && hangar-agent artifact shot.png"
+    )
+    model.add(Step(text="Handing back.", command=make), Step(when="tool_result", text="FINAL: handed back."))
+    claude_env(cluster, "mcp-env-plain", model)
+    api = Api(stack)
+    new_session(api, "mcp-art", "mcp-env-plain", "hand back a report")
+    base = "hangar://sessions/mcp-art/artifacts"
+    for mode in (MODERN, "legacy"):
+        async with connect(stack, mode=mode) as client:
+            r = await client.call_tool("wait_for_turn", {"ref": "mcp-art", "timeout_seconds": 120})
+            out = data(r)
+            assert out["done"] and out["outcome"] == "completed", out
+            assert sorted(a["name"] for a in out["artifacts"]) == ["report.md", "shot.png"], out
+            # The same artifacts as resource_link blocks beside the structured result.
+            links = {c.name: c for c in r.content if isinstance(c, ResourceLink)}
+            assert set(links) == {"report.md", "shot.png"}, r.content
+            md, img = links["report.md"], links["shot.png"]
+            assert str(md.uri) == f"{base}/1/report.md" and md.mime_type == "text/markdown"
+            assert (md.size, img.size, img.mime_type) == (len(report), 256, "image/png")
+            # Read back: text as text, binary as a base64 blob, each with its MIME type.
+            [c] = (await client.read_resource(str(md.uri))).contents
+            assert isinstance(c, TextResourceContents) and c.text == report and c.mime_type == "text/markdown"
+            [b] = (await client.read_resource(str(img.uri))).contents
+            assert isinstance(b, BlobResourceContents) and b.mime_type == "image/png", b
+            assert base64.b64decode(b.blob) == png
+            [same] = (await client.read_resource(f"{base}/mcp-art-1/report.md")).contents
+            assert isinstance(same, TextResourceContents) and same.text == report, "the turn by its name"
+            # Unknown turn or file, a path that climbs out or is absolute: -32602 with the reason.
+            for uri, why in (
+                (f"{base}/9/report.md", "has no turn 'mcp-art-9'"),
+                (f"{base}/1/nope.md", "handed back no artifact 'nope.md' (it has: report.md, shot.png)"),
+                (f"{base}/1/../../etc/passwd", "climbs out"),
+                (f"{base}/1/%2Fetc%2Fpasswd", "absolute"),
+                ("hangar://sessions/mcp-nope/artifacts/1/report.md", "no session 'mcp-nope'"),
+                ("hangar://sessions/mcp-art/patch", "has no patch yet"),
+                ("hangar://sessions/Bad_Name/patch", "not a session name"),
+            ):
+                with pytest.raises(MCPError) as e:
+                    await client.read_resource(uri)
+                assert e.value.error.code == INVALID_PARAMS and why in e.value.error.message, (uri, e.value)
+    async with connect(stack, "alice") as client:  # a jobs token: the session's rule
+        with pytest.raises(MCPError, match="jobs token"):
+            await client.read_resource(f"{base}/1/report.md")

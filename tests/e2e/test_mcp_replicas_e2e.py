@@ -7,6 +7,7 @@ real Claude Code CLI against a ScriptedModel."""
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import shutil
 import subprocess
@@ -32,6 +33,18 @@ from .helpers import Api, clis_installed, wait
 from .test_mcp_e2e import MODERN, claude_env, data, in_thread, new_session, pending
 from .test_mcp_e2e import _cleanup as _cleanup  # the autouse fixture deleting what a test made
 from .test_mcp_subscriptions_e2e import Heard, listening
+from .test_mcp_tasks_e2e import (
+    EXTENSION,
+    CancelTask,
+    Open,
+    TaskCreated,
+    TaskIdParams,
+    TasksClient,
+    TaskState,
+    UpdateParams,
+    UpdateTask,
+    get_task,
+)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -183,3 +196,136 @@ async def test_two_replicas_behind_one_address_serve_one_client(
                 assert sent.status_code in (200, 201, 202), sent.text
             await heard.next(uri, start, timeout=30)
     assert (await in_thread(api.wait_turn, "mcp-rep", 2))["phase"] == "Completed"
+
+
+# --- tasks across replicas ----------------------------------------------------------------------------------
+async def until_status(client: Client, task_id: str, status: str, timeout: float = 60) -> TaskState:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = await get_task(client, task_id)
+        if st.status == status or time.monotonic() > deadline:
+            assert st.status == status, st
+            return st
+        await asyncio.sleep(0.3)
+
+
+async def listen_tasks(
+    stack: Stack,
+    url: str,
+    task_ids: list[str],
+    heard: list[dict[str, Any]],
+    acked: asyncio.Event,
+    declare: bool,
+) -> dict[str, Any] | None:
+    """A raw 2026-07-28 ``subscriptions/listen`` with ``taskIds`` (the SDK's listen has no such filter):
+    records each ``notifications/tasks`` until every task is final; returns the JSON-RPC error if refused."""
+    caps: dict[str, Any] = {"extensions": {EXTENSION: {}}} if declare else {}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "method": "subscriptions/listen",
+        "params": {
+            "notifications": {"taskIds": task_ids},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientInfo": {"name": "raw-listener", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": caps,
+            },
+        },
+    }
+    headers = {
+        "Authorization": f"Bearer {stack.token_for('mcp-client')}",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "subscriptions/listen",
+        "Accept": "application/json, text/event-stream",
+    }
+    final: set[str] = set()
+    async with (
+        httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http,
+        http.stream("POST", f"{url}/mcp", json=body, headers=headers) as resp,
+    ):
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:") and not line.startswith("{"):
+                continue
+            msg = json.loads(line.removeprefix("data:"))
+            if "error" in msg:
+                return dict(msg["error"])
+            if msg.get("method") == "notifications/subscriptions/acknowledged":
+                assert msg["params"]["notifications"]["taskIds"] == task_ids, msg
+                acked.set()
+            elif msg.get("method") == "notifications/tasks":
+                assert msg["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 41, msg
+                heard.append(msg["params"])
+                if msg["params"]["status"] in ("completed", "failed", "cancelled"):
+                    final.add(msg["params"]["taskId"])
+                if final == set(task_ids):
+                    return None
+    return None
+
+
+async def never(_: Any, params: Any) -> ElicitResult:
+    raise AssertionError(f"a task's form is answered with tasks/update, not asked here: {params}")
+
+
+async def test_a_task_run_by_one_replica_is_followed_answered_and_cancelled_through_the_other(
+    cluster: Cluster, stack: Stack, model: ScriptedModel
+) -> None:
+    model.add(
+        Step(text="Writing.", command="echo hi > mcp-rep-task.txt"),
+        Step(when="tool_result", text="FINAL: written."),
+    )
+    claude_env(cluster, "mcp-env-ask", model, approvals="ask")
+    api = Api(stack)
+    new_session(api, "mcp-rep-task", "mcp-env-ask", "write it")
+    [p] = await in_thread(wait, lambda: pending(api, "mcp-rep-task"), 120, "the approval")
+    args = {"ref": "mcp-rep-task", "timeout_seconds": 120}
+    with replicas(stack) as (port_a, port_b):
+        a_url, b_url = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
+        async with (
+            # It can elicit: its task asks the forms (answered here with tasks/update, by hand).
+            client_at(
+                stack, a_url, mode=MODERN, extensions=[TasksClient()], elicitation_callback=never
+            ) as on_a,
+            client_at(stack, b_url, mode=MODERN, extensions=[TasksClient()]) as on_b,
+        ):
+            # Two tasks made (and run) on replica A.
+            kept = await on_a.session.call_tool("wait_for_turn", args, allow_claimed=True)
+            dropped = await on_a.session.call_tool("wait_for_turn", args, allow_claimed=True)
+            assert isinstance(kept, TaskCreated) and isinstance(dropped, TaskCreated), (kept, dropped)
+            # A listener on replica B follows the one A runs; without the extension it is refused (-32021).
+            refused = await listen_tasks(stack, b_url, [kept.task_id], [], asyncio.Event(), declare=False)
+            assert refused is not None and refused["code"] == -32021, refused
+            heard: list[dict[str, Any]] = []
+            acked = asyncio.Event()
+            listener = asyncio.create_task(listen_tasks(stack, b_url, [kept.task_id], heard, acked, True))
+            await asyncio.wait_for(acked.wait(), 30)
+            # Replica B reads the form A's task asks, and cancels the other task: cancelled on every replica.
+            st = await until_status(on_b, kept.task_id, "input_required")
+            [key] = list(st.input_requests or {})
+            assert key == f"approve-{p['id']}", st
+            await on_b.session.send_request(CancelTask(params=TaskIdParams(task_id=dropped.task_id)), Open)
+            assert (await get_task(on_a, dropped.task_id)).status == "cancelled"
+            # Answered through B, applied by A's task, which completes with the tool's result.
+            answer = {key: {"action": "accept", "content": {"decision": "allow"}}}
+            await on_b.session.send_request(
+                UpdateTask(params=UpdateParams(task_id=kept.task_id, input_responses=answer)), Open
+            )
+            done = await until_status(on_b, kept.task_id, "completed", timeout=120)
+            out = (done.result or {})["structuredContent"]
+            assert out["done"] and out["phase"] == "Completed", out
+            assert out["approval"] == {
+                "id": p["id"],
+                "outcome": "answered",
+                "decision": "allow",
+                "message": None,
+            }
+            assert await asyncio.wait_for(listener, 30) is None
+            # The cancelled task stays cancelled (A's runner stopped; nothing overwrote it).
+            assert (await get_task(on_b, dropped.task_id)).status == "cancelled"
+    statuses = [n["status"] for n in heard]
+    assert "input_required" in statuses and statuses[-1] == "completed", statuses
+    assert heard[-1]["result"] == done.result and heard[-1]["taskId"] == kept.task_id
+    rec = next(
+        x for x in api.get("/api/sessions/mcp-rep-task/approvals").json()["recent"] if x["id"] == p["id"]
+    )
+    assert rec["phase"] == "Allowed" and rec["by"] == "mcp-client"

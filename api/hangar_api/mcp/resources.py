@@ -1,9 +1,12 @@
-"""Read-only resources: a session or a job as JSON (the tools' views), and their activity events.
+"""Read-only resources: a session or a job as JSON (the tools' views), their activity events, a session's
+work as a patch and the files its agent handed back.
 
-``hangar://sessions/<name>``, ``hangar://sessions/<name>/events{?since}``, ``hangar://jobs/<id>``,
-``hangar://jobs/<id>/events{?since}`` (its attempts' activity events with the job's own; ``since`` is a
-per-source cursor). Subscriptions to them: ``subscriptions.py``. The same access rule as the tools (``auth.py``); a refusal is a
-resource error with the reason (not found: JSON-RPC -32602).
+``hangar://sessions/<name>``, ``hangar://sessions/<name>/events{?since}``, ``hangar://sessions/<name>/patch``
+(``text/x-diff``), ``hangar://sessions/<name>/artifacts/<turn>/<path>`` (``artifacts.py``; its MIME type is the
+file's, so :func:`read_special` serves it and the patch, with their metadata), ``hangar://jobs/<id>`` (with its
+pull request), ``hangar://jobs/<id>/events{?since}`` (its attempts' activity events with the job's own;
+``since`` is a per-source cursor). Subscriptions to them: ``subscriptions.py``. The same access rule as the
+tools (``auth.py``); a refusal is a resource error with the reason (not found: JSON-RPC -32602).
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.shared.exceptions import MCPError
@@ -20,24 +24,37 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 
 from hangar.kube import Obj
 from hangar.models import Job
+from hangar.models.base import NAME_MAX, NAME_PATTERN
 from hangar.store import Database
 
-from .. import deps, job_attempts
-from ..views import job_view, session_view
-from . import common, inbox
+from .. import deps, job_attempts, patches
+from ..auth import Caller
+from ..views import job_pr, job_view, session_view
+from . import artifacts, common, inbox
 from .auth import TokensVerifier, mcp_caller
 from .common import Hub, refusals
 
 LAST_EVENTS = 200
 PAGE = 1000
+DIFF = "text/x-diff"
+T = TypeVar("T")
+_PATCH_URI = re.compile(r"^hangar://sessions/([^/?#]+)/patch$")
 
 
 async def _guard(read: Callable[[], Awaitable[dict[str, Any]]]) -> str:
     """A refusal is a JSON-RPC error with the reason: not found (-32602, the SDK's), a bad argument such as
     ``since`` (-32602), forbidden (-32600, as for subscribing)."""
+
+    async def text() -> str:
+        return json.dumps(await read())
+
+    return await _guarded(text)
+
+
+async def _guarded(read: Callable[[], Awaitable[T]]) -> T:
     try:
         with refusals():
-            return json.dumps(await read())
+            return await read()
     except ToolError as e:
         text = str(e)
         if text.startswith("not found"):
@@ -108,6 +125,42 @@ async def job_events(hub: Hub, job: Obj, since: str | None) -> dict[str, Any]:
     return {"events": picked, "cursor": ",".join(f"{k}:{q}" for k, q in last.items())}
 
 
+# --- the work: the session's patch, the files its agent handed back ------------------------------------------
+async def session_patch(hub: Hub, who: Caller, name: str) -> ReadResourceContents:
+    """The session's work as one patch against its base (what ``git apply`` takes), as REST's
+    ``GET /api/sessions/{name}/patch`` serves it; ``_meta`` names the base and head commits."""
+    if not re.fullmatch(NAME_PATTERN, name) or len(name) > NAME_MAX:
+        raise ToolError(f"invalid: session {name!r} is not a session name (a DNS label)")
+    await common.get_session(hub, who, name)
+    # TODO(merge): REST's plain-session patch (patches.py, another branch) may add a function for sessions
+    # without a recorded patch; call it here if patches.session_patch does not cover them.
+    p = await patches.session_patch(hub.db, name)
+    if p is None:
+        raise ToolError(
+            f"not found: session {name!r} has no patch yet: its work is taken when it is verified or "
+            "delivered (a job's attempt in an Environment with a repository)"
+        )
+    meta = {"hangar.dev/patch": p.summary()}  # base, head, source, truncated (then not git apply-able)
+    return ReadResourceContents(content=p.patch, mime_type=DIFF, meta=meta)
+
+
+async def artifact(hub: Hub, who: Caller, uri: str) -> ReadResourceContents:
+    data, mime = await artifacts.read(hub, who, uri)
+    return ReadResourceContents(content=data, mime_type=mime)
+
+
+async def read_special(
+    hub: Hub, verifier: TokensVerifier, uri: str, ctx: Context[Any, Any]
+) -> list[ReadResourceContents] | None:
+    """The resources whose MIME type or metadata is per read (the SDK's templates have one fixed type): a
+    session's patch and its artifacts. None for any other URI."""
+    if artifacts.is_artifact_uri(uri):
+        return [await _guarded(lambda: artifact(hub, mcp_caller(verifier, ctx), uri))]
+    if m := _PATCH_URI.match(uri):
+        return [await _guarded(lambda: session_patch(hub, mcp_caller(verifier, ctx), m.group(1)))]
+    return None
+
+
 # --- what the spec lists on a session and a job, beside REST's view ----------------------------------------
 def session_resource_view(s: Obj, turns: list[Obj]) -> dict[str, Any]:
     """The session as ``get_session`` returns it, plus ``state`` (its phase), ``summaries`` (each ended
@@ -125,7 +178,7 @@ def session_resource_view(s: Obj, turns: list[Obj]) -> dict[str, Any]:
 def job_resource_view(j: Obj, turns: list[Obj]) -> dict[str, Any]:
     """The job as ``get_job`` returns it (``state``, ``attempts``, ``turns``, ``delivery``), plus
     ``timeline`` (the job's own when it records one, else its created / started / finished times) and
-    ``result`` (the latest completed turn's outcome, summary, result and artifacts)."""
+    ``result`` (the latest completed turn's outcome, summary, result and artifacts) and ``pr``."""
     out = job_view(j, turns)
     # The job's own timeline (job_view has it as recorded), else one made of its created / started / finished.
     if "timeline" not in Job.model_validate(j).status.model_fields_set:
@@ -138,6 +191,9 @@ def job_resource_view(j: Obj, turns: list[Obj]) -> dict[str, Any]:
             )
             if at
         ]
+    out["pr"] = job_pr(
+        j
+    )  # the pull request (or pushed branch): url, number, branch, head_commit; null before
     done = [t for t in out["turns"] if t["outcome"] == "completed"]
     last = max(done, key=lambda t: t["finished_at"] or "", default=None)
     out["result"] = (
@@ -172,6 +228,21 @@ def register_resources(server: MCPServer[Any], hub: Hub, verifier: TokensVerifie
             return await events(hub.db, f"session/{name}", after)
 
         return await _guard(read)
+
+    # Listed here for resources/templates/list; HangarServer.read_resource serves them (read_special).
+    @server.resource("hangar://sessions/{name}/patch", mime_type=DIFF)
+    async def patch_resource(name: str, ctx: Context[Any, Any]) -> str:
+        """The session's work as one patch against the base branch (text/x-diff, what git apply takes)."""
+        [p] = await read_special(hub, verifier, f"hangar://sessions/{name}/patch", ctx) or []
+        return str(p.content)
+
+    @server.resource(artifacts.TEMPLATE, mime_type=artifacts.OCTETS)
+    async def artifact_resource(name: str, turn: str, path: str, ctx: Context[Any, Any]) -> str | bytes:
+        """A file the agent handed back in that turn (its number or name), by the name it was handed back
+        under: text as text, anything else as a base64 blob, with its MIME type."""
+        uri = f"hangar://sessions/{name}/artifacts/{turn}/{path}"
+        [a] = await read_special(hub, verifier, uri, ctx) or []
+        return a.content
 
     @server.resource(inbox.URI, mime_type=json_type)
     async def inbox_resource() -> str:

@@ -14,12 +14,14 @@ Settings (``hangar.config.Settings``, from the environment):
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
@@ -31,15 +33,16 @@ from mcp_types import (
     ServerCapabilities,
     TextContent,
 )
-from pydantic import ValidationError
+from pydantic import AnyUrl, ValidationError
 from starlette.routing import Route
 
 from hangar.config import Settings
 
+from . import artifacts
 from .auth import TokensVerifier
 from .common import Hub, invalid_text
 from .events import BoundedEventStore
-from .resources import register_resources
+from .resources import read_special, register_resources
 from .subscriptions import Subscriptions
 from .tasks import Tasks
 from .tools import register
@@ -49,6 +52,9 @@ PATH = "/mcp"
 STATE_TTL_SECONDS = 30 * 60
 # SSE `retry:` (ms) a handshake-era client waits before it resumes a dropped stream with Last-Event-ID.
 RETRY_MS = 1000
+# Protocol versions without the resource_link content block (it came with 2025-06-18).
+NO_RESOURCE_LINKS = frozenset({"2024-11-05", "2025-03-26"})
+SpecialRead = Callable[[str, Context[Any, Any]], Awaitable[list[ReadResourceContents] | None]]
 
 INSTRUCTIONS = (
     "hangar runs coding agents as named sessions and jobs. wait_for_turn waits for a turn and puts the "
@@ -60,13 +66,31 @@ INSTRUCTIONS = (
 class HangarServer(MCPServer[Any]):
     """The SDK's server with hangar's refusals: a tool error's text is the refusal itself (``not found: …``,
     ``invalid: name: …``), without the SDK's ``Error executing tool <name>:`` prefix, so a client can match
-    on the kind; arguments that fail the input schema say which field and which rule."""
+    on the kind; arguments that fail the input schema say which field and which rule. ``wait_for_turn``'s
+    artifacts come as ``resource_link`` blocks too; a patch or an artifact is read with its own MIME type."""
+
+    special_read: SpecialRead | None = None
+
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context[Any, Any] | None = None
+    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
+        if self.special_read is not None and context is not None:
+            special = await self.special_read(str(uri), context)
+            if special is not None:
+                return special
+        return await super().read_resource(uri, context)
 
     async def _handle_call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
     ) -> CallToolResult | InputRequiredResult:
         result = await super()._handle_call_tool(ctx, params)
-        if not isinstance(result, CallToolResult) or not result.is_error:
+        if not isinstance(result, CallToolResult):
+            return result
+        if not result.is_error:
+            if params.name == "wait_for_turn" and ctx.protocol_version not in NO_RESOURCE_LINKS:
+                extra = artifacts.links(result.structured_content or {})
+                if extra:
+                    return result.model_copy(update={"content": [*result.content, *extra]})
             return result
         prefix = f"Error executing tool {params.name}: "
         texts = [c.text.removeprefix(prefix) for c in result.content if isinstance(c, TextContent)]
@@ -117,7 +141,8 @@ def build(app: FastAPI) -> MCPServer[Any]:
         if key
         else RequestStateSecurity.ephemeral(ttl=STATE_TTL_SECONDS)
     )
-    tasks = app.state.mcp_tasks = Tasks(verifier)
+    tasks = app.state.mcp_tasks = Tasks(verifier, Hub(app.state))
+    subscriptions.task_feed = tasks
     server = HangarServer(
         "hangar",
         version="0.1.0",
@@ -131,6 +156,12 @@ def build(app: FastAPI) -> MCPServer[Any]:
     )
     register(server, Hub(app.state), verifier)
     register_resources(server, Hub(app.state), verifier)
+    hub = Hub(app.state)
+
+    async def special(uri: str, ctx: Context[Any, Any]) -> list[ReadResourceContents] | None:
+        return await read_special(hub, verifier, uri, ctx)
+
+    server.special_read = special
     subscriptions.register(server)
     same_capabilities(server)
     return server

@@ -28,9 +28,9 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
@@ -51,6 +51,7 @@ from mcp_types import (
     SubscriptionsListenResult,
     UnsubscribeRequestParams,
 )
+from pydantic import BaseModel
 
 from hangar.kube import Obj
 
@@ -98,6 +99,23 @@ def uris_of(kind: str, name: str) -> tuple[str, str]:
     return f"hangar://{kind}/{name}", f"hangar://{kind}/{name}/events"
 
 
+class TaskStatusNotification(BaseModel):
+    """``notifications/tasks``: the task as ``tasks/get`` shows it (the SDK has no type for it)."""
+
+    method: Literal["notifications/tasks"] = "notifications/tasks"
+    params: dict[str, Any]
+
+
+class TaskFeed(Protocol):
+    """What ``subscriptions/listen`` needs for ``taskIds`` (``tasks.Tasks``; a protocol: tasks imports us)."""
+
+    async def authorize(self, ctx: ServerRequestContext[Any, Any], task_ids: list[str]) -> None: ...
+
+    async def follow(
+        self, task_ids: list[str], send: Callable[[dict[str, Any]], Awaitable[None]]
+    ) -> None: ...
+
+
 def header_caller(verifier: TokensVerifier, headers: Any) -> Caller:
     """The caller of a lowlevel request: its bearer token (the SDK's auth middleware already refused a
     missing or unknown one with 401)."""
@@ -129,6 +147,7 @@ class Subscriptions:
         self._waiting: dict[str, set[asyncio.Event]] = {}  # canonical URI → its wait_for_turn waiters
         self._generation: dict[str, int] = {}  # canonical URI → changes seen (in this epoch)
         self._epoch = 0
+        self.task_feed: TaskFeed | None = None  # notifications/tasks (set by server.build)
 
     # --- who listens ------------------------------------------------------------------------------------
     def subscribed(self, canonical: str) -> bool:
@@ -199,35 +218,55 @@ class Subscriptions:
     async def on_listen(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
-        """2026-07-28 ``subscriptions/listen``: authorize every resource URI, acknowledge them (and nothing
-        else: hangar sends no list changes), then write this stream's notifications until the client goes."""
+        """2026-07-28 ``subscriptions/listen``: authorize every resource URI and task id, acknowledge them (and
+        nothing else: hangar sends no list changes), then write this stream's notifications until the client
+        goes: ``notifications/resources/updated`` and, for ``taskIds``, ``notifications/tasks``."""
         sub_id = ctx.request_id
         if sub_id is None:
             raise MCPError(INVALID_REQUEST, "subscriptions/listen needs a request id")
         uris = list(dict.fromkeys(params.notifications.resource_subscriptions or []))
+        raw_ids = (params.notifications.model_extra or {}).get("taskIds") or []
+        if not isinstance(raw_ids, list) or not all(isinstance(t, str) for t in raw_ids):
+            raise MCPError(INVALID_PARAMS, "invalid: notifications.taskIds: a list of task ids")
+        task_ids = list(dict.fromkeys(raw_ids))
         if uris:
             who = header_caller(self.verifier, ctx.request.headers if ctx.request is not None else None)
             for uri in uris:
                 await self.authorize(who, uri)
+        if task_ids:
+            if self.task_feed is None:
+                raise MCPError(INVALID_PARAMS, "tasks are not served here")
+            await self.task_feed.authorize(ctx, task_ids)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: sub_id}
 
         async def write(uri: str) -> None:
             note = ResourceUpdatedNotification(params=ResourceUpdatedNotificationParams(uri=uri, _meta=meta))
             await ctx.session.send_notification(note, related_request_id=sub_id)
 
+        async def write_task(task: dict[str, Any]) -> None:
+            note = TaskStatusNotification(params={**task, "_meta": meta})
+            # Not one of the SDK's notification types; it writes any model with a method and params.
+            await ctx.session.send_notification(note, related_request_id=sub_id)  # type: ignore[arg-type]
+
         outbox = Outbox(write)
+        follower = None
         try:
             for uri in uris:
                 await self._add(uri, outbox)
-            honored = SubscriptionFilter(resource_subscriptions=uris or None)
+            extra = {"taskIds": task_ids} if task_ids else {}
+            honored = SubscriptionFilter(resource_subscriptions=uris or None, **extra)
             await ctx.session.send_notification(
                 SubscriptionsAcknowledgedNotification(
                     params=SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
                 ),
                 related_request_id=sub_id,
             )
+            if task_ids and self.task_feed is not None:
+                follower = asyncio.create_task(self.task_feed.follow(task_ids, write_task))
             await outbox.run()  # until the client disconnects (cancelled) or a write fails
         finally:
+            if follower is not None:
+                follower.cancel()
             for uri in list(outbox.uris):
                 self._remove(uri, outbox)
         return SubscriptionsListenResult(_meta=meta)

@@ -5,19 +5,23 @@ task at once (``resultType: "task"``) and runs in the background. ``tasks/get`` 
 status message says what the turn is doing), ``input_required`` with the same forms as the call's
 ``input_required`` rounds (``approve-<id>``, ``answer-<n>``), answered with ``tasks/update``; ``completed``
 with the tool's result (a refusal is a result with ``isError``), ``failed`` (a JSON-RPC error), or
-``cancelled`` after ``tasks/cancel``.
+``cancelled`` after ``tasks/cancel``. ``subscriptions/listen`` with ``taskIds`` sends ``notifications/tasks``
+(the task as ``tasks/get`` shows it) when its status changes (:meth:`Tasks.follow`).
 
 A task belongs to the token that created it: anyone else's ``tasks/*`` is "task not found" (-32602), as for
-an unknown id. Tasks are kept in the API process that runs them, for :data:`TTL_MS` from their creation
-(``Mcp-Name`` carries the task id, for a load balancer to route ``tasks/*`` to that process).
+an unknown id. Tasks are kept in the database (``hangar.store.tasks``) for :data:`TTL_MS` from their
+creation, so any API replica answers ``tasks/*``: the replica that runs a task writes its status there, takes
+the answers any replica recorded (within half a second), and stops when any replica recorded a cancel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,14 +33,16 @@ from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     CallToolRequestParams,
-    CallToolResult,
     ElicitRequest,
     ElicitResult,
     RequestParams,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hangar.store.tasks import TaskRow, TaskStore, now_ms
+
 from .auth import TokensVerifier
+from .common import Hub
 from .subscriptions import header_caller
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -44,7 +50,10 @@ MISSING_CAPABILITY = -32021
 TASK_TOOLS = frozenset({"wait_for_turn"})
 TTL_MS = 60 * 60 * 1000
 POLL_MS = 1000
-MAX_TASKS = 10_000
+MAX_TASKS = 10_000  # running in this process
+CANCEL_CHECK_SECONDS = 1.0  # how often a running task looks for a cancel another replica recorded
+FOLLOW_SECONDS = 0.5  # how often a listen stream reads the tasks it follows
+PURGE_SECONDS = 60.0
 
 _running: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar("hangar_mcp_task", default=None)
 
@@ -54,93 +63,97 @@ def running() -> TaskRun | None:
     return _running.get()
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+def wire(row: TaskRow) -> dict[str, Any]:
+    """The task as ``tasks/get`` and ``notifications/tasks`` show it (a DetailedTask)."""
+    out: dict[str, Any] = {
+        "taskId": row.id,
+        "status": row.status,
+        "createdAt": _iso(row.created_ms),
+        "lastUpdatedAt": _iso(row.updated_ms),
+        "ttlMs": TTL_MS,
+        "pollIntervalMs": POLL_MS,
+    }
+    if row.message:
+        out["statusMessage"] = row.message
+    if row.status == "input_required":
+        out["inputRequests"] = row.requests
+    if row.status == "completed" and row.result is not None:
+        out["result"] = row.result
+    if row.status == "failed" and row.error is not None:
+        out["error"] = row.error
+    return out
 
 
 @dataclass
 class TaskRun:
+    """A task running in this process: writes its status to the store, takes the answers recorded there."""
+
     task_id: str
     owner: str
-    created: float = field(default_factory=time.time)
-    updated: float = field(default_factory=time.time)
+    store: TaskStore
     status: str = "working"
     message: str | None = None
     requests: dict[str, ElicitRequest] = field(default_factory=dict)  # outstanding input requests
     answered: set[str] = field(default_factory=set)  # keys answered: never asked again (unique keys)
-    responses: dict[str, ElicitResult] = field(default_factory=dict)  # given, not yet taken by the body
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
     runner: asyncio.Task[None] | None = None
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    _checked: float = 0.0
 
-    @property
-    def final(self) -> bool:
-        return self.status in ("completed", "failed", "cancelled")
+    async def _write(self, status: str, message: str, requests: dict[str, ElicitRequest]) -> None:
+        self.status, self.message, self.requests = status, message, requests
+        dumped = {k: r.model_dump(mode="json", by_alias=True, exclude_none=True) for k, r in requests.items()}
+        await self.store.set_status(self.task_id, status, message, dumped)
 
-    def _touch(self) -> None:
-        self.updated = time.time()
+    async def _check_cancelled(self) -> None:
+        """Stops the work when a cancel was recorded (by any replica) or the task is gone (expired)."""
+        if time.monotonic() - self._checked < CANCEL_CHECK_SECONDS:
+            return
+        self._checked = time.monotonic()
+        row = await self.store.get(self.task_id)
+        if row is None or row.final:
+            raise asyncio.CancelledError
 
-    def working(self, message: str) -> None:
-        if not self.final and (self.status != "working" or self.message != message):
-            self.status, self.message, self.requests = "working", message, {}
-            self._touch()
+    async def working(self, message: str) -> None:
+        await self._check_cancelled()
+        if self.status != "working" or self.message != message:
+            await self._write("working", message, {})
 
     async def ask(self, requests: dict[str, ElicitRequest], wait: float) -> dict[str, ElicitResult]:
         """Shows ``requests`` (a key already answered is not asked again) as ``input_required`` and waits up
-        to ``wait`` seconds for ``tasks/update``; returns the responses given (possibly some of them, or none:
-        the caller looks at the turn again and asks again)."""
+        to ``wait`` seconds for ``tasks/update`` (on any replica); returns the responses given (possibly some
+        of them, or none: the caller looks at the turn again and asks again)."""
+        await self._check_cancelled()
         fresh = {k: r for k, r in requests.items() if k not in self.answered}
         if fresh.keys() != self.requests.keys() or self.status != "input_required":
-            self.status, self.requests = "input_required", fresh
-            self.message = "waiting for your answer: " + ", ".join(fresh)
-            self._touch()
-        if not self.responses:
+            await self._write("input_required", "waiting for your answer: " + ", ".join(fresh), fresh)
+        got = await self._take()
+        if not got:
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), wait)
             except TimeoutError:
                 pass
-        got, self.responses = self.responses, {}
+            got = await self._take()
         if got:
-            self.status, self.requests, self.message = "working", {}, "applying your answer"
-            self._touch()
+            await self._write("working", "applying your answer", {})
         return got
 
-    def update(self, responses: dict[str, Any]) -> None:
-        """``tasks/update``: keys not outstanding are ignored (answered, superseded, never asked)."""
-        for key, raw in responses.items():
-            if key not in self.requests or key in self.answered:
-                continue
-            try:
-                self.responses[key] = ElicitResult.model_validate(raw)
-            except ValidationError as e:
-                raise MCPError(INVALID_PARAMS, f"invalid: inputResponses.{key}: {e}") from None
+    async def _take(self) -> dict[str, ElicitResult]:
+        got: dict[str, ElicitResult] = {}
+        for key, raw in (await self.store.take(self.task_id)).items():
             self.answered.add(key)
-        if self.responses:
-            self._arrived.set()
+            try:
+                got[key] = ElicitResult.model_validate(raw)
+            except ValidationError:
+                continue  # validated when recorded; fail closed on anything else
+        return got
 
-    def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "taskId": self.task_id,
-            "status": self.status,
-            "createdAt": _iso(self.created),
-            "lastUpdatedAt": _iso(self.updated),
-            "ttlMs": TTL_MS,
-            "pollIntervalMs": POLL_MS,
-        }
-        if self.message:
-            out["statusMessage"] = self.message
-        if self.status == "input_required":
-            out["inputRequests"] = {
-                k: r.model_dump(mode="json", by_alias=True, exclude_none=True)
-                for k, r in self.requests.items()
-            }
-        if self.status == "completed" and self.result is not None:
-            out["result"] = self.result
-        if self.status == "failed" and self.error is not None:
-            out["error"] = self.error
-        return out
+    def wake(self) -> None:
+        self._arrived.set()
 
 
 class TaskIdParams(RequestParams):
@@ -168,30 +181,44 @@ def _missing() -> MCPError:
 class Tasks(Extension):
     identifier = EXTENSION
 
-    def __init__(self, verifier: TokensVerifier) -> None:
+    def __init__(self, verifier: TokensVerifier, hub: Hub) -> None:
         self.verifier = verifier
-        self._tasks: dict[str, TaskRun] = {}
+        self.hub = hub
+        self._local: dict[str, TaskRun] = {}  # the tasks this process runs
+        self._purged = 0.0
+
+    @property
+    def store(self) -> TaskStore:
+        return TaskStore(self.hub.db)  # the app's database is opened by its lifespan, after this is built
 
     # --- who ----------------------------------------------------------------------------------------------
     def _owner(self, ctx: ServerRequestContext[Any, Any]) -> str:
         return header_caller(self.verifier, ctx.request.headers if ctx.request is not None else None).subject
 
-    def _find(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> TaskRun:
+    async def _find(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> TaskRow:
         if not declared(ctx):
             raise _missing()
-        self._expire()
-        task = self._tasks.get(task_id)
-        if task is None or task.owner != self._owner(ctx):  # someone else's is "not found", as a missing one
+        await self._expire()
+        row = await self.store.get(task_id)
+        expired = row is not None and now_ms() - row.created_ms > TTL_MS
+        if row is None or expired or row.owner != self._owner(ctx):  # someone else's: as a missing one
             raise MCPError(INVALID_PARAMS, f"Failed to retrieve task: no task {task_id!r} (or it expired)")
-        return task
+        return row
 
-    def _expire(self) -> None:
-        now = time.time()
-        for task_id, task in list(self._tasks.items()):
-            if now - task.created > TTL_MS / 1000:
-                if task.runner is not None:
-                    task.runner.cancel()
-                del self._tasks[task_id]
+    async def _expire(self) -> None:
+        """Stops this process's tasks past their TTL; drops expired tasks from the database once a minute."""
+        now = now_ms()
+        for task_id, task in list(self._local.items()):
+            if task.runner is None or task.runner.done():
+                del self._local[task_id]
+        if time.monotonic() - self._purged < PURGE_SECONDS:
+            return
+        self._purged = time.monotonic()
+        for task_id, task in list(self._local.items()):
+            row = await self.store.get(task_id)
+            if (row is None or now - row.created_ms > TTL_MS) and task.runner is not None:
+                task.runner.cancel()
+        await self.store.purge(now - TTL_MS)
 
     # --- tools/call ------------------------------------------------------------------------------------------
     async def intercept_tool_call(
@@ -200,57 +227,76 @@ class Tasks(Extension):
         first_round = params.input_responses is None and params.request_state is None
         if params.name not in TASK_TOOLS or not first_round or not declared(ctx):
             return await call_next(ctx)
-        self._expire()
-        if len(self._tasks) >= MAX_TASKS:
+        await self._expire()
+        if len(self._local) >= MAX_TASKS:
             raise MCPError(INTERNAL_ERROR, "too many tasks on this server: try again later")
-        task = TaskRun(secrets.token_urlsafe(18), self._owner(ctx))
-        task.message = "started"
-        self._tasks[task.task_id] = task
+        store = self.store
+        task = TaskRun(secrets.token_urlsafe(18), self._owner(ctx), store, message="started")
+        # Durable before it is returned: a tasks/get on any replica finds it.
+        await store.create(task.task_id, task.owner, "started", now_ms())
+        self._local[task.task_id] = task
 
         async def body() -> None:
             _running.set(task)
             try:
                 out = await call_next(ctx)
-                if isinstance(out, CallToolResult):
-                    task.result = out.model_dump(mode="json", by_alias=True, exclude_none=True)
-                elif isinstance(out, BaseModel):
-                    task.result = out.model_dump(mode="json", by_alias=True, exclude_none=True)
+                if isinstance(out, BaseModel):
+                    result = out.model_dump(mode="json", by_alias=True, exclude_none=True)
                 else:
-                    task.result = dict(out or {})
-                task.status, task.requests = "completed", {}
-                task.message = "done"
+                    result = dict(out or {})
+                await store.set_status(task.task_id, "completed", "done", result=result)
             except asyncio.CancelledError:
-                task.status, task.requests, task.message = "cancelled", {}, "cancelled"
+                with contextlib.suppress(Exception):  # the app going away may have closed the database
+                    await asyncio.shield(store.cancel(task.task_id))
                 raise
             except MCPError as e:
-                task.status, task.requests = "failed", {}
-                task.error = e.error.model_dump(mode="json", exclude_none=True)
-                task.message = e.error.message
+                error = e.error.model_dump(mode="json", exclude_none=True)
+                await store.set_status(task.task_id, "failed", e.error.message, error=error)
             except Exception as e:
-                task.status, task.requests = "failed", {}
-                task.error = {"code": INTERNAL_ERROR, "message": f"internal error: {type(e).__name__}"}
-                task.message = "internal error (the server's log has it)"
+                error = {"code": INTERNAL_ERROR, "message": f"internal error: {type(e).__name__}"}
+                await store.set_status(
+                    task.task_id, "failed", "internal error (the server's log has it)", error=error
+                )
             finally:
-                task._touch()
+                self._local.pop(task.task_id, None)
 
         # A context of its own: the body sees the task (and the caller's token), not the request's scope.
         task.runner = asyncio.create_task(body(), context=contextvars.copy_context())
-        return {"resultType": "task", **task.wire()}
+        row = await store.get(task.task_id)
+        assert row is not None
+        return {"resultType": "task", **wire(row)}
 
     # --- tasks/* -------------------------------------------------------------------------------------------
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
-        return {"resultType": "complete", **self._find(ctx, params.task_id).wire()}
+        return {"resultType": "complete", **wire(await self._find(ctx, params.task_id))}
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> dict[str, Any]:
-        task = self._find(ctx, params.task_id)
-        if not task.final:
-            task.update(params.input_responses)
+        """Records the answers to outstanding keys (each once, on any replica); other keys are ignored."""
+        row = await self._find(ctx, params.task_id)
+        if row.final:
+            return {"resultType": "complete"}
+        recorded = False
+        for key, raw in params.input_responses.items():
+            if key not in row.requests:
+                continue  # answered, superseded or never asked
+            try:
+                answer = ElicitResult.model_validate(raw)
+            except ValidationError as e:
+                raise MCPError(INVALID_PARAMS, f"invalid: inputResponses.{key}: {e}") from None
+            dumped = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+            recorded = await self.store.respond(row.id, key, dumped) or recorded
+        local = self._local.get(row.id)
+        if recorded and local is not None:
+            local.wake()
         return {"resultType": "complete"}
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
-        task = self._find(ctx, params.task_id)
-        if not task.final and task.runner is not None:
-            task.runner.cancel()
+        row = await self._find(ctx, params.task_id)
+        if not row.final:
+            await self.store.cancel(row.id)  # the replica running it stops within a second
+            local = self._local.get(row.id)
+            if local is not None and local.runner is not None:
+                local.runner.cancel()
         return {"resultType": "complete"}
 
     def methods(self) -> list[MethodBinding]:
@@ -261,7 +307,34 @@ class Tasks(Extension):
             MethodBinding("tasks/cancel", TaskIdParams, self.cancel, protocol_versions=modern),
         ]
 
+    # --- notifications/tasks on subscriptions/listen ----------------------------------------------------------
+    async def authorize(self, ctx: ServerRequestContext[Any, Any], task_ids: list[str]) -> None:
+        """Before a listen stream is acknowledged: the client declares the extension (else -32021) and
+        every task is its own (else -32602, as for tasks/get)."""
+        for task_id in task_ids:
+            await self._find(ctx, task_id)
+
+    async def follow(self, task_ids: list[str], send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """Sends each task (as ``tasks/get`` shows it) when its status or message changes, until every one is
+        final. Read from the database, so a task another replica runs is followed the same way."""
+        last: dict[str, tuple[str, str | None, tuple[str, ...]]] = {}
+        open_ids = list(task_ids)
+        while open_ids:
+            for task_id in list(open_ids):
+                row = await self.store.get(task_id)
+                if row is None:
+                    open_ids.remove(task_id)  # expired: nothing more will come
+                    continue
+                seen = (row.status, row.message, tuple(sorted(row.requests)))
+                if last.get(task_id) != seen:
+                    await send(wire(row))
+                    last[task_id] = seen
+                if row.final:
+                    open_ids.remove(task_id)
+            if open_ids:
+                await asyncio.sleep(FOLLOW_SECONDS)
+
     def stop(self) -> None:
-        for task in self._tasks.values():
+        for task in self._local.values():
             if task.runner is not None:
                 task.runner.cancel()

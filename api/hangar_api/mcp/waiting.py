@@ -448,7 +448,7 @@ async def wait_for_turn(
             else f"{target.where} {snap.state}: waiting for its first turn"
         )
         if task is not None:
-            task.working(note)  # tasks carry no progress notifications: the status message says it
+            await task.working(note)  # tasks carry no progress notifications: the status message says it
         elif note != last_note or now - last_report >= PROGRESS_EVERY:
             # Seconds since the call's first round: the same clock on every round, so it never goes back.
             await ctx.report_progress(round(min(now - st.started, timeout), 1), timeout, note)
