@@ -31,7 +31,7 @@ from hangar.testing.github import GitHubSimulator
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .helpers import Api, clis_installed, environment, model_env, wait
+from .helpers import Api, clis_installed, environment, model_env, new_session, wait
 from .test_jobs_e2e import JOBS, QUESTION, SLOW, As, _delete_jobs, submit, tool_running, wait_state
 from .test_mcp_e2e import connect, data, read_json, refused
 
@@ -536,3 +536,30 @@ def test_a_codex_job_delivers_too(
     assert git.show(SLUG, head, "fixed.txt") == "ok\n"
     [pr] = sim.open_pulls(SLUG)
     assert pr["head"]["sha"] == head and j["pr_url"] == pr["html_url"]
+    # A plain session in the same Environment works in a checkout too: what its turn left (uncommitted here)
+    # is one patch against the base branch that `git apply` takes.
+    model.add(
+        Step(when="Plain session", text="Writing.", command="echo hi > plain.txt && echo more >> README.md"),
+        Step(when="tool_result", text="FINAL: wrote plain.txt."),
+    )
+    admin = Api(stack)
+    new_session(admin, "deliver-plain", "deliver-codex-env", "codex", "Plain session: write plain.txt")
+    try:
+        admin.wait_turn("deliver-plain", 1)
+        r = wait(
+            lambda: (x := admin.get("/api/sessions/deliver-plain/patch")).status_code == 200 and x,
+            60,
+            "the session's patch",
+        )
+        assert r.headers["x-hangar-source"] == "turn", r.headers
+        assert r.headers["x-hangar-base"] == git.branch_head(SLUG, "main")
+        work = Path(tempfile.mkdtemp(prefix="hangar-apply-"))
+        try:
+            subprocess.run(["git", "clone", "-q", "-b", "main", str(git.path(SLUG)), str(work)], check=True)
+            subprocess.run(["git", "-C", str(work), "apply"], input=r.text, text=True, check=True)
+            assert (work / "plain.txt").read_text() == "hi\n"
+            assert (work / "README.md").read_text() == "# app\nmore\n"
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        admin.delete("/api/sessions/deliver-plain")
