@@ -246,6 +246,14 @@ def test_bad_input_fails_the_job_before_anything_runs(
         assert j["reason"] == reason and text in j["message"], j
         assert j["attempts"] == [] or all(a["session"] is None for a in j["attempts"]), "nothing ran"
     assert sim.open_pulls(SLUG) == [] and git.branches(SLUG) == ["main"], "nothing half-delivered"
+    # A forge that answers 500 when asked for the repository: ForgeUnavailable, before anything runs. (After
+    # the others: the simulator's failure goes to the next request for the repository, whichever job asks.)
+    sim.fail("GET", f"/repos/{SLUG}", 500)
+    submit(alice, name="deliver-bad-5xx", prompt="anything", environment="deliver-bad-env")
+    j = wait_state(alice, "deliver-bad-5xx", "failed", timeout=60)
+    assert j["reason"] == "ForgeUnavailable" and "answered 500" in j["message"], j
+    assert j["attempts"] == [] or all(a["session"] is None for a in j["attempts"]), "nothing ran"
+    assert sim.open_pulls(SLUG) == [] and git.branches(SLUG) == ["main"], "nothing half-delivered"
 
 
 BEST_OF_3 = (
