@@ -5,6 +5,7 @@ readers, its repository's policy approvers (to read, never to act)."""
 from __future__ import annotations
 
 import hashlib
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from hangar.models import API_VERSION
 from hangar_api.auth import MCP_ONLY, Caller, Tokens, Validity
 from hangar_api.connect import MINTS_ONLY_ADMIN
-from hangar_api.minted_tokens import is_release_route
+from hangar_api.minted_tokens import REFRESH_SECONDS, is_release_route
 from hangar_api.release_rules import MCP_TOKEN
 
 from .api_rig import ALICE, BOB, MCP, ApiRig, api_rig
@@ -174,3 +175,19 @@ def test_a_policy_approver_reads_the_jobs_they_may_release_and_nothing_more(tmp_
         r = rig.post("/api/jobs/gated-1/approve", {"reason": "fine"}, token=BOB)
         assert r.status_code == 200 and r.json()["release"]["by"] == "bob", r.text
         assert rig.get("/api/jobs/gated-1", token=BOB).status_code == 200
+
+
+def test_a_token_minted_on_one_replica_works_on_another_and_its_revocation_reaches_it(tmp_path: Path) -> None:
+    """Two api replicas on one database: a token one mints is known to the other at its first request; a
+    revocation on the first is refused by the other once it reads the tokens again (every REFRESH_SECONDS)."""
+    with api_rig(tmp_path) as a, api_rig(tmp_path) as b:
+        t = mint(a)
+        headers = {"Authorization": f"Bearer {t['token']}"}
+        r = b.client.get("/api/jobs", headers=headers)
+        assert r.status_code == 403 and r.json()["detail"] == MCP_ONLY.format(who="root"), "b knows it"
+        assert a.delete(f"/api/tokens/{t['id']}").status_code == 200
+        deadline = time.monotonic() + 30 * REFRESH_SECONDS
+        while (r := b.client.get("/api/jobs", headers=headers)).status_code != 401:
+            assert time.monotonic() < deadline, "the revocation never reached the other replica"
+            time.sleep(0.2)
+        assert r.json()["detail"] == "revoked token"
