@@ -21,6 +21,7 @@ log = logging.getLogger("hangar.api")
 PREFIX = "hgm_"
 REFRESH_SECONDS = 2.0  # how stale a replica's view of the minted tokens may be (a revocation's delay)
 MISS_REFRESH_SECONDS = 0.5  # an unknown hgm_ token reads the database again at most this often
+STALE_SECONDS = 10.0  # unread for this long (the database away), the minted tokens are refused: fail closed
 
 
 def known(tokens: Tokens, rows: list[M.MintedToken]) -> dict[bytes, tuple[Caller, Validity]]:
@@ -30,8 +31,13 @@ def known(tokens: Tokens, rows: list[M.MintedToken]) -> dict[bytes, tuple[Caller
     for r in rows:
         if r.role != "mcp":
             continue
-        expires = datetime.fromisoformat(r.expires_at.replace("Z", "+00:00")) if r.expires_at else None
-        out[bytes.fromhex(r.digest)] = (Caller(r.subject, "mcp"), Validity(expires, r.revoked_at is not None))
+        try:
+            expires = datetime.fromisoformat(r.expires_at.replace("Z", "+00:00")) if r.expires_at else None
+            digest = bytes.fromhex(r.digest)
+        except ValueError:
+            log.warning("minted token %s is malformed in the database: refused", r.id)
+            continue
+        out[digest] = (Caller(r.subject, "mcp"), Validity(expires, r.revoked_at is not None))
     return out
 
 
@@ -61,6 +67,9 @@ async def keep_fresh(state: Any) -> None:
             await refresh(state)
         except Exception:
             log.exception("could not read the minted tokens")
+            if time.monotonic() - getattr(state, "minted_read_at", 0.0) > STALE_SECONDS:
+                # A revocation elsewhere can't be seen: refuse them all until the database answers again.
+                state.tokens.set_minted({})
         await asyncio.sleep(REFRESH_SECONDS)
 
 

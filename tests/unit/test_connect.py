@@ -4,16 +4,20 @@ readers, its repository's policy approvers (to read, never to act)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from hangar.models import API_VERSION
+from hangar.store import minted as M
+from hangar.store import open_database
 from hangar_api.auth import MCP_ONLY, Caller, Tokens, Validity
 from hangar_api.connect import MINTS_ONLY_ADMIN
-from hangar_api.minted_tokens import REFRESH_SECONDS, is_release_route
+from hangar_api.minted_tokens import REFRESH_SECONDS, STALE_SECONDS, is_release_route, keep_fresh, refresh
 from hangar_api.release_rules import MCP_TOKEN
 
 from .api_rig import ALICE, BOB, MCP, ApiRig, api_rig
@@ -191,3 +195,26 @@ def test_a_token_minted_on_one_replica_works_on_another_and_its_revocation_reach
             assert time.monotonic() < deadline, "the revocation never reached the other replica"
             time.sleep(0.2)
         assert r.json()["detail"] == "revoked token"
+
+
+async def test_minted_tokens_are_refused_when_the_database_stays_away(tmp_path: Path) -> None:
+    db = await open_database(f"sqlite:///{tmp_path / 't.db'}")
+    state = SimpleNamespace(tokens=Tokens([]), db=db)
+    good = hashlib.sha256(b"hgm_good").hexdigest()
+    for tid, digest in (("tok-000000000a", good), ("tok-000000000b", "not hex")):
+        await M.add(
+            db, M.MintedToken(tid, digest, "root", "mcp", "", "root", "2026-12-01T10:00:00Z", None, None)
+        )
+    await refresh(state)  # the malformed row is skipped, the good one known
+    assert state.tokens.check("hgm_good") == (Caller("root", "mcp"), None)
+    await db.close()  # the database goes away
+    state.minted_read_at = time.monotonic() - STALE_SECONDS - 1
+    task = asyncio.create_task(keep_fresh(state))
+    try:
+        deadline = time.monotonic() + 30
+        while state.tokens.check("hgm_good")[0] is not None:
+            assert time.monotonic() < deadline, "a minted token outlived the database's answers"
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+    assert state.tokens.check("hgm_good") == (None, "unknown token")
