@@ -133,6 +133,37 @@ class GitHub:
     async def comment(self, slug: str, number: int, body: str) -> None:
         await self._call("POST", f"/repos/{slug}/issues/{number}/comments", json={"body": body})
 
+    async def comments(self, slug: str, number: int) -> list[dict[str, Any]]:
+        """Every comment of the issue or pull request, page by page (GitHub gives at most 100 a page)."""
+        out: list[dict[str, Any]] = []
+        for page in range(1, COMMENT_PAGES_MAX + 1):
+            got = await self._call(
+                "GET", f"/repos/{slug}/issues/{number}/comments", params={"per_page": 100, "page": page}
+            )
+            out += [c for c in got or [] if isinstance(c, dict)]
+            if len(got or []) < 100:
+                return out
+        raise ForgeError(0, f"pull request #{number} has over {COMMENT_PAGES_MAX * 100} comments")
+
+
+COMMENT_PAGES_MAX = 50
+
+
+def comment_marker(key: str) -> str:
+    """An HTML comment (GitHub doesn't show it) naming what a comment of hangar's is about."""
+    return f"<!-- hangar:{key} -->"
+
+
+async def ensure_comment(gh: GitHub, slug: str, number: int, key: str, body: str) -> bool:
+    """Post ``body`` on pull request ``number`` once for ``key``: the comment carries ``key``'s marker, and a
+    comment that already has it (posted before a restart lost the record of it) is not posted again.
+    Returns whether it posted."""
+    marker = comment_marker(key)
+    if any(marker in str(c.get("body") or "") for c in await gh.comments(slug, number)):
+        return False
+    await gh.comment(slug, number, f"{body}\n\n{marker}")
+    return True
+
 
 async def ensure_pull(
     gh: GitHub, slug: str, branch: str, base: str, title: str, body: str

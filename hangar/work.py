@@ -25,7 +25,7 @@ class Patch:
     patch: str
     base: str | None
     head: str | None
-    source: str  # verification | delivery
+    source: str  # turn | verification | delivery
     truncated: bool
     diff_lines: int | None
     at: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from hangar.turns import create_turn
 
 from . import (
     approvals,
+    connect,
     errors,
     governance,
     job_approvals,
@@ -28,6 +30,7 @@ from . import (
     job_steering,
     jobs,
     mcp,
+    minted_tokens,
     patches,
     sessions,
     steering,
@@ -64,10 +67,12 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
         app.state.governance = _governance(settings, app.state.kube, app.state.db)
         app.state.readiness = _readiness(settings, app.state.kube, app.state.db)
         app.state.ready = True
+        minted = asyncio.create_task(minted_tokens.keep_fresh(app.state), name="minted-tokens")
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
+            minted.cancel()
             mcp.stop(app.state)
             if app.state.governance is not None:
                 await app.state.governance.close()
@@ -95,6 +100,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
     app.include_router(governance.router)
     app.include_router(patches.router)
     app.include_router(job_release.router)
+    app.include_router(connect.router)
     app.state.settings = settings
     mcp_server = mcp.mount(app)
     errors.install(app)

@@ -7,6 +7,8 @@ the session routes are admin only), ``mcp`` (the MCP tools at ``/mcp``, on every
 the REST routes). ``admin`` and ``jobs`` tokens are *login* tokens (a person's); an ``mcp`` token is the
 mcp-only token ``hangar connect`` gives an MCP client, and what only a person may do (release a job) refuses
 it. An entry past its ``expires`` or marked ``revoked`` is refused (401) with why. docs/jobs.md, "Tokens".
+Besides the file's, the api knows the mcp-only tokens it minted itself (``hangar connect``,
+``hangar_api/connect.py``): the database's, read again every few seconds (:meth:`Tokens.set_minted`).
 Who may use which MCP tool: ``hangar_api/mcp/auth.py`` and docs/mcp.md.
 """
 
@@ -63,6 +65,12 @@ class Tokens:
     ) -> None:
         self._by_digest = {hashlib.sha256(t.encode()).digest(): c for t, c in entries}
         self._validity = {hashlib.sha256(t.encode()).digest(): v for t, v in (validity or {}).items()}
+        self._minted: dict[bytes, tuple[Caller, Validity]] = {}
+
+    def set_minted(self, minted: dict[bytes, tuple[Caller, Validity]]) -> None:
+        """The minted tokens as the database has them now (by SHA-256), replacing those known before: a
+        revoked or expired one is refused by its :class:`Validity`. A file's token of the same digest wins."""
+        self._minted = {d: v for d, v in minted.items() if d not in self._by_digest}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Tokens:
@@ -98,6 +106,9 @@ class Tokens:
             if hmac.compare_digest(known, digest):
                 valid = self._validity.get(known)
                 return caller, (valid.refusal(datetime.now(UTC)) if valid else None)
+        minted = self._minted.get(digest)  # keyed by a digest, so a dict lookup leaks no timing of the token
+        if minted is not None:
+            return minted[0], minted[1].refusal(datetime.now(UTC))
         return None, "unknown token"
 
 
@@ -182,6 +193,12 @@ def admin(who: Caller = Depends(caller)) -> Caller:
     if not who.admin:
         raise HTTPException(403, f"{who.subject} is not an admin: the session routes are admin only")
     return who
+
+
+MCP_ONLY = (
+    "{who} has an mcp-only token (hangar connect): it works on /mcp only; the REST routes take a person's "
+    "login token (admin or jobs)"
+)
 
 
 def jobs_caller(who: Caller = Depends(caller)) -> Caller:

@@ -1,7 +1,9 @@
 """What every REST request passes before a route sees it, in this order:
 
 1. **Authentication before parsing**: no token or an unknown one is a 401 before a byte of the body is
-   read, so an anonymous client can't make hangar parse (or buffer) anything.
+   read, so an anonymous client can't make hangar parse (or buffer) anything. An mcp-only token (``hangar
+   connect``) is a 403 here (it works on ``/mcp`` only), except on the release routes, which answer it with
+   the release rule's own text.
 2. **Rate limit** per token on the writing routes (POST, PUT, PATCH, DELETE): 429 with ``Retry-After``.
 3. **Body limit** (``HANGAR_API_BODY_MAX_BYTES``): 413 naming the limit, from ``Content-Length`` or while
    reading, never reading past it.
@@ -26,7 +28,8 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .auth import Caller, Tokens
+from . import minted_tokens
+from .auth import MCP_ONLY, Caller, Tokens
 from .errors import problem, safe_text
 from .ratelimit import RateLimiter
 
@@ -51,6 +54,14 @@ def authenticate(tokens: Tokens, headers: Headers) -> Caller | str:
         return "missing bearer token"
     found, refusal = tokens.check(token.strip())
     return found if found is not None and refusal is None else (refusal or "unknown token")
+
+
+async def _know_minted(state: Any, headers: Headers) -> None:
+    """A bearer token this replica doesn't know yet may be one minted on another replica a moment ago."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    tokens: Tokens | None = getattr(state, "tokens", None)
+    if scheme.lower() == "bearer" and tokens is not None and tokens.check(token.strip())[0] is None:
+        await minted_tokens.refresh_on_miss(state, token.strip())
 
 
 class _TooLarge(Exception):
@@ -126,17 +137,26 @@ class Guard:
         self._rate_audit: dict[Caller, tuple[float, int]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not guarded(scope["path"]):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not guarded(scope["path"]):
+            if scope["path"].startswith("/mcp"):  # the SDK authenticates: let it know a fresh minted token
+                await _know_minted(scope["app"].state, Headers(scope=scope))
             await self.app(scope, receive, send)
             return
         state = scope["app"].state
         headers = Headers(scope=scope)
+        await _know_minted(state, headers)
         who = authenticate(state.tokens, headers)
         if isinstance(who, str):
             await problem(401, who, {"WWW-Authenticate": "Bearer"})(scope, receive, send)
             return
         scope[CALLER_KEY] = who
         refuse = _Refuser(self, state, who, scope, receive, send)
+        if who.kind == "mcp" and not minted_tokens.is_release_route(scope["path"]):
+            await refuse(403, MCP_ONLY.format(who=who.subject))
+            return
         if scope["method"] in WRITES:
             wait = state.rate_limiter.take(who)
             if wait > 0:

@@ -3,7 +3,9 @@
 
 Who may call: an admin token, or a ``jobs`` token whose subject is the job's ``spec.submitter``. A jobs token
 asking for someone else's job gets the same 404 as for a job that doesn't exist (it is not told the job is
-there); any other role gets 403 (:func:`hangar_api.auth.jobs_caller`).
+there); any other role gets 403 (:func:`hangar_api.auth.jobs_caller`). One widening, for reading only
+(``get_job(..., read=True)``: ``GET /api/jobs/{id}`` and MCP's job reads): a policy approver of the job's
+repository reads the jobs they may release, so they can see what they are asked to release.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from fastapi import Depends, HTTPException
 
 from hangar.kube import Kube, Obj
 from hangar.models import Job, Session
+from hangar.models.environment import EnvironmentSpec
 from hangar.models.job import JOB_FINAL, attempt_session
 
 from . import names
@@ -27,15 +30,34 @@ def no_job(job_id: str) -> HTTPException:
     return HTTPException(404, f"no job {names.shown(job_id)}")
 
 
-async def get_job(k: Kube, who: Caller, job_id: str) -> Obj:
-    """The job, if ``who`` may see it. Someone else's job is a 404, like a missing one."""
+async def approvers_of(k: Kube, job: Job) -> tuple[bool, list[str]]:
+    """Does the job's repository ask for release, and who its approvers are."""
+    env_obj = await k.get("environments", job.spec.environment)
+    repo = EnvironmentSpec.model_validate(env_obj["spec"]).repository if env_obj else None
+    if repo is None:
+        return False, []
+    return repo.policy.require_approval, list(repo.policy.approvers)
+
+
+async def releases(k: Kube, who: Caller, j: Obj) -> bool:
+    """Is ``who`` (a login token) a policy approver of ``j``'s repository, one who may release it?"""
+    if who.role != "jobs":
+        return False
+    required, approvers = await approvers_of(k, Job.model_validate(j))
+    return required and who.subject in approvers
+
+
+async def get_job(k: Kube, who: Caller, job_id: str, *, read: bool = False) -> Obj:
+    """The job, if ``who`` may see it (``read``: to read it only, which its policy approvers may too).
+    Someone else's job is a 404, like a missing one."""
     if not names.valid("job", job_id):
         raise no_job(job_id)
     j = await k.get("jobs", job_id)
     if j is None or j["metadata"].get("deletionTimestamp"):
         raise no_job(job_id)
     if not owns(who, str((j.get("spec") or {}).get("submitter", ""))):
-        raise no_job(job_id)
+        if not (read and await releases(k, who, j)):
+            raise no_job(job_id)
     return j
 
 

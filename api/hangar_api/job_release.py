@@ -14,14 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.kube import ApiException, Kube
 from hangar.models import Job
-from hangar.models.environment import EnvironmentSpec
 from hangar.store import Database
 
 from . import release_rules as R
 from . import schemas as S
 from .auth import Caller, caller
 from .deps import DbDep, KubeDep
-from .job_attempts import no_job
+from .job_attempts import approvers_of, no_job
 from .names import JobId
 from .routing import Route
 from .views import job_view
@@ -33,15 +32,6 @@ class ReleaseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(default="", max_length=2000)
-
-
-async def approvers_of(k: Kube, job: Job) -> tuple[bool, list[str]]:
-    """Does the job's repository ask for release, and who its approvers are."""
-    env_obj = await k.get("environments", job.spec.environment)
-    repo = EnvironmentSpec.model_validate(env_obj["spec"]).repository if env_obj else None
-    if repo is None:
-        return False, []
-    return repo.policy.require_approval, list(repo.policy.approvers)
 
 
 async def decide(

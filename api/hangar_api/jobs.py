@@ -181,7 +181,8 @@ async def list_jobs(who: JobsCaller, k: KubeDep) -> dict[str, Any]:
 
 @router.get("/{job_id}", response_model=S.JobView)
 async def read_job(job_id: JobId, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
-    j = await get_job(k, who, job_id)
+    """The job: its submitter's, an admin's, or a policy approver's of its repository (to read only)."""
+    j = await get_job(k, who, job_id, read=True)
     return job_view(j, await job_turns(k, j, await attempt_sessions(k, j)))
 
 

@@ -1,7 +1,11 @@
 """``GET /api/sessions/{ref}/patch`` and ``GET /api/jobs/{job_id}/patch``: the work as one patch against the
 base branch, which ``git apply`` takes (``text/x-diff``; ``X-Hangar-Base`` / ``X-Hangar-Head`` name the
 commits). A job's is its delivered attempt's (exactly what was pushed), else its best-ranked attempt's, else
-its first attempt's that has one. Both read :func:`hangar.work.latest_patch`, as MCP's patch resource does.
+its first attempt's that has one. A plain session's is its work as its last finished turn left it (its
+driver takes it after every turn, committed or not). Both read :func:`hangar.work.latest_patch`.
+
+MCP's ``hangar://sessions/<name>/patch`` calls :func:`session_work_patch` (the same answer and refusals as
+the REST route, as an HTTPException to turn into the tool's error).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import PlainTextResponse
 
+from hangar.kube import Kube
 from hangar.models import Job
+from hangar.models.environment import EnvironmentSpec
 from hangar.store import Database
 from hangar.work import Patch, latest_patch
 
@@ -49,17 +55,36 @@ def answer(p: Patch) -> DiffResponse:
     return DiffResponse(p.patch, headers=headers)
 
 
-@router.get("/api/sessions/{ref}/patch", response_class=DiffResponse, responses=PATCH_ANSWER)
-async def read_session_patch(ref: SessionRef, _: Admin, k: KubeDep, d: DbDep) -> DiffResponse:
-    await get_session(k, ref)
-    p = await session_patch(d, ref)
+async def session_work_patch(k: Kube, db: Database, name: str) -> Patch:
+    """Session ``name``'s work as one patch against its base: for a session whose Environment names a
+    repository, against the base branch's commit its checkout started from, as its last finished turn left
+    the workspace (a job's attempt: as last verified or delivered). Raises HTTPException: 404 for no such
+    session, or no patch taken yet (no turn has ended); 409 for a session whose Environment names no
+    repository (its workspace is not a checkout: there is no base to diff against)."""
+    s = await get_session(k, name)
+    if not (s.get("metadata", {}).get("labels") or {}).get("hangar.dev/job"):
+        env_name = str((s.get("spec") or {}).get("environment") or "")
+        env_obj = await k.get("environments", env_name) if env_name else None
+        if env_obj is None or EnvironmentSpec.model_validate(env_obj.get("spec") or {}).repository is None:
+            raise HTTPException(
+                409,
+                f"session {name!r} has no base to diff its work against: its Environment {env_name!r} names "
+                "no repository, so its workspace is not a checkout (give the Environment a repository)",
+            )
+    p = await session_patch(db, name)
     if p is None:
         raise HTTPException(
             404,
-            f"session {ref!r} has no patch yet: its work is taken when it is verified or delivered (a job's "
-            "attempt in an Environment with a repository)",
+            f"session {name!r} has no patch yet: its work is taken when a turn ends (a job's attempt: when it "
+            "is verified or delivered)",
         )
-    return answer(p)
+    return p
+
+
+@router.get("/api/sessions/{ref}/patch", response_class=DiffResponse, responses=PATCH_ANSWER)
+async def read_session_patch(ref: SessionRef, _: Admin, k: KubeDep, d: DbDep) -> DiffResponse:
+    """The session's work as one patch against its base branch (``git apply`` takes it)."""
+    return answer(await session_work_patch(k, d, ref))
 
 
 @router.get("/api/jobs/{job_id}/patch", response_class=DiffResponse, responses=PATCH_ANSWER)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from . import job, session
+from . import connect, job, session
 
 if TYPE_CHECKING:
     from hangar.config import Settings
@@ -189,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_dev)
     session.add_parser(sub)
     job.add_parser(sub)
+    connect.add_parser(sub)
     return p
 
 

@@ -39,6 +39,11 @@ SCHEMA = [
     # Message bodies longer than a resource keeps inline, by SHA-256 (hangar.bodies).
     """CREATE TABLE IF NOT EXISTS bodies (
         digest TEXT PRIMARY KEY, body TEXT NOT NULL, size INTEGER NOT NULL, at TEXT NOT NULL)""",
+    # Tokens minted by the api (``hangar connect``): the SHA-256 of each, never the token (hangar.store.minted).
+    """CREATE TABLE IF NOT EXISTS minted_tokens (
+        id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, subject TEXT NOT NULL, role TEXT NOT NULL,
+        name TEXT NOT NULL, created_by TEXT NOT NULL, created_at TEXT NOT NULL, expires_at TEXT,
+        revoked_at TEXT)""",
 ]
 
 

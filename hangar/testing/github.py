@@ -5,12 +5,14 @@
   ``POST /repos/{owner}/{repo}/pulls`` ``{title, head, base, body?, draft?}`` (201; 422 when an open pull
   request for that head exists, or the head branch is not on the git server); ``GET`` and ``PATCH
   /repos/{owner}/{repo}/pulls/{n}`` (``title``, ``body``, ``state``); ``POST`` and ``GET
-  /repos/{owner}/{repo}/issues/{n}/comments``.
+  /repos/{owner}/{repo}/issues/{n}/comments`` (``GET`` pages: ``per_page``, at most 100, 30 by default, and
+  ``page``, as GitHub's).
 * ``Authorization: Bearer <token>`` (or ``token <token>``) is checked on every request: 401 ``Bad
   credentials`` otherwise, as GitHub answers. Bodies and answers are GitHub's field names.
 * Everything it was sent is in ``requests`` (method, path, JSON body). ``fail(method, suffix, status)``
   makes the next matching request answer ``status`` (a 500, a 422); ``hold_creates`` makes ``POST …/pulls``
-  create the pull request and then wait before answering (an operator killed mid-request).
+  create the pull request and then wait before answering (an operator killed mid-request);
+  ``hold_comments`` does the same for ``POST …/comments``.
 
 With a :class:`~hangar.testing.git_server.GitServer` (``git=``) a pull request's head sha is the branch's
 commit on that server, and a head branch that isn't there is refused as GitHub refuses it.
@@ -52,6 +54,7 @@ class GitHubSimulator:
     requests: list[Sent] = field(default_factory=list)
     failures: list[tuple[str, str, int]] = field(default_factory=list)
     hold_creates: threading.Event | None = None
+    hold_comments: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -163,7 +166,7 @@ class _Handler(JsonHandler):
         elif (pm := re.fullmatch(r"/pulls/(\d+)", rest)) and method in ("GET", "PATCH"):
             self._pull(slug, int(pm.group(1)), method, body if isinstance(body, dict) else {})
         elif (cm := re.fullmatch(r"/issues/(\d+)/comments", rest)) and method in ("GET", "POST"):
-            self._comments(slug, int(cm.group(1)), method, body if isinstance(body, dict) else {})
+            self._comments(slug, int(cm.group(1)), method, body if isinstance(body, dict) else {}, query)
         else:
             self.send_json(404, {"message": "Not Found"})
 
@@ -255,14 +258,18 @@ class _Handler(JsonHandler):
             sim.refresh(slug, pr)
             self.send_json(200, pr)
 
-    def _comments(self, slug: str, number: int, method: str, body: dict[str, Any]) -> None:
+    def _comments(
+        self, slug: str, number: int, method: str, body: dict[str, Any], query: dict[str, str]
+    ) -> None:
         sim = self.sim
         found: list[dict[str, Any]] | None = None
         comment: dict[str, Any] = {}
+        per_page = min(int(query.get("per_page", "30") or 30), 100)
+        page = max(int(query.get("page", "1") or 1), 1)
         with sim.lock:
             listing = sim.comments.setdefault((slug, number), [])
             if method == "GET":
-                found = list(listing)
+                found = listing[(page - 1) * per_page : page * per_page]
             elif not isinstance(body.get("body"), str) or not body["body"]:
                 found = None
             else:
@@ -274,4 +281,6 @@ class _Handler(JsonHandler):
         elif found is None:
             self.send_json(422, {"message": "Validation Failed"})
         else:
+            if sim.hold_comments is not None:
+                sim.hold_comments.wait(30)  # posted, but the answer is late: the caller may be gone by then
             self.send_json(201, comment)

@@ -11,13 +11,13 @@ from hangar.models import Job
 from hangar.models.base import iso
 from hangar.models.environment import EnvironmentSpec
 from hangar.models.job import JobSpec, JobStatus, TimelineEntry
-from hangar.work import work_scope
 
 from . import metrics
 from .context import Context
 from .job_work import Failure, JobWork
 from .lifecycle import JOB, move
 from .status import patch_status
+from .work_patches import keep_patch
 
 TIMELINE_MAX = 100
 
@@ -87,23 +87,6 @@ async def record_result(ctx: Context, ns: str, session: str, job: Obj, p: dict[s
         kube, "jobs", job, {"delivery": out.dump(), "headCommit": out.head, "branch": out.branch}
     )
     return True
-
-
-async def keep_patch(
-    ctx: Context, ns: str, session: str, turn: str | None, p: dict[str, Any], source: str
-) -> None:
-    """The attempt's work as a patch against the base, where ``GET …/patch`` reads it (``hangar.work``): the
-    latest one taken, from its verification or (exact, as pushed) its delivery."""
-    payload = {
-        "session": session,
-        "source": source,
-        "base": p.get("base"),
-        "head": p.get("head"),
-        "patch": p.get("patch"),
-        "truncated": bool(p.get("patch_truncated")),
-        "diff_lines": p.get("diff_lines"),
-    }
-    await ctx.db.append_event(work_scope(ctx.scope("session", ns, session)), "patch", payload, turn)
 
 
 async def release_gate(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hangar.forge import ForgeError, GitHub, ensure_pull, foreign_repository, repo_slug
+from hangar.forge import ForgeError, GitHub, ensure_comment, ensure_pull, foreign_repository, repo_slug
 from hangar.kube import Obj
 from hangar.models import Session, Turn
 from hangar.models.environment import EnvironmentSpec, Repository
@@ -283,9 +283,12 @@ class JobWork:
                 if d.lease and not created:
                     # A follow-up's push: the PR shows the new head; its body and a comment say what changed.
                     await gh.update_pull(slug, pr.number, body=body)
-                    await gh.comment(
+                    # Once per pushed head: a restart after posting but before recording finds it.
+                    await ensure_comment(
+                        gh,
                         slug,
                         pr.number,
+                        f"follow-up {name} {d.head or d.turn}",
                         f"hangar pushed {(d.head or '')[:12]} to `{d.branch}` after a follow-up "
                         f"(turn `{d.turn}`); verification passed.",
                     )

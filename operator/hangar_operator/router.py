@@ -30,6 +30,7 @@ from .status import patch_status
 from .turns.outcomes import TurnOutcomes
 from .turns.steer_events import EVENTS as STEERING_EVENTS
 from .turns.steering import Steering
+from .work_patches import session_work
 
 log = logging.getLogger("hangar.operator.router")
 
@@ -206,5 +207,7 @@ class Router:
             await self.suspensions.checkpointed(ns, session, p)
         elif name == "command_result" and turn and p.get("op") == "start_turn" and not p.get("ok"):
             await self.outcomes.start_refused(ns, session, turn, p)
+        elif name == "work_patch" and turn:
+            await session_work(self.ctx, ns, session, turn, p)
         elif name == "turn_started" and turn:
             log.info("turn %s started", turn, extra=resource(ns, session))

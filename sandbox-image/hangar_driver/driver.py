@@ -25,7 +25,7 @@ from .handback import HandbackWatcher
 from .harness import NotLive
 from .link import Link
 from .outbox import Outbox
-from .repo import Repo, deliver, verify
+from .repo import Repo, deliver, verify, work_patch
 from .turns import TurnRunner
 
 DRIVER_VERSION = "0.1.0"
@@ -54,7 +54,7 @@ class Driver:
         self.stopping = threading.Event()
         self.shutdown_requested = False
         self.side_threads: List[threading.Thread] = []
-        self.turns = TurnRunner(cfg, self.watcher, self._emit_raw, self.stopping)
+        self.turns = TurnRunner(cfg, self.watcher, self._emit_turn_event, self.stopping)
         self.repo = Repo(dict(os.environ), cfg.workspace, cfg.state_dir, cfg.run)
         self.ops: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
             P.OP_START_TURN: self.turns.start_turn,
@@ -76,6 +76,26 @@ class Driver:
             self.outbox.add(name, P.scrub(payload))
         except Exception:
             log.exception("emitting %s failed", name)
+
+    def _emit_turn_event(self, name: str, payload: Dict[str, Any]) -> None:
+        """The turns' events; after a turn ends in a checkout, its work as a patch (``work_patch``), so a
+        session's work can be read against its base without asking the sandbox (GET …/patch)."""
+        self._emit_raw(name, payload)
+        if name == "turn_ended" and self.repo.enabled and isinstance(payload.get("turn"), str):
+            # Not on the adapter's reader thread: git reads the whole workspace.
+            t = threading.Thread(
+                target=self._take_patch, args=(payload["turn"],), name="hangar-work-patch", daemon=True
+            )
+            t.start()
+
+    def _take_patch(self, turn: str) -> None:
+        try:
+            p = work_patch(self.repo, self.cfg.agent_env, self.cfg.agent_uid, self.cfg.agent_gid)
+        except Exception as exc:  # a patch is a view of the work: its failure fails nothing else
+            log.warning("taking the work of turn %s as a patch failed: %s", turn, exc)
+            return
+        if p is not None:
+            self._emit_raw(P.EV_WORK_PATCH, dict(p, turn=turn))
 
     def _hello_body(self) -> Dict[str, Any]:
         return {

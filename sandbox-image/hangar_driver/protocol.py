@@ -55,7 +55,9 @@ Driver to gateway (``d2g``):
               permission_cancelled, steer, usage, turn_ended, log) or a driver event:
               ``driver_ready`` {harness, live, driver_version, python, agent_uid};
               ``handback`` {turn, kind: done|progress|ask|result|artifact, ...} from ``hangar-agent``;
-              ``command_result`` {command_id, op, ok, error, ...op-specific fields, duplicate?}.
+              ``command_result`` {command_id, op, ok, error, ...op-specific fields, duplicate?};
+              ``work_patch`` {turn, base, head, patch, patch_truncated, files_changed, diff_lines} after a
+              turn ends in a workspace that is a checkout (``repo.work_patch``).
 - ``ping``    body ``{}``; sent when the driver has heard nothing for a while. The gateway answers ``pong``.
 
 Gateway to driver (``g2d``):
@@ -159,6 +161,7 @@ OPS = frozenset(
 EV_DRIVER_READY = "driver_ready"
 EV_HANDBACK = "handback"
 EV_COMMAND_RESULT = "command_result"
+EV_WORK_PATCH = "work_patch"
 HARNESS_EVENTS = frozenset(
     {
         "turn_started",

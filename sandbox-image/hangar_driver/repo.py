@@ -11,6 +11,8 @@ config or hooks:
 - ``checkout`` (at sandbox start, once per volume): root clones the base branch, makes the job branch, and
   gives the tree to the agent's uid. The clone's ``origin`` is the bare URL.
 - ``verify``: the verification command runs as the agent, in the workspace, with the agent's environment.
+- ``work_patch`` (after each turn of a session whose workspace is a checkout): the work against the base, as
+  the agent, through a copy of its index, so the agent's staged changes and commits are left as they are.
 - ``deliver``: as the agent, anything uncommitted is committed and the branch written to a bundle; root
   copies the bundle (no symlinks followed) into its own private repository, fetches the base from the remote
   and pushes from there: the agent's ``.git/config`` and hooks never run with the credentials.
@@ -183,6 +185,13 @@ def verify(
     result["passed"] = result["exit_code"] == 0 and not result["timed_out"]
     result["command"] = command
     result["diff_lines"] = diff_size(repo, env, uid, gid)
+    try:  # the work as verified, which the job's patch route shows until it is delivered
+        work = work_patch(repo, env, uid, gid)
+    except CommandError:
+        work = None
+    if work is not None:
+        for k in ("patch", "patch_truncated", "base", "head"):
+            result[k] = work[k]
     return result
 
 
@@ -204,6 +213,59 @@ def diff_size(repo: Repo, env: Dict[str, str], uid: Optional[int], gid: Optional
     if r["exit_code"] != 0:
         return None
     return sum(_added_removed(line) for line in r["output"].splitlines() if line)
+
+
+def work_patch(
+    repo: Repo, env: Dict[str, str], uid: Optional[int], gid: Optional[int]
+) -> Optional[Dict[str, Any]]:
+    """The workspace's work, committed or not (untracked files too, ignored ones not), as one patch against
+    the checkout's base commit, read as the agent (it is the agent's work to show, not to push). None when
+    the workspace is not a checkout. The agent's own index is copied, never written."""
+    ws = repo.workspace
+    git_env = dict(env, GIT_CONFIG_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0")
+    base = run_as_agent(["git", "config", "hangar.base"], ws, git_env, uid, gid, 30)
+    if base["exit_code"] != 0 or not base["output"].strip():
+        return None
+    base_sha = base["output"].strip()
+    head = run_as_agent(["git", "rev-parse", "HEAD"], ws, git_env, uid, gid, 30)
+    # Its own name: a verification's and a turn's end may read the work at once.
+    index = os.path.join(ws, ".git", "hangar-patch-%s.index" % os.urandom(6).hex())
+    with_index = dict(git_env, GIT_INDEX_FILE=index)
+    try:
+        # The copy keeps the index's stat cache: only changed files are read again.
+        run_as_agent(["cp", "-f", os.path.join(ws, ".git", "index"), index], ws, git_env, uid, gid, 60)
+        added = run_as_agent(["git", "add", "-A"], ws, with_index, uid, gid, 300)
+        if added["exit_code"] != 0:
+            raise CommandError("reading the work failed: %s" % added["output"].strip()[-300:])
+        # No rename detection: its "too many files" warning would land in the patch (stderr is merged).
+        diff = [
+            "git",
+            "diff",
+            "--cached",
+            "--binary",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            base_sha,
+        ]
+        patch = run_as_agent(diff, ws, with_index, uid, gid, 300, keep=PATCH_MAX + 1)
+        numstat = run_as_agent(
+            ["git", "diff", "--cached", "--numstat", "--no-renames", base_sha], ws, with_index, uid, gid, 300
+        )
+    finally:
+        run_as_agent(["rm", "-f", index], ws, git_env, uid, gid, 30)
+    if patch["exit_code"] != 0:
+        raise CommandError("reading the work failed: %s" % patch["output"].strip()[-300:])
+    lines = [x for x in numstat["output"].splitlines() if x] if numstat["exit_code"] == 0 else []
+    text = patch["output"]
+    return {
+        "base": base_sha,
+        "head": head["output"].strip() if head["exit_code"] == 0 else None,
+        "patch": text[:PATCH_MAX],
+        "patch_truncated": bool(patch["truncated"]) or len(text) > PATCH_MAX,
+        "files_changed": len(lines),
+        "diff_lines": sum(_added_removed(x) for x in lines),
+    }
 
 
 def deliver(

@@ -66,7 +66,10 @@ def test_who_may_call_the_job_routes(cluster: Cluster, stack: Stack) -> None:
     for method, path in (("GET", "/api/jobs"), ("POST", "/api/jobs"), ("GET", "/api/jobs/anything")):
         r = mcp.http.request(method, path, json={})
         assert r.status_code == 403, (path, r.text)
-        assert detail(r) == "mcp-client has a mcp token: the job routes take a jobs or admin token"
+        assert detail(r) == (
+            "mcp-client has an mcp-only token (hangar connect): it works on /mcp only; the REST routes take "
+            "a person's login token (admin or jobs)"
+        )
     # A jobs token can't use the session routes, which are admin only.
     alice = As(stack, "alice")
     for method, path, body in (

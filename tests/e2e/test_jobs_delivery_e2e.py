@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
+import httpx2
 import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextResourceContents
 
 from hangar.devcluster.stack import Stack
@@ -24,7 +31,7 @@ from hangar.testing.github import GitHubSimulator
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .helpers import Api, clis_installed, environment, model_env, wait
+from .helpers import Api, clis_installed, environment, model_env, new_session, wait
 from .test_jobs_e2e import JOBS, QUESTION, SLOW, As, _delete_jobs, submit, tool_running, wait_state
 from .test_mcp_e2e import MODERN, connect, data, read_json, refused
 
@@ -248,6 +255,14 @@ def test_bad_input_fails_the_job_before_anything_runs(
         assert j["reason"] == reason and text in j["message"], j
         assert j["attempts"] == [] or all(a["session"] is None for a in j["attempts"]), "nothing ran"
     assert sim.open_pulls(SLUG) == [] and git.branches(SLUG) == ["main"], "nothing half-delivered"
+    # A forge that answers 500 when asked for the repository: ForgeUnavailable, before anything runs. (After
+    # the others: the simulator's failure goes to the next request for the repository, whichever job asks.)
+    sim.fail("GET", f"/repos/{SLUG}", 500)
+    submit(alice, name="deliver-bad-5xx", prompt="anything", environment="deliver-bad-env")
+    j = wait_state(alice, "deliver-bad-5xx", "failed", timeout=60)
+    assert j["reason"] == "ForgeUnavailable" and "answered 500" in j["message"], j
+    assert j["attempts"] == [] or all(a["session"] is None for a in j["attempts"]), "nothing ran"
+    assert sim.open_pulls(SLUG) == [] and git.branches(SLUG) == ["main"], "nothing half-delivered"
 
 
 BEST_OF_3 = (
@@ -351,6 +366,12 @@ def test_a_job_that_needs_release_waits_for_an_approver(
     )
     r = As(stack, "alice").post("/api/jobs/deliver-gated-2/reject", {"reason": "mine"})
     assert r.status_code == 403
+    # bob, a policy approver, reads the job he is asked to release (REST and MCP) but may not act on it.
+    assert bob.job("deliver-gated")["state"] == "awaiting_approval"
+    assert bob.post("/api/jobs/deliver-gated/cancel").status_code == 404
+    seen = asyncio.run(read_over_mcp(stack, stack.token_for("bob"), "hangar://jobs/deliver-gated"))
+    assert seen["id"] == "deliver-gated" and seen["state"] == "awaiting_approval", seen
+    connect_an_mcp_client(stack, "deliver-gated")
     assert wait_state(alice, "deliver-gated", "awaiting_approval")["attempts"] == [], "nothing ran"
     # Over MCP the same rule and texts: the mcp-only token is refused; bob's login token releases the job.
     r = asyncio.run(over_mcp(stack, "mcp-client", "approve_job", {"job_id": "deliver-gated"}))
@@ -387,6 +408,83 @@ async def read_the_work(stack: Stack, job: str) -> list[tuple[str, dict[str, Any
             meta = (c.meta or {})["hangar.dev/patch"]
             seen.append((c.text, meta, (await read_json(client, f"hangar://jobs/{job}"))["pr"]))
     return seen
+
+
+def cli(stack: Stack, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HANGAR_URL": stack.api_url, "HANGAR_TOKEN": token}
+    return subprocess.run(
+        [sys.executable, "-m", "hangar.cli.main", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@asynccontextmanager
+async def mcp_client(stack: Stack, token: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
+    )
+    async with http, Client(streamable_http_client(f"{stack.api_url}/mcp", http_client=http)) as client:
+        yield client
+
+
+async def read_over_mcp(stack: Stack, token: str, uri: str) -> Any:
+    async with mcp_client(stack, token) as client:
+        return await read_json(client, uri)
+
+
+async def call_with(stack: Stack, token: str, tool: str, args: dict[str, Any]) -> CallToolResult:
+    async with mcp_client(stack, token) as client:
+        return await client.call_tool(tool, args)
+
+
+def connect_an_mcp_client(stack: Stack, job: str) -> None:
+    """`hangar connect` through the real CLI: an admin mints an mcp-only token and gets a client config; the
+    token works on /mcp, REST refuses it, approve_job refuses it with the shared text, and once revoked /mcp
+    refuses it too. A jobs token may not mint one."""
+    r = cli(stack, stack.token_for("alice"), "connect")
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "error 403: alice has a jobs token: only an admin's login token may mint an mcp-only token "
+        "(hangar connect), since it reaches every session and job over MCP"
+    ), r.stdout + r.stderr
+    r = cli(stack, stack.token, "connect", "--name", "e2e ide", "--days", "2")
+    assert r.returncode == 0 and "mcp-only token tok-" in r.stdout and '"mcpServers"' in r.stdout, r.stderr
+    r = cli(stack, stack.token, "connect", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    token, server = out["token"], out["mcpServers"]["hangar"]
+    assert server == {
+        "type": "http",
+        "url": f"{stack.api_url}/mcp",
+        "headers": {"Authorization": f"Bearer {token}"},
+    }
+    who = out["subject"]  # the admin who minted it
+    # REST refuses it, naming why; the release routes with the release rule's text.
+    r = httpx.get(f"{stack.api_url}/api/jobs/{job}", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 403 and r.json()["detail"] == (
+        f"{who} has an mcp-only token (hangar connect): it works on /mcp only; the REST routes take a "
+        "person's login token (admin or jobs)"
+    )
+    r = httpx.post(f"{stack.api_url}/api/jobs/{job}/approve", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 403 and r.json()["detail"] == (
+        f"{who} has an mcp-only token (hangar connect): releasing or rejecting a job needs a person's login "
+        "token"
+    )
+    # /mcp takes it: the job reads, and approve_job and reject_job refuse it with the same text.
+    assert (
+        data(asyncio.run(call_with(stack, token, "get_job", {"job_id": job})))["state"] == "awaiting_approval"
+    )
+    for tool in ("approve_job", "reject_job"):
+        r_ = asyncio.run(call_with(stack, token, tool, {"job_id": job}))
+        refused(r_, f"forbidden: {who} has an mcp-only token (hangar connect): releasing or rejecting a job")
+    r = cli(stack, stack.token, "connect", "--revoke", out["id"])
+    assert r.returncode == 0 and f"{out['id']} revoked at" in r.stdout, r.stderr
+    r = cli(stack, stack.token, "connect", "--list")
+    assert f"{out['id']}  mcp  {who}  revoked " in r.stdout, r.stdout
+    probe = httpx.post(
+        f"{stack.api_url}/mcp",
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+    )
+    assert probe.status_code == 401, probe.text
 
 
 async def over_mcp(stack: Stack, subject: str, tool: str, args: dict[str, Any]) -> CallToolResult:
@@ -467,3 +565,30 @@ def test_a_codex_job_delivers_too(
     assert git.show(SLUG, head, "fixed.txt") == "ok\n"
     [pr] = sim.open_pulls(SLUG)
     assert pr["head"]["sha"] == head and j["pr_url"] == pr["html_url"]
+    # A plain session in the same Environment works in a checkout too: what its turn left (uncommitted here)
+    # is one patch against the base branch that `git apply` takes.
+    model.add(
+        Step(when="Plain session", text="Writing.", command="echo hi > plain.txt && echo more >> README.md"),
+        Step(when="tool_result", text="FINAL: wrote plain.txt."),
+    )
+    admin = Api(stack)
+    new_session(admin, "deliver-plain", "deliver-codex-env", "codex", "Plain session: write plain.txt")
+    try:
+        admin.wait_turn("deliver-plain", 1)
+        r = wait(
+            lambda: (x := admin.get("/api/sessions/deliver-plain/patch")).status_code == 200 and x,
+            60,
+            "the session's patch",
+        )
+        assert r.headers["x-hangar-source"] == "turn", r.headers
+        assert r.headers["x-hangar-base"] == git.branch_head(SLUG, "main")
+        work = Path(tempfile.mkdtemp(prefix="hangar-apply-"))
+        try:
+            subprocess.run(["git", "clone", "-q", "-b", "main", str(git.path(SLUG)), str(work)], check=True)
+            subprocess.run(["git", "-C", str(work), "apply"], input=r.text, text=True, check=True)
+            assert (work / "plain.txt").read_text() == "hi\n"
+            assert (work / "README.md").read_text() == "# app\nmore\n"
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        admin.delete("/api/sessions/deliver-plain")

@@ -664,7 +664,7 @@ async def test_handed_back_files_come_as_resource_links_and_read_back_with_their
                 (f"{base}/1/../../etc/passwd", "climbs out"),
                 (f"{base}/1/%2Fetc%2Fpasswd", "absolute"),
                 ("hangar://sessions/mcp-nope/artifacts/1/report.md", "no session 'mcp-nope'"),
-                ("hangar://sessions/mcp-art/patch", "has no patch yet"),
+                ("hangar://sessions/mcp-art/patch", "has no base to diff its work against"),
                 ("hangar://sessions/Bad_Name/patch", "not a session name"),
             ):
                 with pytest.raises(MCPError) as e:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hangar.forge import ForgeError, GitHub, ensure_pull, repo_slug
+from hangar.forge import ForgeError, GitHub, comment_marker, ensure_comment, ensure_pull, repo_slug
 from hangar.testing.git_server import GitServer
 from hangar.testing.github import GitHubSimulator
 
@@ -88,5 +88,41 @@ def test_the_forge_answers_are_errors_with_their_status(sim: GitHubSimulator) ->
             await gh.comment("acme/app", pr.number, "pushed again")
         assert sim.comments[("acme/app", pr.number)][0]["body"] == "pushed again"
         assert all(r.path.startswith("/repos/") for r in sim.requests)
+
+    asyncio.run(go())
+
+
+def test_a_follow_up_comment_is_posted_once_even_when_its_answer_is_lost(sim: GitHubSimulator) -> None:
+    """The operator posts a follow-up's comment and dies before recording it (the answer never reaches it);
+    the next operator replays the step and finds the comment by its marker, behind more than a page of
+    others, instead of posting it again."""
+    key, text = "follow-up j1 0123456789abcdef", "hangar pushed 0123456789ab to `hangar/j1` after a follow-up"
+
+    async def go() -> None:
+        async with GitHub(sim.url, "gh-token") as gh:
+            pr, _ = await ensure_pull(gh, "acme/app", "hangar/j1", "main", "Fix it", "body")
+            for i in range(150):  # people's comments first: the marker is found past the first page of 100
+                await gh.comment("acme/app", pr.number, f"comment {i}")
+            assert await ensure_comment(gh, "acme/app", pr.number, "follow-up j1 earlier", "an earlier one")
+            sim.hold_comments = threading.Event()
+            task = asyncio.create_task(ensure_comment(gh, "acme/app", pr.number, key, text))
+            while len(sim.sent("POST", "/comments")) < 152:
+                await asyncio.sleep(0.02)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        sim.hold_comments.set()
+        sim.hold_comments = None
+        async with GitHub(sim.url, "gh-token") as gh:
+            posted = await ensure_comment(gh, "acme/app", pr.number, key, text)
+            again = await ensure_comment(gh, "acme/app", pr.number, key, text)
+            other = await ensure_comment(gh, "acme/app", pr.number, "follow-up j1 fedcba", "the next head")
+        assert (posted, again, other) == (False, False, True)
+        bodies = [c["body"] for c in sim.comments[("acme/app", pr.number)]]
+        ours = [b for b in bodies if comment_marker(key) in b]
+        assert ours == [f"{text}\n\n{comment_marker(key)}"], "exactly one comment for the follow-up"
+        assert len(bodies) == 153
+        pages = [r for r in sim.sent("GET", "/comments")]
+        assert len(pages) >= 4, "the listing was read page by page"
 
     asyncio.run(go())

@@ -14,7 +14,7 @@ import pytest
 
 from hangar.testing.git_server import GitServer
 from hangar_driver.commands import CommandError
-from hangar_driver.repo import Repo, deliver, verify
+from hangar_driver.repo import Repo, deliver, verify, work_patch
 
 AGENT = 1001
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the uid split needs root")
@@ -99,6 +99,7 @@ def test_checkout_verify_and_push(tmp_path: Path, git: GitServer) -> None:
     (ws / "extra.txt").write_text("left uncommitted\n")
     passing = verify(r, {"command": "sh check.sh"}, AGENT_ENV, AGENT, AGENT)
     assert passing["passed"] is True and passing["diff_lines"] == 2
+    assert passing["base"] == base and "+ok" in passing["patch"] and "+left uncommitted" in passing["patch"]
 
     out = deliver(r, {"push": True, "branch": "hangar/job-1", "message": "the work"}, AGENT_ENV, AGENT, AGENT)
     assert out["pushed"] and not out["already"]
@@ -144,3 +145,46 @@ def test_bad_credentials_and_an_unknown_repository_fail_the_checkout(tmp_path: P
     with pytest.raises(CommandError, match=r"checkout of .*acme/nope\.git"):
         unknown.checkout(AGENT, AGENT)
     assert not os.listdir(unknown.workspace), "nothing half-cloned is left"
+
+
+def apply_to_main(tmp_path: Path, git: GitServer, patch: str) -> Path:
+    clone = tmp_path / "applied"
+    subprocess.run(
+        ["git", "clone", "-q", "--branch", "main", str(git.path("acme/app")), str(clone)], check=True
+    )
+    subprocess.run(["git", "-C", str(clone), "apply"], input=patch, text=True, check=True)
+    return clone
+
+
+@root_only
+def test_a_sessions_work_as_a_patch_leaves_its_index_and_commits_alone(
+    tmp_path: Path, git: GitServer
+) -> None:
+    r = repo(tmp_path, git)
+    base = r.checkout(AGENT, AGENT)
+    ws = Path(r.workspace)
+    # Committed, staged, untracked, deleted and ignored work, all at once.
+    as_agent(
+        r.workspace,
+        "sh",
+        "-c",
+        "echo more >> README.md && git commit -qam 'readme' && echo s > staged.txt && git add staged.txt "
+        "&& echo n > new.txt && rm check.sh && echo build > .gitignore && mkdir build && echo x > build/out",
+    )
+    before = [as_agent(r.workspace, "git", *a) for a in (["status", "--porcelain"], ["rev-parse", "HEAD"])]
+    staged = as_agent(r.workspace, "git", "diff", "--cached", "--name-only")
+    p = work_patch(r, AGENT_ENV, AGENT, AGENT)
+    assert p is not None
+    after = [as_agent(r.workspace, "git", *a) for a in (["status", "--porcelain"], ["rev-parse", "HEAD"])]
+    assert after == before and as_agent(r.workspace, "git", "diff", "--cached", "--name-only") == staged
+    assert not [f for f in os.listdir(ws / ".git") if f.startswith("hangar-patch")], "its index is removed"
+    assert p["base"] == base and p["head"] == before[1].strip() and not p["patch_truncated"]
+    assert p["files_changed"] == 5, p  # README.md, staged.txt, new.txt, check.sh, .gitignore
+    clone = apply_to_main(tmp_path, git, p["patch"])
+    assert (clone / "README.md").read_text() == "hello\nmore\n"
+    assert (clone / "staged.txt").read_text() == "s\n" and (clone / "new.txt").read_text() == "n\n"
+    assert not (clone / "check.sh").exists() and not (clone / "build").exists(), "ignored files stay out"
+    # A workspace that is not a checkout has no base: no patch.
+    plain = Repo({"PATH": os.environ["PATH"]}, str(tmp_path / "plain"), str(tmp_path / "state2"))
+    (tmp_path / "plain").mkdir()
+    assert work_patch(plain, AGENT_ENV, AGENT, AGENT) is None

@@ -22,6 +22,7 @@ from hangar_api.app import create_app
 ADMIN = "rig-admin-token"
 ALICE = "rig-alice-jobs-token"  # a jobs token
 MCP = "rig-mcp-token"
+BOB = "rig-bob-jobs-token"  # another jobs token: a repository's policy approver in some tests
 
 
 def auth(token: str = ADMIN) -> dict[str, str]:
@@ -53,6 +54,9 @@ class ApiRig:
     def get(self, path: str, token: str | None = ADMIN, **kw: Any) -> Any:
         return self.client.get(path, headers=auth(token) if token else {}, **kw)
 
+    def delete(self, path: str, token: str | None = ADMIN, **kw: Any) -> Any:
+        return self.client.delete(path, headers=auth(token) if token else {}, **kw)
+
     def audit(self, action: str = "api.refused") -> list[dict[str, Any]]:
         async def read() -> list[dict[str, Any]]:
             db = await open_database(self.database_url)
@@ -73,6 +77,7 @@ def api_rig(tmp_path: Path, kube: FakeKube | None = None, **settings: Any) -> It
                 {"token": ADMIN, "subject": "root", "role": "admin"},
                 {"token": ALICE, "subject": "alice", "role": "jobs"},
                 {"token": MCP, "subject": "bot", "role": "mcp"},
+                {"token": BOB, "subject": "bob", "role": "jobs"},
             ]
         )
     )

@@ -93,3 +93,20 @@ async def test_an_id_is_accepted_once_across_two_connections_at_once(db: Databas
         assert await db.accept_id("tower-event", item, 0)
     finally:
         await other.close()
+
+
+async def test_minted_tokens_are_kept_by_digest_and_revoked_once(db: Database) -> None:
+    from hangar.store import minted as M
+
+    tid, digest = f"tok-{uuid.uuid4().hex[:10]}", uuid.uuid4().hex * 2
+    row = M.MintedToken(tid, digest, "root", "mcp", "ide", "root", "2026-12-01T10:00:00Z", None, None)
+    await M.add(db, row)
+    assert [t for t in await M.every(db) if t.id == tid] == [row]
+    with pytest.raises(Exception):  # noqa: B017 - each backend's own integrity error: a digest is unique
+        await M.add(db, M.MintedToken(tid + "x", digest, "root", "mcp", "", "root", "2026", None, None))
+    first = await M.revoke(db, tid, "2026-12-01T11:00:00Z")
+    assert first is not None and first.revoked_at == "2026-12-01T11:00:00Z"
+    again = await M.revoke(db, tid, "2026-12-01T12:00:00Z")
+    assert again is not None and again.revoked_at == "2026-12-01T11:00:00Z", "the first revocation stands"
+    assert await M.revoke(db, "tok-0000000000", "2026") is None
+    assert "digest" not in row.view() and row.view()["id"] == tid

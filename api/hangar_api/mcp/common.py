@@ -105,15 +105,18 @@ async def get_session(hub: Hub, who: Caller, name: str) -> Obj:
 
 
 async def get_job(hub: Hub, who: Caller, job_id: str) -> Obj:
+    """The job to read (the get_job tool, the job resources, a subscription): its repository's policy
+    approvers may too. What acts on a job finds it through :func:`resolve` or the REST functions."""
     with refusals():
-        return await job_attempts.get_job(hub.kube, acting(who), job_id)
+        return await job_attempts.get_job(hub.kube, acting(who), job_id, read=True)
 
 
 async def resolve(hub: Hub, who: Caller, ref: str) -> Target:
     """A job id first (if the caller may see that job), else a session name (admin and mcp tokens). A jobs
     token is told "no job" for anything but its own jobs, as over REST."""
     if who.role == "jobs":
-        return Target("job", ref, await get_job(hub, who, ref))
+        with refusals():  # to act on: its submitter's only, never widened for an approver
+            return Target("job", ref, await job_attempts.get_job(hub.kube, who, ref))
     if re.fullmatch(NAME_PATTERN, ref) and len(ref) <= NAME_MAX:
         j = await hub.kube.get("jobs", ref)
         if j is not None and not j["metadata"].get("deletionTimestamp"):

@@ -59,7 +59,7 @@ async def _guarded(read: Callable[[], Awaitable[T]]) -> T:
         text = str(e)
         if text.startswith("not found"):
             raise ResourceNotFoundError(text) from None
-        if text.startswith("invalid"):
+        if text.startswith(("invalid", "refused")):  # the URI's argument can't be served: not -32603
             raise MCPError(INVALID_PARAMS, text) from None
         if text.startswith(("forbidden", "unauthorized")):
             raise MCPError(INVALID_REQUEST, text) from None
@@ -132,14 +132,8 @@ async def session_patch(hub: Hub, who: Caller, name: str) -> ReadResourceContent
     if not re.fullmatch(NAME_PATTERN, name) or len(name) > NAME_MAX:
         raise ToolError(f"invalid: session {name!r} is not a session name (a DNS label)")
     await common.get_session(hub, who, name)
-    # TODO(merge): REST's plain-session patch (patches.py, another branch) may add a function for sessions
-    # without a recorded patch; call it here if patches.session_patch does not cover them.
-    p = await patches.session_patch(hub.db, name)
-    if p is None:
-        raise ToolError(
-            f"not found: session {name!r} has no patch yet: its work is taken when it is verified or "
-            "delivered (a job's attempt in an Environment with a repository)"
-        )
+    # The same function as REST's: 404 with no patch yet, 409 when the Environment names no repository.
+    p = await patches.session_work_patch(hub.kube, hub.db, name)
     meta = {"hangar.dev/patch": p.summary()}  # base, head, source, truncated (then not git apply-able)
     return ReadResourceContents(content=p.patch, mime_type=DIFF, meta=meta)
 
