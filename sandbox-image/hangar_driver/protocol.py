@@ -57,6 +57,9 @@ Driver to gateway (``d2g``):
               ``handback`` {turn, kind: done|progress|ask|result|artifact, ...} from ``hangar-agent``;
               ``command_result`` {command_id, op, ok, error, ...op-specific fields, duplicate?}.
 - ``ping``    body ``{}``; sent when the driver has heard nothing for a while. The gateway answers ``pong``.
+- ``live``    the answer to a live command (``exec``, ``process``, ``watch``: a person's work in the sandbox,
+              ``workbench.py``): body ``{"request": COMMAND_ID, "kind": output|changes|result|ended, ...}``.
+              Not numbered and not kept for a resend: a person waits on it now, and a broken link ends it.
 
 Gateway to driver (``g2d``):
 
@@ -122,12 +125,13 @@ HELLO = "hello"
 EVENT = "event"
 ACK = "ack"
 PING = "ping"
+LIVE = "live"  # a live answer to a person's command (workbench.py): not numbered, not kept
 # Gateway to driver.
 WELCOME = "welcome"
 COMMAND = "command"
 PONG = "pong"
 
-TYPES = {D2G: frozenset({HELLO, EVENT, ACK, PING}), G2D: frozenset({WELCOME, ACK, COMMAND, PONG})}
+TYPES = {D2G: frozenset({HELLO, EVENT, ACK, PING, LIVE}), G2D: frozenset({WELCOME, ACK, COMMAND, PONG})}
 
 # Command ops.
 OP_START_TURN = "start_turn"
@@ -140,19 +144,27 @@ OP_CHECKPOINT = "checkpoint"
 OP_SHUTDOWN = "shutdown"
 OP_VERIFY = "verify"
 OP_DELIVER = "deliver"
-OPS = frozenset(
-    {
-        OP_START_TURN,
-        OP_STEER,
-        OP_WITHDRAW,
-        OP_INTERRUPT,
-        OP_ANSWER,
-        OP_TAINT,
-        OP_CHECKPOINT,
-        OP_SHUTDOWN,
-        OP_VERIFY,
-        OP_DELIVER,
-    }
+# A person's live work in the sandbox (workbench.py), answered by ``live`` frames, never command_result.
+OP_EXEC = "exec"
+OP_PROCESS = "process"
+OP_WATCH = "watch"
+LIVE_OPS = frozenset({OP_EXEC, OP_PROCESS, OP_WATCH})
+OPS = (
+    frozenset(
+        {
+            OP_START_TURN,
+            OP_STEER,
+            OP_WITHDRAW,
+            OP_INTERRUPT,
+            OP_ANSWER,
+            OP_TAINT,
+            OP_CHECKPOINT,
+            OP_SHUTDOWN,
+            OP_VERIFY,
+            OP_DELIVER,
+        }
+    )
+    | LIVE_OPS
 )
 
 # Event names the driver itself emits (the harness adapters emit the rest, see harness.py).
@@ -361,6 +373,8 @@ __all__ = [
     "HANDBACK_KINDS",
     "HARNESS_EVENTS",
     "HELLO",
+    "LIVE",
+    "LIVE_OPS",
     "MAX_FRAME_BYTES",
     "OPS",
     "PING",
