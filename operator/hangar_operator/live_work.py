@@ -150,7 +150,8 @@ class LiveWork:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/live", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # handler_cancellation: a client gone (a watch nobody follows) ends its request, and so the watch.
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

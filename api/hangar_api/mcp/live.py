@@ -230,7 +230,7 @@ def register_live(server: MCPServer[Any], hub: Hub, caller: Callable[[Ctx], Call
                 session,
                 "process",
                 {
-                    "action": "start",
+                    "step": "start",
                     "id": result.get("id"),
                     "command": clip(command, SHOWN_MAX),
                     **verdict,
@@ -249,7 +249,7 @@ def register_live(server: MCPServer[Any], hub: Hub, caller: Callable[[Ctx], Call
                 who,
                 session,
                 "process",
-                {"action": "input", "id": id, "command": clip(input, SHOWN_MAX), "eof": eof, **verdict},
+                {"step": "input", "id": id, "command": clip(input, SHOWN_MAX), "eof": eof, **verdict},
             )
             return result
         if action == "read":
@@ -261,6 +261,6 @@ def register_live(server: MCPServer[Any], hub: Hub, caller: Callable[[Ctx], Call
                 who,
                 session,
                 "process",
-                {"action": "stop", "id": id, "exit_code": result.get("exit_code")},
+                {"step": "stop", "id": id, "exit_code": result.get("exit_code")},
             )
         return result

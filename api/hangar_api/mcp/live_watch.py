@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resources.templates import ResourceSecurity
 
 from hangar.models.base import NAME_MAX
 
@@ -202,9 +203,15 @@ class Watches:
 def register_watch(
     server: MCPServer[Any], hub: Hub, caller: Callable[[Any], Caller], watches: Watches
 ) -> None:
-    @server.resource("hangar://sandboxes/{session}/watch{?path,since}", mime_type="application/json")
+    # ``path`` is checked here (relative()) and by the driver (symlinks resolved), with the reason; the
+    # SDK's own check would refuse ``..`` and absolute paths as an unknown resource.
+    @server.resource(
+        "hangar://sandboxes/{session}/watch{?path,since}",
+        mime_type="application/json",
+        security=ResourceSecurity(exempt_params={"path"}),
+    )
     async def watch_resource(
-        session: str, ctx: Any, path: str | None = None, since: str | None = None
+        session: str, ctx: Context[Any, Any], path: str | None = None, since: str | None = None
     ) -> str:
         """File changes under a directory of the session's workspace (?path=<dir>, relative to it), while
         you subscribe to this URI: each {seq, path, change: created|modified|deleted}; ?since=SEQ only the
