@@ -26,6 +26,7 @@ from aiohttp import web
 from hangar.models import Session
 from hangar_driver import protocol as P
 
+from . import metrics
 from .context import Context
 
 log = logging.getLogger("hangar.operator.live")
@@ -95,7 +96,11 @@ class LiveWork:
         stops reading)."""
         if op not in P.LIVE_OPS:
             raise Refused(400, f"op must be one of {', '.join(sorted(P.LIVE_OPS))}")
-        run = await self.run_of(session)
+        try:
+            run = await self.run_of(session)
+        except Refused:
+            metrics.LIVE_REQUESTS.labels(op=op, outcome="refused").inc()
+            raise
         cid = "live-" + secrets.token_hex(12)
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_MAX)
         self._requests[(run, cid)] = queue
@@ -106,10 +111,14 @@ class LiveWork:
                 try:
                     frame = await asyncio.wait_for(queue.get(), ANSWER_TIMEOUT if not watching else None)
                 except TimeoutError:
+                    metrics.LIVE_REQUESTS.labels(op=op, outcome="ended").inc()
                     yield {"kind": "ended", "reason": "the sandbox did not answer in time"}
                     return
-                yield frame
                 kind = frame.get("kind")
+                if kind == "result" or (kind == "ended" and not watching):  # once per request
+                    outcome = "ended" if kind == "ended" else "ok" if frame.get("ok") else "failed"
+                    metrics.LIVE_REQUESTS.labels(op=op, outcome=outcome).inc()
+                yield frame
                 if kind == "ended" or (kind == "result" and (op != "watch" or not frame.get("ok"))):
                     return
                 if kind == "result":

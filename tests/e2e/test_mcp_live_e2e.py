@@ -22,6 +22,7 @@ from .helpers import Api, clis_installed, workspace
 from .test_mcp_e2e import MODERN, claude_env, connect, data, in_thread, new_session, read_json, refused
 from .test_mcp_e2e import _cleanup as _cleanup  # the autouse fixture deleting what a test made
 from .test_mcp_subscriptions_e2e import Heard, listening
+from .test_mcp_subscriptions_e2e import connect as sub_connect
 
 pytestmark = [
     pytest.mark.e2e,
@@ -117,6 +118,32 @@ async def test_exec_process_and_watch_in_a_real_sandbox(
             assert body["watching"] and body["path"] == "src", body
             assert [(c["path"], c["change"]) for c in body["changes"]] == [("new.txt", "created")], body
             assert (await read_json(client, f"{uri}&since={body['last_seq']}"))["changes"] == []
+
+    # The handshake era: exec(stream) with progress, and a watch by resources/subscribe.
+    legacy_heard = Heard()
+    async with sub_connect(stack, "mcp-client", "legacy", legacy_heard) as client:
+        chunks: list[str] = []
+
+        async def on_chunk(value: float, total: float | None, message: str | None) -> None:
+            chunks.append(message or "")
+
+        r = await client.call_tool(
+            "exec",
+            {"session": name, "command": "echo one; sleep 0.3; echo two", "stream": True},
+            progress_callback=on_chunk,
+        )
+        assert data(r)["stdout"] == "one\ntwo\n" and "".join(chunks) == "one\ntwo\n", (r, chunks)
+        uri = f"hangar://sandboxes/{name}/watch?path=/workspace/src"
+        await client.subscribe_resource(uri)
+        start = time.monotonic()
+        assert (
+            data(await client.call_tool("exec", {"session": name, "command": "rm src/new.txt"}))["exit_code"]
+            == 0
+        )
+        await legacy_heard.next(uri, start, timeout=30)
+        body = await read_json(client, uri)
+        assert [(c["path"], c["change"]) for c in body["changes"]] == [("new.txt", "deleted")], body
+        await client.unsubscribe_resource(uri)
 
 
 async def test_bad_live_input_is_a_clear_error_and_changes_nothing(
