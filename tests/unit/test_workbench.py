@@ -282,3 +282,23 @@ def test_watch_uris() -> None:
     with pytest.raises(ToolError, match=r"\?path="):
         live_watch.parse("hangar://sandboxes/s1/watch")
     assert live_watch.canonical("s1", "src/a b") == "hangar://sandboxes/s1/watch?path=src/a%20b"
+
+
+def test_a_burst_of_changes_is_sent_at_the_watch_rate_and_nothing_is_lost(
+    bench: tuple[W.Workbench, Frames, Path],
+) -> None:
+    wb, frames, ws = bench
+    (ws / "burst").mkdir()
+    wb.handle("wb", {"op": "watch", "action": "start", "path": "burst"})
+    frames.wait("wb", "result")
+    start = time.monotonic()
+    for n in range(100):  # a file every 20 ms for 2 s
+        (ws / "burst" / f"f{n}").write_text("x")
+        time.sleep(0.02)
+    spent = time.monotonic() - start
+    time.sleep(W.WATCH_INTERVAL * 3)
+    notices = [f for f in frames.of("wb") if f["kind"] == "changes"]
+    # At most one notice per scan: 2 a second (plus the scan in progress when the burst ended).
+    assert len(notices) <= spent / W.WATCH_INTERVAL + 2, len(notices)
+    created = sorted(c["path"] for f in notices for c in f["changes"])
+    assert created == sorted(f"f{n}" for n in range(100))
