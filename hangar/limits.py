@@ -30,3 +30,16 @@ def clip(text: str, max_bytes: int) -> str:
     or the driver reports, which hangar records rather than refuses)."""
     raw = text.encode("utf-8", "surrogatepass")
     return text if len(raw) <= max_bytes else raw[:max_bytes].decode("utf-8", "ignore")
+
+
+# A person's live work in a session's sandbox (MCP exec, process, watch; docs/mcp.md). The driver holds
+# the same numbers as ceilings (hangar_driver/workbench.py; tests/unit/test_workbench.py keeps them equal).
+EXEC_COMMAND_MAX = 65536  # bytes of one exec or process command, and of one input sent to a process
+EXEC_OUTPUT_MAX = 262144  # bytes of an exec's stdout and stderr together; output past it is cut, and said so
+EXEC_TIMEOUT_MAX = 600  # seconds an exec may run before it is killed
+PROCESSES_MAX = 8  # background processes running at once per sandbox
+PROCESS_BUFFER_MAX = 1048576  # bytes of a background process's output kept (the newest); a read says dropped
+PROCESS_READ_MAX = 262144  # bytes one process read returns
+WATCHES_MAX = 8  # directory watches at once per sandbox
+WATCH_INTERVAL = 0.5  # seconds between two scans of a watched directory (at most 2 change notices a second)
+WATCH_CHANGES_MAX = 200  # file changes listed in one notice (more are counted)

@@ -44,6 +44,9 @@ SCHEMA = [
         id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, subject TEXT NOT NULL, role TEXT NOT NULL,
         name TEXT NOT NULL, created_by TEXT NOT NULL, created_at TEXT NOT NULL, expires_at TEXT,
         revoked_at TEXT)""",
+    # Where a process serves another (the operator's live channel for the api), with its bearer token.
+    """CREATE TABLE IF NOT EXISTS endpoints (
+        name TEXT PRIMARY KEY, address TEXT NOT NULL, token TEXT NOT NULL, at TEXT NOT NULL)""",
 ]
 
 
@@ -325,6 +328,20 @@ class Database:
         cutoff = _iso(datetime.now(UTC).timestamp() - seconds_ago)
         for digest in digests:
             await self.backend.execute("DELETE FROM bodies WHERE digest = ? AND at < ?", (digest, cutoff))
+
+    # endpoints (the operator's live channel) ------------------------------------------------------------
+    async def put_endpoint(self, name: str, address: str, token: str) -> None:
+        await self.backend.execute(
+            "INSERT INTO endpoints (name, address, token, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET address = excluded.address, token = excluded.token, "
+            "at = excluded.at",
+            (name, address, token, now()),
+        )
+
+    async def endpoint(self, name: str) -> tuple[str, str] | None:
+        """(address, token) of ``name``, or None when no process published it."""
+        rows = await self.backend.fetch("SELECT address, token FROM endpoints WHERE name = ?", (name,))
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
     # audit ---------------------------------------------------------------------------------------------
     async def audit(self, actor: str, action: str, target: str, **detail: Any) -> None:

@@ -25,6 +25,7 @@ from .governance.suspension import Suspensions
 from .governance.tower_calls import TowerCalls
 from .jobs import Jobs
 from .k8s_events import Recorder
+from .live_work import LiveWork
 from .retry import Retrier
 from .router import Router
 from .sandboxes import Sandboxes
@@ -53,9 +54,11 @@ class Controllers:
     bodies: BodySweeper
     wakeups: Wakeups
     sweeper: Sweeper
+    live: LiveWork
 
     async def start(self) -> None:
         self.ctx.gateway_port = await self.ctx.gateway.start()
+        await self.live.start()  # the api's channel for exec, process and watches
         self.tower_calls.start()  # re-reads Tower's decisions now and every minute
         self.bodies.start()  # deletes stored message bodies nothing names, every 10 minutes
         await self.ctx.resync_cache()  # the watches keep it current from here
@@ -70,6 +73,7 @@ class Controllers:
         self.bodies.stop()
         self.suspensions.stop()
         self.retry.stop()
+        await self.live.stop()
         await self.ctx.gateway.stop()
         if self.ctx.tower is not None:
             await self.ctx.tower.close()
@@ -96,6 +100,7 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         await holder[0].on_connect(run, hello)
 
     async def on_disconnect(run: str) -> None:
+        live.disconnected(run)
         await holder[0].on_disconnect(run)
 
     async def on_rejected(who: str, reason: str) -> None:
@@ -115,6 +120,8 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     ctx = Context(
         kube=kube, db=db, settings=settings, gateway=gateway, events=Recorder(), tower=tower_client(settings)
     )
+    live = LiveWork(ctx)
+    gateway.on_live = live.on_live
     # The operator's own writes reach its cache at once (read your writes: a slot taken is counted).
     kube.on_write = ctx.cache.put
     deadlines = Deadlines(settings.interrupt_grace)
@@ -166,4 +173,5 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         bodies=BodySweeper(ctx),
         wakeups=wakeups,
         sweeper=sweeper,
+        live=live,
     )

@@ -45,6 +45,7 @@ OnConnect = Callable[[str, dict[str, Any]], Awaitable[None]]
 OnDisconnect = Callable[[str], Awaitable[None]]
 OnRejected = Callable[[str, str], Awaitable[None]]
 AckedForRun = Callable[[str], Awaitable[int]]
+OnLive = Callable[[str, dict[str, Any]], None]
 
 HELLO_TIMEOUT = 10.0  # seconds a new connection has, in all, to send its hello and its confirmation
 # Bytes a connection may send in one frame before it is authenticated (a hello and its confirming ack are
@@ -138,6 +139,7 @@ class Gateway:
         on_disconnect: OnDisconnect,
         on_rejected: OnRejected,
         acked_for_run: AckedForRun,
+        on_live: OnLive | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -147,6 +149,7 @@ class Gateway:
         self._on_disconnect = on_disconnect
         self._on_rejected = on_rejected
         self._acked_for_run = acked_for_run
+        self.on_live = on_live  # a live frame (live_work.py): handed on at once, never stored
         self._runs: dict[str, _RunState] = {}
         self._conns: set[_Conn] = set()
         self._unconfirmed = 0
@@ -402,6 +405,12 @@ class Gateway:
                 await self._handle_event(conn, state, frame)
             elif ftype == P.PING:
                 await conn.send(P.PONG, {})
+            elif ftype == P.LIVE:
+                if self.on_live is not None:
+                    try:
+                        self.on_live(run, dict(body))
+                    except Exception:
+                        log.exception("run %s: a live frame could not be handed on", run)
             else:
                 await self._reject(conn, run, f"unexpected {ftype}")
 

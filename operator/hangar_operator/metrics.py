@@ -37,6 +37,13 @@ DRIVER_EVENTS_FAILED = Counter(
     ["name"],
 )
 DRIVER_EVENTS = Counter("hangar_driver_events_total", "Driver events stored", ["name"])
+# A person's live work in a sandbox (live_work.py): outcome ok | failed (the driver refused it) | refused
+# (no connected sandbox, a bad request) | ended (the link broke, no answer in time, a watch that ended).
+LIVE_REQUESTS = Counter(
+    "hangar_live_requests_total",
+    "Live sandbox commands (exec, process, watch), by op and outcome",
+    ["op", "outcome"],
+)
 # Approvals: outcome allow | deny | allow_always | withdrawn; resolver person | policy | timeout | tower | none.
 APPROVALS = Counter(
     "hangar_approvals_total",

@@ -27,6 +27,7 @@ from .link import Link
 from .outbox import Outbox
 from .repo import Repo, deliver, verify, work_patch
 from .turns import TurnRunner
+from .workbench import Workbench
 
 DRIVER_VERSION = "0.1.0"
 log = logging.getLogger("hangar.driver")
@@ -55,6 +56,7 @@ class Driver:
         self.shutdown_requested = False
         self.side_threads: List[threading.Thread] = []
         self.turns = TurnRunner(cfg, self.watcher, self._emit_turn_event, self.stopping)
+        self.workbench = Workbench(cfg, self.link.send_live)
         self.repo = Repo(dict(os.environ), cfg.workspace, cfg.state_dir, cfg.run)
         self.ops: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
             P.OP_START_TURN: self.turns.start_turn,
@@ -115,6 +117,10 @@ class Driver:
         """Called by the link's reader for each command frame: at most once per id."""
         if not isinstance(command_id, str) or not command_id or len(command_id) > 200:
             log.warning("command without a usable id ignored")
+            return
+        if body.get("op") in P.LIVE_OPS:  # a person's live work: answered by live frames, on its own thread
+            self.link.ack_command(command_id)
+            self.workbench.handle(command_id, body)
             return
         with self.results_lock:
             if command_id in self.results:
@@ -284,6 +290,7 @@ class Driver:
         while not self.stopping.wait(0.5):
             pass
         log.info("shutting down")
+        self.workbench.close()
         try:
             self.turns.close()
         except Exception:

@@ -102,6 +102,22 @@ class Link:
             else:
                 self.unsent_acks.append(command_id)
 
+    def send_live(self, body: Dict[str, Any]) -> bool:
+        """Put one ``live`` frame on the current connection: False (dropped) when there is none, as a live
+        answer is for whoever waits on it now, never resent."""
+        try:
+            data = self._frame(P.LIVE, P.scrub(body))
+        except P.FrameTooLarge:
+            log.warning("live answer to %s too large to send", body.get("request"))
+            return False
+        with self.outbox.cond:
+            conn = self.conn
+            if conn is None or not conn.alive:
+                return False
+            conn.control.append(data)
+            self.outbox.cond.notify_all()
+        return True
+
     def stop(self) -> None:
         self.stopping.set()
         with self.outbox.cond:

@@ -59,6 +59,9 @@ Driver to gateway (``d2g``):
               ``work_patch`` {turn, base, head, patch, patch_truncated, files_changed, diff_lines} after a
               turn ends in a workspace that is a checkout (``repo.work_patch``).
 - ``ping``    body ``{}``; sent when the driver has heard nothing for a while. The gateway answers ``pong``.
+- ``live``    the answer to a live command (``exec``, ``process``, ``watch``: a person's work in the sandbox,
+              ``workbench.py``): body ``{"request": COMMAND_ID, "kind": output|changes|result|ended, ...}``.
+              Not numbered and not kept for a resend: a person waits on it now, and a broken link ends it.
 
 Gateway to driver (``g2d``):
 
@@ -124,12 +127,13 @@ HELLO = "hello"
 EVENT = "event"
 ACK = "ack"
 PING = "ping"
+LIVE = "live"  # a live answer to a person's command (workbench.py): not numbered, not kept
 # Gateway to driver.
 WELCOME = "welcome"
 COMMAND = "command"
 PONG = "pong"
 
-TYPES = {D2G: frozenset({HELLO, EVENT, ACK, PING}), G2D: frozenset({WELCOME, ACK, COMMAND, PONG})}
+TYPES = {D2G: frozenset({HELLO, EVENT, ACK, PING, LIVE}), G2D: frozenset({WELCOME, ACK, COMMAND, PONG})}
 
 # Command ops.
 OP_START_TURN = "start_turn"
@@ -142,19 +146,27 @@ OP_CHECKPOINT = "checkpoint"
 OP_SHUTDOWN = "shutdown"
 OP_VERIFY = "verify"
 OP_DELIVER = "deliver"
-OPS = frozenset(
-    {
-        OP_START_TURN,
-        OP_STEER,
-        OP_WITHDRAW,
-        OP_INTERRUPT,
-        OP_ANSWER,
-        OP_TAINT,
-        OP_CHECKPOINT,
-        OP_SHUTDOWN,
-        OP_VERIFY,
-        OP_DELIVER,
-    }
+# A person's live work in the sandbox (workbench.py), answered by ``live`` frames, never command_result.
+OP_EXEC = "exec"
+OP_PROCESS = "process"
+OP_WATCH = "watch"
+LIVE_OPS = frozenset({OP_EXEC, OP_PROCESS, OP_WATCH})
+OPS = (
+    frozenset(
+        {
+            OP_START_TURN,
+            OP_STEER,
+            OP_WITHDRAW,
+            OP_INTERRUPT,
+            OP_ANSWER,
+            OP_TAINT,
+            OP_CHECKPOINT,
+            OP_SHUTDOWN,
+            OP_VERIFY,
+            OP_DELIVER,
+        }
+    )
+    | LIVE_OPS
 )
 
 # Event names the driver itself emits (the harness adapters emit the rest, see harness.py).
@@ -364,6 +376,8 @@ __all__ = [
     "HANDBACK_KINDS",
     "HARNESS_EVENTS",
     "HELLO",
+    "LIVE",
+    "LIVE_OPS",
     "MAX_FRAME_BYTES",
     "OPS",
     "PING",

@@ -67,6 +67,13 @@ async def test_audit_entries_keep_their_detail(db: Database) -> None:
     assert entries and entries[0]["actor"] == "lee@acme.test" and entries[0]["target"] == "api-fix"
 
 
+async def test_an_endpoint_is_published_and_replaced(db: Database) -> None:
+    assert await db.endpoint("live") is None
+    await db.put_endpoint("live", "127.0.0.1:1", "t1")
+    await db.put_endpoint("live", "127.0.0.1:2", "t2")  # an operator restarted: the newest wins
+    assert await db.endpoint("live") == ("127.0.0.1:2", "t2")
+
+
 async def test_unknown_database_url_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported database URL"):
         await open_database("mysql://x")

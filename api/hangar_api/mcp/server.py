@@ -39,9 +39,11 @@ from starlette.routing import Route
 from hangar.config import Settings
 
 from . import artifacts
-from .auth import TokensVerifier
+from .auth import TokensVerifier, mcp_caller
 from .common import Hub, invalid_text
 from .events import BoundedEventStore
+from .live import register_live
+from .live_watch import register_watch
 from .resources import read_special, register_resources
 from .subscriptions import Subscriptions
 from .tasks import Tasks
@@ -162,6 +164,9 @@ def build(app: FastAPI) -> MCPServer[Any]:
         return await read_special(hub, verifier, uri, ctx)
 
     server.special_read = special
+    # Live sandbox work through the operator (exec, process, workspace watches): live.py, live_watch.py.
+    register_live(server, Hub(app.state), lambda ctx: mcp_caller(verifier, ctx))
+    register_watch(server, Hub(app.state), lambda ctx: mcp_caller(verifier, ctx), subscriptions.watches)
     subscriptions.register(server)
     same_capabilities(server)
     return server

@@ -57,7 +57,7 @@ from hangar.kube import Obj
 
 from .. import turn_watch
 from ..auth import Caller
-from . import common
+from . import common, live_watch
 from .auth import TokensVerifier
 from .common import Hub
 from .inbox import URI as INBOX
@@ -77,20 +77,27 @@ class Target:
     """What a subscribable URI names. ``uri`` is its canonical form (no query): ``…/events?since=5`` and
     ``…/events`` change together."""
 
-    kind: str  # "sessions" | "jobs" | "inbox"
+    kind: str  # "sessions" | "jobs" | "inbox" | "sandboxes" (a workspace watch, live_watch.py)
     name: str
     events: bool
+    path: str = ""  # a watch's directory
 
     @property
     def uri(self) -> str:
         if self.kind == "inbox":
             return INBOX
+        if self.kind == "sandboxes":
+            return live_watch.canonical(self.name, self.path)
         return f"hangar://{self.kind}/{self.name}" + ("/events" if self.events else "")
 
 
 def parse(uri: str) -> Target | None:
     if uri == INBOX:
         return Target("inbox", "", False)
+    with contextlib.suppress(ToolError):  # a bad watch path: authorize() says why
+        watch = live_watch.parse(uri)
+        if watch is not None:
+            return Target("sandboxes", watch[0], False, watch[1])
     m = _URI.match(uri)
     return Target(m.group(1), m.group(2), bool(m.group(3))) if m else None
 
@@ -148,6 +155,7 @@ class Subscriptions:
         self._generation: dict[str, int] = {}  # canonical URI → changes seen (in this epoch)
         self._epoch = 0
         self.task_feed: TaskFeed | None = None  # notifications/tasks (set by server.build)
+        self.watches = live_watch.Watches(hub, self.changed, self.subscribed)
 
     # --- who listens ------------------------------------------------------------------------------------
     def subscribed(self, canonical: str) -> bool:
@@ -190,28 +198,37 @@ class Subscriptions:
             if not raw:
                 del self._raw[target.uri]
                 self._seen.pop(target.uri, None)
+                if target.kind == "sandboxes":
+                    self.watches.stop(target.uri)
 
     async def authorize(self, who: Caller, uri: str) -> None:
         """The same rule as reading the resource: sessions for admin and mcp tokens, a jobs token only its
-        own jobs (someone else's is "not found"). Refused: an MCPError with the reason."""
+        own jobs (someone else's is "not found"). Refused: an MCPError with the reason. A workspace watch
+        starts here (its path checked), so a subscriber is acknowledged only once it runs."""
+        try:
+            live_watch.parse(uri)
+        except ToolError as e:
+            raise MCPError(INVALID_PARAMS, str(e), {"uri": uri}) from None
         target = parse(uri)
         if target is None:
             raise MCPError(
                 INVALID_PARAMS,
                 f"not found: cannot subscribe to {uri!r}: hangar://inbox, hangar://sessions/<name>, "
-                "hangar://sessions/<name>/events, hangar://jobs/<id> and hangar://jobs/<id>/events are "
-                "subscribable",
+                "hangar://sessions/<name>/events, hangar://jobs/<id>, hangar://jobs/<id>/events and "
+                "hangar://sandboxes/<session>/watch?path=<dir> are subscribable",
                 {"uri": uri},
             )
         if target.kind == "inbox":
             return  # every token has an inbox: what it may see
         try:
-            if target.kind == "sessions":
+            if target.kind == "sandboxes":
+                await self.watches.authorize(who, target.name, target.path)
+            elif target.kind == "sessions":
                 await common.get_session(self.hub, who, target.name)
             else:
                 await common.get_job(self.hub, who, target.name)
         except ToolError as e:
-            code = INVALID_PARAMS if str(e).startswith("not found") else INVALID_REQUEST
+            code = INVALID_PARAMS if str(e).startswith(("not found", "invalid")) else INVALID_REQUEST
             raise MCPError(code, str(e), {"uri": uri}) from None
 
     # --- the handlers -----------------------------------------------------------------------------------
@@ -378,6 +395,7 @@ class Subscriptions:
             task.cancel()
         for outbox in list(self._legacy.values()):
             outbox.stop()
+        self.watches.stop_all()
 
     async def _watch(self, plural: str, on: Callable[[str, Obj], None]) -> None:
         while True:
