@@ -44,20 +44,32 @@ def known(tokens: Tokens, rows: list[M.MintedToken]) -> dict[bytes, tuple[Caller
 async def refresh(state: Any) -> None:
     """Read the minted tokens again into the app's :class:`Tokens`."""
     tokens: Tokens = state.tokens
+    started = time.monotonic()  # what the read can have seen: tokens minted before it began
     tokens.set_minted(known(tokens, await M.every(state.db)))
-    state.minted_read_at = time.monotonic()
+    state.minted_read_at = started
 
 
 async def refresh_on_miss(state: Any, token: str) -> None:
     """An ``hgm_`` token this replica doesn't know may have been minted on another one a moment ago."""
     if not token.startswith(PREFIX) or getattr(state, "db", None) is None:
         return
-    if time.monotonic() - getattr(state, "minted_read_at", 0.0) < MISS_REFRESH_SECONDS:
-        return
-    try:
-        await refresh(state)
-    except Exception:  # the token stays unknown: refused, as it should be without the database
-        log.exception("could not read the minted tokens")
+    arrived = time.monotonic()
+    lock: asyncio.Lock | None = getattr(state, "minted_miss_lock", None)
+    if lock is None:
+        lock = state.minted_miss_lock = asyncio.Lock()
+    async with lock:  # misses at once share one read
+        read_at: float = getattr(state, "minted_read_at", 0.0)
+        if read_at > arrived:
+            return  # read after this request came: what it knows is current
+        # A read just before may have missed a token minted a moment ago: wait out the window rather than
+        # refuse (so a token works on every replica at its first request), reading at most twice a second.
+        wait = MISS_REFRESH_SECONDS - (time.monotonic() - read_at)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        try:
+            await refresh(state)
+        except Exception:  # the token stays unknown: refused, as it should be without the database
+            log.exception("could not read the minted tokens")
 
 
 async def keep_fresh(state: Any) -> None:
