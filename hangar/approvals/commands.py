@@ -77,6 +77,7 @@ _SYSTEM = frozenset(
 _SYSTEMCTL_POWER = frozenset({"poweroff", "reboot", "halt", "kexec"})
 _NETCAT = frozenset({"nc", "ncat", "netcat"})
 _PYTHON = re.compile(r"^python[0-9.]*$")
+_TEXT = ("lit", "glob")  # the kinds of Part that are plain text
 
 
 @dataclass(frozen=True)
@@ -389,6 +390,9 @@ class ShellAnalysis:
         self.walked: dict[str, frozenset[str]] = {}  # source → the programs it runs
         self.stack: list[set[str]] = []  # the programs of each source being walked
         self.secrets: dict[str, str | None] = {}  # rendered text → the secret it names (secret_kind)
+        # Redirection targets (rendered, written to) whose checks found nothing: they depend on the target
+        # and the turn's places alone, so the next command redirecting there needs no second look.
+        self.quiet_targets: set[tuple[str, bool]] = set()
 
     def add(self, rule: str, what: str) -> None:
         taint = rule.startswith("taint-")
@@ -457,6 +461,9 @@ class ShellAnalysis:
         """Walk what the command's expansions run: $(…), backquotes, <(…), unquoted here-documents."""
         words = command.assigns + command.words + [r.target for r in command.redirects if r.target]
         for word in words:
+            parts = word.parts
+            if len(parts) == 1 and parts[0].kind in _TEXT:
+                continue  # the usual word, plain text: it runs nothing
             for src in word.nested:
                 self.script(src, depth + 1)
         for r in command.redirects:
@@ -667,7 +674,12 @@ class ShellAnalysis:
             if id(word) in seen:
                 continue
             seen.add(id(word))
-            self.secret(render(word, self.where), cmd)
+            parts = word.parts
+            # render() of the usual word, plain text, is its text.
+            rendered = (
+                parts[0].text if len(parts) == 1 and parts[0].kind in _TEXT else render(word, self.where)
+            )
+            self.secret(rendered, cmd)
         for r in cmd.redirects:
             if r.target is None or r.op in ("<<", "<<-", "<<<"):
                 continue
@@ -675,11 +687,17 @@ class ShellAnalysis:
                 continue  # 2>&1, >&-: a file descriptor, not a file
             rendered = render(r.target, self.where)
             self.secret(rendered, cmd)
+            key = (rendered, r.op in WRITE_OPS)
+            if key in self.quiet_targets:
+                continue  # checked before in this command line and found harmless (a script's `>> log.txt`)
+            found = len(self.findings)
             path = locate(rendered, self.where)
             if path is not None and dev_kind(path) == "network":
                 self.dev_tcp(path, cmd)
             elif r.op in WRITE_OPS:
                 self.write(rendered, r.target.text, cmd)
+            if len(self.findings) == found:
+                self.quiet_targets.add(key)
         for rendered, text in self.write_targets(cmd):
             self.write(rendered, text, cmd)
 
