@@ -665,8 +665,16 @@ _FAST = re.compile(
 )
 
 
+# What rules the one-scan tokeniser out, found by one search that stops at the first: quotes, escapes,
+# expansions, here-documents, process substitutions, a comment or tilde at a word's start. Searched first
+# so that a here-document's long body costs one C scan, not a findall over all of it.
+_NOT_FAST = re.compile(r"[\\'\"`$]|(?<!<)<<(?!<)|[<>]\(|(?:^|[ \t\n;&|()<>])[#~]")
+
+
 def _fast_tokens(src: str) -> list[Token] | None:
     """The tokens of a common script (see ``_FAST``), or None when it needs the lexer."""
+    if _NOT_FAST.search(src) is not None:
+        return None
     tokens: list[Token] = []
     append = tokens.append
     ops = _PLAIN_OPS
