@@ -34,6 +34,9 @@ from .paths import (
     within,
 )
 from .shell import (
+    _ASSIGN as _ASSIGNMENT_START,
+)
+from .shell import (
     WRITE_OPS,
     Command,
     Part,
@@ -78,6 +81,8 @@ _SYSTEMCTL_POWER = frozenset({"poweroff", "reboot", "halt", "kexec"})
 _NETCAT = frozenset({"nc", "ncat", "netcat"})
 _PYTHON = re.compile(r"^python[0-9.]*$")
 _TEXT = ("lit", "glob")  # the kinds of Part that are plain text
+# The programs write_targets() knows the output files of.
+_WRITERS = frozenset({"tee", "cp", "mv", "ln", "install", "touch", "mkdir", "truncate", "dd"}) | DOWNLOADERS
 
 
 @dataclass(frozen=True)
@@ -273,6 +278,12 @@ def unwrap_all(words: Sequence[Word]) -> tuple[list[Word], tuple[str, ...]]:
     """The command that actually runs (env prefixes and wrappers taken off; ``[]``: nothing runs),
     and the wrappers that were taken off, outermost first."""
     rest = list(words)
+    if rest:
+        parts = rest[0].parts
+        if len(parts) == 1 and parts[0].kind == "glob" and not _ASSIGNMENT_START.match(parts[0].text):
+            name = parts[0].text.rsplit("/", 1)[-1]  # program(), inlined for the usual first word
+            if name not in _WRAPPERS:
+                return rest, ()  # no assignment, no wrapper: the words are the command (most commands)
     wrappers: list[str] = []
     for _ in range(32):
         rest = rest[_assignments(rest) :]
@@ -746,6 +757,8 @@ class ShellAnalysis:
 
     def write_targets(self, cmd: Cmd) -> list[tuple[str, str]]:
         """(rendered path, as written) for each file a command is known to write."""
+        if cmd.name not in _WRITERS:
+            return []  # most commands: none of those below
         name, args = cmd.name, cmd.args
         targets: list[Word | str] = []
         if name == "tee":
