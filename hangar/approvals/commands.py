@@ -680,17 +680,20 @@ class ShellAnalysis:
 
     def files(self, cmd: Cmd) -> None:
         """Credentials read or written anywhere in the command; writes outside the repository."""
-        seen: set[int] = set()
-        for word in [*cmd.words, *cmd.argv]:
-            if id(word) in seen:
-                continue
-            seen.add(id(word))
+        # Every word as written, then those of argv that unwrapping made anew (env -S): each once, in order.
+        written = {id(w) for w in cmd.words}
+        secrets = self.secrets
+        for word in cmd.words + [w for w in cmd.argv if id(w) not in written]:
             parts = word.parts
             # render() of the usual word, plain text, is its text.
             rendered = (
                 parts[0].text if len(parts) == 1 and parts[0].kind in _TEXT else render(word, self.where)
             )
-            self.secret(rendered, cmd)
+            kind = secrets.get(rendered, "")  # secret(), inlined: a long script has thousands of words
+            if kind == "":
+                kind = secrets[rendered] = self.secret_kind(rendered)
+            if kind is not None:
+                self.add("credentials", f"reads or writes {kind}: `{cmd.shown()}`")
         for r in cmd.redirects:
             if r.target is None or r.op in ("<<", "<<-", "<<<"):
                 continue
