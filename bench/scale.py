@@ -500,7 +500,14 @@ def main() -> int:
             br.stack = Stack(
                 br.root,
                 br.cp.kubeconfig,
-                extra_env={"HANGAR_MAX_SANDBOXES": str(max(counts) + 10), "HANGAR_IDLE_SUSPEND_SECONDS": "0"},
+                extra_env={
+                    "HANGAR_MAX_SANDBOXES": str(max(counts) + 10),
+                    "HANGAR_IDLE_SUSPEND_SECONDS": "0",
+                    # A burst of 900 kwok pods on a loaded machine took the scheduler and kwok longer than
+                    # the default 300 s to run them all: the deadline released sessions whose swarm driver
+                    # was about to dial. What is measured is the operator at N sessions, not that.
+                    "HANGAR_CONNECT_TIMEOUT_SECONDS": "3600",
+                },
             )
             br.stack.start_operator()
             br.stack.start_api()

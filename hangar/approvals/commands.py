@@ -34,6 +34,9 @@ from .paths import (
     within,
 )
 from .shell import (
+    _ASSIGN as _ASSIGNMENT_START,
+)
+from .shell import (
     WRITE_OPS,
     Command,
     Part,
@@ -77,6 +80,9 @@ _SYSTEM = frozenset(
 _SYSTEMCTL_POWER = frozenset({"poweroff", "reboot", "halt", "kexec"})
 _NETCAT = frozenset({"nc", "ncat", "netcat"})
 _PYTHON = re.compile(r"^python[0-9.]*$")
+_TEXT = ("lit", "glob")  # the kinds of Part that are plain text
+# The programs write_targets() knows the output files of.
+_WRITERS = frozenset({"tee", "cp", "mv", "ln", "install", "touch", "mkdir", "truncate", "dd"}) | DOWNLOADERS
 
 
 @dataclass(frozen=True)
@@ -272,6 +278,12 @@ def unwrap_all(words: Sequence[Word]) -> tuple[list[Word], tuple[str, ...]]:
     """The command that actually runs (env prefixes and wrappers taken off; ``[]``: nothing runs),
     and the wrappers that were taken off, outermost first."""
     rest = list(words)
+    if rest:
+        parts = rest[0].parts
+        if len(parts) == 1 and parts[0].kind == "glob" and not _ASSIGNMENT_START.match(parts[0].text):
+            name = parts[0].text.rsplit("/", 1)[-1]  # program(), inlined for the usual first word
+            if name not in _WRAPPERS:
+                return rest, ()  # no assignment, no wrapper: the words are the command (most commands)
     wrappers: list[str] = []
     for _ in range(32):
         rest = rest[_assignments(rest) :]
@@ -389,6 +401,9 @@ class ShellAnalysis:
         self.walked: dict[str, frozenset[str]] = {}  # source → the programs it runs
         self.stack: list[set[str]] = []  # the programs of each source being walked
         self.secrets: dict[str, str | None] = {}  # rendered text → the secret it names (secret_kind)
+        # Redirection targets (rendered, written to) whose checks found nothing: they depend on the target
+        # and the turn's places alone, so the next command redirecting there needs no second look.
+        self.quiet_targets: set[tuple[str, bool]] = set()
 
     def add(self, rule: str, what: str) -> None:
         taint = rule.startswith("taint-")
@@ -457,6 +472,9 @@ class ShellAnalysis:
         """Walk what the command's expansions run: $(…), backquotes, <(…), unquoted here-documents."""
         words = command.assigns + command.words + [r.target for r in command.redirects if r.target]
         for word in words:
+            parts = word.parts
+            if len(parts) == 1 and parts[0].kind in _TEXT:
+                continue  # the usual word, plain text: it runs nothing
             for src in word.nested:
                 self.script(src, depth + 1)
         for r in command.redirects:
@@ -662,12 +680,20 @@ class ShellAnalysis:
 
     def files(self, cmd: Cmd) -> None:
         """Credentials read or written anywhere in the command; writes outside the repository."""
-        seen: set[int] = set()
-        for word in [*cmd.words, *cmd.argv]:
-            if id(word) in seen:
-                continue
-            seen.add(id(word))
-            self.secret(render(word, self.where), cmd)
+        # Every word as written, then those of argv that unwrapping made anew (env -S): each once, in order.
+        written = {id(w) for w in cmd.words}
+        secrets = self.secrets
+        for word in cmd.words + [w for w in cmd.argv if id(w) not in written]:
+            parts = word.parts
+            # render() of the usual word, plain text, is its text.
+            rendered = (
+                parts[0].text if len(parts) == 1 and parts[0].kind in _TEXT else render(word, self.where)
+            )
+            kind = secrets.get(rendered, "")  # secret(), inlined: a long script has thousands of words
+            if kind == "":
+                kind = secrets[rendered] = self.secret_kind(rendered)
+            if kind is not None:
+                self.add("credentials", f"reads or writes {kind}: `{cmd.shown()}`")
         for r in cmd.redirects:
             if r.target is None or r.op in ("<<", "<<-", "<<<"):
                 continue
@@ -675,11 +701,17 @@ class ShellAnalysis:
                 continue  # 2>&1, >&-: a file descriptor, not a file
             rendered = render(r.target, self.where)
             self.secret(rendered, cmd)
+            key = (rendered, r.op in WRITE_OPS)
+            if key in self.quiet_targets:
+                continue  # checked before in this command line and found harmless (a script's `>> log.txt`)
+            found = len(self.findings)
             path = locate(rendered, self.where)
             if path is not None and dev_kind(path) == "network":
                 self.dev_tcp(path, cmd)
             elif r.op in WRITE_OPS:
                 self.write(rendered, r.target.text, cmd)
+            if len(self.findings) == found:
+                self.quiet_targets.add(key)
         for rendered, text in self.write_targets(cmd):
             self.write(rendered, text, cmd)
 
@@ -728,6 +760,8 @@ class ShellAnalysis:
 
     def write_targets(self, cmd: Cmd) -> list[tuple[str, str]]:
         """(rendered path, as written) for each file a command is known to write."""
+        if cmd.name not in _WRITERS:
+            return []  # most commands: none of those below
         name, args = cmd.name, cmd.args
         targets: list[Word | str] = []
         if name == "tee":

@@ -138,6 +138,14 @@ class Redirect:
     heredoc: Heredoc | None = None
 
 
+def _redirect(op: str, fd: str | None, target: Word | None, heredoc: Heredoc | None) -> Redirect:
+    """``Redirect(…)`` without a frozen dataclass's ``__init__`` (an ``object.__setattr__`` per field): a
+    long script makes one per redirection."""
+    r = object.__new__(Redirect)
+    r.__dict__.update(op=op, fd=fd, target=target, heredoc=heredoc)
+    return r
+
+
 @dataclass
 class Command:
     """A simple command: assignments, words (argv), redirections."""
@@ -644,8 +652,50 @@ class _Lexer:
         return self.tokens
 
 
+# The common script: plain words (nothing quoted, expanded, escaped or commented; not starting with ``~``),
+# blanks and operators, but no here-document (``<<``), no process substitution (``<(``, ``>(``) and no word
+# running straight into a redirection (``2>x``, whose word may be an IO number). Such a script is tokenised
+# by one regex scan; anything else (the ``x`` group) sends the whole script to the lexer above. The word
+# alternative needs the character after the word to end it, as the lexer's plain-word case does.
+_FAST = re.compile(
+    r"[ \t]*(?:"
+    r"([^ \t\n;&|()<>\\'\"`$#~][^ \t\n;&|()<>\\'\"`$]*)(?=[ \t\n;&|()]|\Z)"
+    r"|(;;&|&>>|<<<|;;|;&|&&|\|\||\|&|&>|>>|>\||>&|<>|<&|;|&|\||\(|\)|<(?![<(])|>(?!\()|\n)"
+    r"|\Z|([\s\S]))"
+)
+
+
+# What rules the one-scan tokeniser out, found by one search that stops at the first: quotes, escapes,
+# expansions, here-documents, process substitutions, a comment or tilde at a word's start. Searched first
+# so that a here-document's long body costs one C scan, not a findall over all of it.
+_NOT_FAST = re.compile(r"[\\'\"`$]|(?<!<)<<(?!<)|[<>]\(|(?:^|[ \t\n;&|()<>])[#~]")
+
+
+def _fast_tokens(src: str) -> list[Token] | None:
+    """The tokens of a common script (see ``_FAST``), or None when it needs the lexer."""
+    if _NOT_FAST.search(src) is not None:
+        return None
+    tokens: list[Token] = []
+    append = tokens.append
+    ops = _PLAIN_OPS
+    new = (
+        tuple.__new__
+    )  # the named tuples made without their Python-level __new__: a long script has thousands
+    for word, op, other in _FAST.findall(src):
+        if word:
+            append(new(Word, ((new(Part, ("glob", word, "")),),)))
+        elif op:
+            append(ops[op])
+        elif other:
+            return None
+    return tokens
+
+
 def tokenize(src: str, *, lenient: bool = False) -> tuple[list[Token], bool]:
     """The tokens of ``src`` and whether a comment was dropped."""
+    fast = _fast_tokens(src)
+    if fast is not None:
+        return fast, False
     lexer = _Lexer(src, lenient)
     tokens = lexer.run()
     return tokens, lexer.comment
@@ -717,7 +767,7 @@ def parse(src: str, *, lenient: bool = False) -> Script:
                     k += 1
                 if skipping is None:
                     assert target is None or isinstance(target, Word)
-                    cur.redirects.append(Redirect(tok.text, tok.fd, target, tok.heredoc))
+                    cur.redirects.append(_redirect(tok.text, tok.fd, target, tok.heredoc))
                 continue
             if skipping == "[[":
                 continue
@@ -732,10 +782,18 @@ def parse(src: str, *, lenient: bool = False) -> Script:
                 skipping = None  # "function NAME": only the name is skipped
             continue
         if not cur.words:
-            if tok.is_assignment:
-                cur.assigns.append(tok)
-                continue
-            lit = tok.literal if all(p.kind == "glob" for p in tok.parts) else None
+            parts = tok.parts
+            if len(parts) == 1:  # the usual word, one part: Word.is_assignment and .literal, inlined
+                p0 = parts[0]
+                if p0.kind == "glob" and _ASSIGN.match(p0.text):
+                    cur.assigns.append(tok)
+                    continue
+                lit = p0.text if p0.kind == "glob" else None
+            else:
+                if tok.is_assignment:
+                    cur.assigns.append(tok)
+                    continue
+                lit = tok.literal if all(p.kind == "glob" for p in parts) else None
             if not cur.assigns and lit in _SKIP:
                 continue
             if not cur.assigns and lit in _SKIP_CLAUSE:

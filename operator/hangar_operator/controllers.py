@@ -26,7 +26,7 @@ from .governance.tower_calls import TowerCalls
 from .jobs import Jobs
 from .k8s_events import Recorder
 from .live_work import LiveWork
-from .retry import Retrier
+from .retry import Retrier, transient
 from .router import Router
 from .sandboxes import Sandboxes
 from .sessions import Sessions
@@ -61,7 +61,8 @@ class Controllers:
         await self.live.start()  # the api's channel for exec, process and watches
         self.tower_calls.start()  # re-reads Tower's decisions now and every minute
         self.bodies.start()  # deletes stored message bodies nothing names, every 10 minutes
-        await self.ctx.resync_cache()  # the watches keep it current from here
+        # The watches keep it current from here; a start right after the CRDs went in may be told "not now".
+        await transient(self.ctx.resync_cache, within=60.0)
         self.sweeper.start()
 
     async def stop(self) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hangar import logs
+from hangar.kube import ApiException
 
 log = logging.getLogger("hangar.operator.retry")
 
@@ -67,3 +68,25 @@ def _ref(key: str) -> dict[str, Any]:
     plural, _, rest = key.partition("/")
     namespace, _, name = rest.partition("/")
     return logs.ref(namespace or None, name or None, plural.rstrip("s").capitalize() or None)
+
+
+TRANSIENT = frozenset({429, 500, 502, 503, 504})
+
+
+async def transient(work: Callable[[], Awaitable[None]], *, within: float, first_delay: float = 0.5) -> None:
+    """Run ``work``, again while it fails with an apiserver answer that says "not now" (429, 5xx), for up to
+    ``within`` seconds; any other failure, or one past that, is raised. Right after CRDs are installed the
+    apiserver answers 429 "storage is (re)initializing" for a moment, and the operator's first listing met it.
+    """
+    deadline = asyncio.get_running_loop().time() + within
+    delay = first_delay
+    while True:
+        try:
+            await work()
+            return
+        except ApiException as e:
+            if e.status not in TRANSIENT or asyncio.get_running_loop().time() + delay > deadline:
+                raise
+            log.warning("the apiserver answered %s: trying again in %.1f s", e.status, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)

@@ -139,3 +139,41 @@ def test_the_same_tokens_on_any_text(src: str) -> None:
     for lenient in (False, True):
         assert outcome(shell.parse, src, lenient=lenient) == outcome(old_shell.parse, src, lenient=lenient)
     assert is_handback(src) == old_handback.is_handback(src)
+
+
+# Scripts the one-regex tokeniser takes (plain words, blanks, operators) and ones it must leave to the lexer.
+FAST = [
+    "echo step-1 >> log.txt && echo step-2 >> log.txt",
+    "ls -la",
+    "a;b||c|d|&e&f",
+    "x >| y &>> z &> w <> v <&3 >&2",
+    "cat <<< word",
+    "a#b x~y {a,b} ! [[ -f x ]] *.py",
+    "FOO=1 env B+=2 make\nnext  \t",
+    "(cd sub && make) ;; esac ;& ;;&",
+    "trailing blanks   ",
+    "",
+]
+LEXER = [
+    "2>x a",
+    "a<(b)",
+    "a >(b)",
+    "cat <<EOF\nx\nEOF",
+    "#c",
+    "a #c",
+    "~/x",
+    "a\\ b",
+    "'q'",
+    'a"b"',
+    "$X",
+    "`x`",
+]
+
+
+def test_the_fast_tokeniser_agrees_with_the_lexer() -> None:
+    for src in FAST:
+        fast = shell._fast_tokens(src)
+        assert fast is not None, src
+        assert norm(fast) == norm(shell._Lexer(src, False).run()), src
+    for src in LEXER:
+        assert shell._fast_tokens(src) is None, src

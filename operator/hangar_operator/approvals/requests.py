@@ -17,6 +17,7 @@ it is recorded, resolved by ``tower``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -51,7 +52,8 @@ class PermissionRequests:
         """The turn's approvals policy answers, or a person does."""
         started = time.perf_counter()
         kube = self.ctx.kube_in(ns)
-        t_obj, s_obj = await kube.get("turns", turn_name), await kube.get("sessions", session)
+        # Both at once: the agent waits on this answer, and each read is a round trip to the apiserver.
+        t_obj, s_obj = await asyncio.gather(kube.get("turns", turn_name), kube.get("sessions", session))
         if t_obj is None or s_obj is None:
             return
         turn, s = Turn.model_validate(t_obj), Session.model_validate(s_obj)
@@ -71,9 +73,9 @@ class PermissionRequests:
         raw_input, raw_command = p.get("input"), p.get("command")
         tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
         tainted = turn.status.taint.tainted or s.status.taint.tainted
-        # The session is read already: only its Environment is (one GET fewer before the agent has its answer).
-        env_obj = await kube.get("environments", s.spec.environment)
-        env = EnvironmentSpec.model_validate(env_obj["spec"]) if env_obj else None
+        # The Environment matters to the verdict only for a tainted call (its MCP write tools): an untainted
+        # one is answered without reading it, and it is read only if a request is filed (below).
+        env = await self._environment(kube, s) if tainted else None
         call = ToolCall(
             tool=tool,
             input=tool_input,
@@ -138,8 +140,15 @@ class PermissionRequests:
                 turn_name,
             )
             return
+        if not tainted:
+            env = await self._environment(kube, s)
         await self._request(ns, s_obj, env, run.pod, name, record, verdict)
         await self._governance(ns, name, tower)
+
+    @staticmethod
+    async def _environment(kube: Kube, s: Session) -> EnvironmentSpec | None:
+        env_obj = await kube.get("environments", s.spec.environment)
+        return EnvironmentSpec.model_validate(env_obj["spec"]) if env_obj else None
 
     async def _governance(self, ns: str, name: str, tower: str | None) -> None:
         """A call for Tower is filed (in the background, retried); a session's call is timed for suspension."""

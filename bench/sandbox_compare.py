@@ -1,0 +1,338 @@
+"""Side by side with agent-sandbox: create → ready for N agent-sandbox Sandboxes and N hangar sessions,
+alternately, on the same control plane and the same local pod runner, as a ratio.
+
+Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool] [--json] [--keep-logs]
+
+- **hangar**: ``POST /api/sessions`` (no message) → the Session's ``status.sandbox.connected`` is true: the
+  operator has made the run-key Secret, the workspace PVC and the pod, the runner has run it, and the driver
+  in it has dialled the gateway and said a signed hello.
+- **agent-sandbox**: a ``Sandbox`` (v1beta1) whose pod runs ``python3 -c 'import time; time.sleep(600)'`` →
+  its ``Ready`` condition is true (the controller made the pod and its Service; the runner ran the pod).
+- Both are polled on the apiserver every ``--poll`` seconds (default 0.02), one sample at a time, hangar and
+  agent-sandbox alternating so that a burst of load on the shared machine hits both alike. Each object is
+  deleted, and gone with its pod, before the next sample. One warm-up of each is not counted.
+- ``--pools``: the same again from warm pools. agent-sandbox: a ``SandboxTemplate`` and a ``SandboxWarmPool``
+  of ``--pool-size`` (default 2), each sample a ``SandboxClaim`` → its ``Ready`` condition (the pool refills
+  before the next sample). hangar: with ``--hangar-pool`` the Environment keeps a pool (issue 15, item 1);
+  until that is merged the flag stops with a message and ``--pools`` compares against hangar without one.
+
+The agent-sandbox controller is built once from the Go module proxy (``sigs.k8s.io/agent-sandbox@v0.5.2``,
+several minutes) and cached under ~/.cache/hangar (``bench/_agent_sandbox.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _agent_sandbox
+import httpx
+from _stack import bench_run, header, print_result
+from _stats import log, summary
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from hangar.devcluster.stack import Stack, environment_object
+from hangar.testing.model_server import ScriptedModel, Step
+
+NAMESPACE = "default"
+NODE = "hangar-local"
+ENVIRONMENT = "bench-compare"
+SB_GROUP, SB_VERSION = "agents.x-k8s.io", "v1beta1"
+EXT_GROUP = "extensions.agents.x-k8s.io"
+TIMEOUT = 120.0
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
+def ready(obj: dict[str, Any]) -> bool:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+class Compare:
+    def __init__(self, stack: Stack, kubeconfig: Path, work: Path, poll: float) -> None:
+        self.stack = stack
+        self.kubeconfig = kubeconfig
+        self.work = work
+        self.poll = poll
+
+    async def __aenter__(self) -> Compare:
+        cfg = client.Configuration()
+        await config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
+        self.kapi = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(self.kapi)
+        self.custom = client.CustomObjectsApi(self.kapi)
+        self.http = httpx.AsyncClient(
+            base_url=self.stack.api_url, headers={"Authorization": f"Bearer {self.stack.token}"}, timeout=30
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+        await self.kapi.close()
+
+    async def wait_node(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                node = await self.core.read_node(NODE)
+                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+                    return
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"node {NODE} not Ready after {timeout}s")
+
+    async def environment(self, model: ScriptedModel) -> None:
+        env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-bench-not-a-key"}
+        body = environment_object(ENVIRONMENT, env)
+        await self.custom.create_namespaced_custom_object(
+            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
+        )
+
+    def pod_spec(self) -> dict[str, Any]:
+        cwd = self.work / "sandbox-pods"  # under the stack root, so stop_all() reaches a leftover process
+        cwd.mkdir(parents=True, exist_ok=True)
+        return {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "python:3-slim",
+                    "command": ["python3", "-c", "import time; time.sleep(600)"],
+                    "workingDir": str(cwd),
+                }
+            ],
+        }
+
+    # -- polling ---------------------------------------------------------------------------------------------
+
+    async def _get(self, group: str, version: str, plural: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = await self.custom.get_namespaced_custom_object(group, version, NAMESPACE, plural, name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return dict(obj)
+
+    async def _until(self, what: str, check: Any) -> None:
+        t0 = time.monotonic()
+        while not await check():
+            if time.monotonic() - t0 > TIMEOUT:
+                raise TimeoutError(f"{what} not ready after {TIMEOUT}s")
+            await asyncio.sleep(self.poll)
+
+    async def _gone(self, group: str, version: str, plural: str, name: str) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if await self._get(group, version, plural, name) is None:
+                pods = await self.core.list_namespaced_pod(NAMESPACE)
+                if not any(name in (p.metadata.name or "") for p in pods.items):
+                    return
+            await asyncio.sleep(0.1)
+        log(f"warning: {plural}/{name} or its pod still there 60 s after the delete")
+
+    # -- samples ---------------------------------------------------------------------------------------------
+
+    async def hangar(self, name: str) -> float:
+        t0 = time.monotonic()
+        r = await self.http.post(
+            "/api/sessions", json={"name": name, "environment": ENVIRONMENT, "harness": "claude"}
+        )
+        if r.status_code != 201:
+            raise RuntimeError(f"POST /api/sessions: {r.status_code} {r.text}")
+
+        async def connected() -> bool:
+            s = await self._get("hangar.dev", "v1alpha1", "sessions", name)
+            return bool(s and ((s.get("status") or {}).get("sandbox") or {}).get("connected"))
+
+        await self._until(f"session {name}", connected)
+        took = time.monotonic() - t0
+        await self.http.delete(f"/api/sessions/{name}")
+        await self._gone("hangar.dev", "v1alpha1", "sessions", name)
+        return took
+
+    async def sandbox(self, name: str) -> float:
+        body = {
+            "apiVersion": f"{SB_GROUP}/{SB_VERSION}",
+            "kind": "Sandbox",
+            "metadata": {"name": name},
+            "spec": {"podTemplate": {"spec": self.pod_spec()}},
+        }
+        t0 = time.monotonic()
+        await self.custom.create_namespaced_custom_object(SB_GROUP, SB_VERSION, NAMESPACE, "sandboxes", body)
+
+        async def is_ready() -> bool:
+            return ready(await self._get(SB_GROUP, SB_VERSION, "sandboxes", name) or {})
+
+        await self._until(f"sandbox {name}", is_ready)
+        took = time.monotonic() - t0
+        await self.custom.delete_namespaced_custom_object(SB_GROUP, SB_VERSION, NAMESPACE, "sandboxes", name)
+        await self._gone(SB_GROUP, SB_VERSION, "sandboxes", name)
+        return took
+
+    async def warm_pool(self, size: int) -> None:
+        template = {
+            "apiVersion": f"{EXT_GROUP}/{SB_VERSION}",
+            "kind": "SandboxTemplate",
+            "metadata": {"name": "bench-template"},
+            "spec": {"podTemplate": {"spec": self.pod_spec()}},
+        }
+        await self.custom.create_namespaced_custom_object(
+            EXT_GROUP, SB_VERSION, NAMESPACE, "sandboxtemplates", template
+        )
+        pool = {
+            "apiVersion": f"{EXT_GROUP}/{SB_VERSION}",
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": "bench-pool"},
+            "spec": {"replicas": size, "sandboxTemplateRef": {"name": "bench-template"}},
+        }
+        await self.custom.create_namespaced_custom_object(
+            EXT_GROUP, SB_VERSION, NAMESPACE, "sandboxwarmpools", pool
+        )
+        await self.pool_full(size)
+
+    async def pool_full(self, size: int) -> None:
+        async def full() -> bool:
+            p = await self._get(EXT_GROUP, SB_VERSION, "sandboxwarmpools", "bench-pool") or {}
+            return int((p.get("status") or {}).get("readyReplicas") or 0) >= size
+
+        await self._until("the warm pool", full)
+
+    async def claim(self, name: str, size: int) -> float:
+        body = {
+            "apiVersion": f"{EXT_GROUP}/{SB_VERSION}",
+            "kind": "SandboxClaim",
+            "metadata": {"name": name},
+            "spec": {"warmPoolRef": {"name": "bench-pool"}},
+        }
+        t0 = time.monotonic()
+        await self.custom.create_namespaced_custom_object(
+            EXT_GROUP, SB_VERSION, NAMESPACE, "sandboxclaims", body
+        )
+
+        async def is_ready() -> bool:
+            return ready(await self._get(EXT_GROUP, SB_VERSION, "sandboxclaims", name) or {})
+
+        await self._until(f"claim {name}", is_ready)
+        took = time.monotonic() - t0
+        await self.custom.delete_namespaced_custom_object(
+            EXT_GROUP, SB_VERSION, NAMESPACE, "sandboxclaims", name
+        )
+        await self.pool_full(size)  # refilled before the next sample, as hangar's pool is
+        return took
+
+    async def interleaved(self, n: int, hangar_side: Any, peer_side: Any, label: str) -> dict[str, Any]:
+        log(f"{label}: warm-up")
+        await hangar_side(f"{label}-hw")
+        await peer_side(f"{label}-sw")
+        h: list[float] = []
+        s: list[float] = []
+        for i in range(n):
+            # Which side goes first alternates too: neither always follows the other's clean-up.
+            sides = [("h", hangar_side), ("s", peer_side)]
+            if i % 2:
+                sides.reverse()
+            for side, fn in sides:
+                took = await fn(f"{label}-{side}{i}")
+                (h if side == "h" else s).append(took)
+            log(f"{label} {i + 1}/{n}: hangar {h[-1]:.3f} s, agent-sandbox {s[-1]:.3f} s")
+        hs, ss = summary(h), summary(s)
+        return {
+            "hangar_s": hs,
+            "agent_sandbox_s": ss,
+            "ratio_p50": ratio(hs["p50"], ss["p50"]),
+            "ratio_p99": ratio(hs["p99"], ss["p99"]),
+            "samples": {"hangar": h, "agent_sandbox": s},
+        }
+
+
+def table(out: dict[str, Any]) -> str:
+    lines = [
+        f"# hangar vs agent-sandbox {_agent_sandbox.VERSION}: create → ready ({out['machine']})",
+        "",
+        "| run | hangar p50 / p99 | agent-sandbox p50 / p99 | ratio p50 / p99 |",
+        "|---|---|---|---|",
+    ]
+    for key, label in (("cold", "no pools"), ("pools", "warm pools")):
+        r = out.get(key)
+        if not r:
+            continue
+        h, s = r["hangar_s"], r["agent_sandbox_s"]
+        lines.append(
+            f"| {label}{r.get('note', '')} | {h['p50']:.3f} / {h['p99']:.3f} s | {s['p50']:.3f} / {s['p99']:.3f} s"
+            f" | **{r['ratio_p50']}x** / {r['ratio_p99']}x |"
+        )
+    lines.append(f"\nload average at the end: {out.get('load_end')}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=15, help="samples of each side per run (default 15)")
+    ap.add_argument("--pools", action="store_true", help="also compare from warm pools")
+    ap.add_argument("--pool-size", type=int, default=2, help="warm pool size on both sides (default 2)")
+    ap.add_argument(
+        "--hangar-pool",
+        action="store_true",
+        help="hangar's side from its own pool (issue 15 item 1; not on main yet)",
+    )
+    ap.add_argument("--poll", type=float, default=0.02, help="seconds between polls, both sides")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep-logs", action="store_true")
+    a = ap.parse_args()
+    if a.hangar_pool:
+        # To wire after the warm-pool branch is merged: give the Environment its pool here (size a.pool_size),
+        # wait until it is full, and keep Compare.hangar as it is (a session then claims a pooled sandbox).
+        print("--hangar-pool: hangar's warm pool is not on this branch yet", file=sys.stderr)
+        return 2
+    _agent_sandbox.ensure()
+    res = header({"n": a.n, "pools": a.pools, "pool_size": a.pool_size, "poll": a.poll})
+    try:
+        with bench_run(a.keep_logs) as br:
+            cp, stack = br.start()
+            asyncio.run(_agent_sandbox.install_crds(cp.kubeconfig))
+            ctl = _agent_sandbox.start_controller(cp.kubeconfig, br.root / "agent-sandbox.log")
+            model = br.model(ScriptedModel([Step(text="FINAL: ok", repeat=True, name="compare")]))
+            try:
+
+                async def run() -> None:
+                    async with Compare(stack, cp.kubeconfig, br.root / "compare", a.poll) as c:
+                        await c.wait_node()
+                        await c.environment(model)
+                        res["cold"] = await c.interleaved(a.n, c.hangar, c.sandbox, "cold")
+                        if a.pools:
+                            await c.warm_pool(a.pool_size)
+
+                            async def claim(name: str) -> float:
+                                return await c.claim(name, a.pool_size)
+
+                            res["pools"] = await c.interleaved(a.n, c.hangar, claim, "pool")
+                            res["pools"]["note"] = " (hangar without a pool)"
+
+                asyncio.run(run())
+            finally:
+                ctl.terminate()
+                ctl.wait(10)
+    except KeyboardInterrupt:
+        log("interrupted: cleaned up")
+        return 130
+    res["load_end"] = round(os.getloadavg()[0], 2)
+    return print_result(res, a.json, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
