@@ -28,6 +28,9 @@ def readiness(plural: str, obj: Obj) -> tuple[bool, str, str]:
     if plural == "sessions":
         phase = st.get("phase") or "Pending"
         if phase in ("Idle", "Running"):
+            if not (st.get("sandbox") or {}).get("pod"):  # released (idle, a lost or late sandbox)
+                why = st.get("message") or "the sandbox was released"
+                return False, "SandboxReleased", f"{why}; the next message starts a sandbox"
             return True, "SandboxConnected", st.get("message") or "the sandbox is connected"
         if phase == "Starting":
             return False, "SandboxStarting", st.get("message") or "starting a sandbox"

@@ -113,6 +113,9 @@ async def test_a_lost_pod_fails_the_turn_and_the_next_turn_starts_a_new_sandbox(
     assert any(r == "TurnFailed" and "was deleted" in m for (_, r, m) in rig.events())
     st = rig.status("sessions", "s1")
     assert st["phase"] == "Idle" and "pod" not in st["sandbox"]
+    ready = rig.condition("sessions", "s1")
+    assert ready["status"] == "False" and ready["reason"] == "SandboxReleased", ready
+    assert ready["message"].endswith("; the next message starts a sandbox"), ready
     await rig.kube.create(
         "turns",
         {
