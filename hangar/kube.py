@@ -157,6 +157,15 @@ class Kube:
             await getattr(self.core, f"create_namespaced_{_CORE[kind]}")(self.namespace, body)
         return not exists.given
 
+    async def patch_core(self, kind: str, name: str, body: Obj) -> Obj:
+        """A merge patch; with ``metadata.resourceVersion`` in it, only if the object is still at that
+        version (409 else): a compare-and-set."""
+        out = await getattr(self.core, f"patch_namespaced_{_CORE[kind]}")(
+            name, self.namespace, body, _content_type="application/merge-patch+json"
+        )
+        patched: Obj = self.api.sanitize_for_serialization(out)
+        return patched
+
     async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
         """Deletes the object; False when it was gone already (404)."""
         kw: dict[str, Any] = {}

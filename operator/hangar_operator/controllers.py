@@ -25,6 +25,7 @@ from .governance.suspension import Suspensions
 from .governance.tower_calls import TowerCalls
 from .jobs import Jobs
 from .k8s_events import Recorder
+from .pools import Pools
 from .retry import Retrier
 from .router import Router
 from .sandboxes import Sandboxes
@@ -53,6 +54,7 @@ class Controllers:
     bodies: BodySweeper
     wakeups: Wakeups
     sweeper: Sweeper
+    pools: Pools
 
     async def start(self) -> None:
         self.ctx.gateway_port = await self.ctx.gateway.start()
@@ -137,6 +139,10 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     wakeups = Wakeups(retry)
     sweeper = Sweeper(ctx, wakeups)
     environments = Environments(ctx)
+    pools = Pools(ctx, lambda: sandboxes.in_use("", ""))
+    pools.wakeups = wakeups
+    pools.on_slot_freed = lambda: wakeups.now("slots", sweeper.fill_slots)
+    sandboxes.pools = pools
     sessions.wakeups = wakeups
     sweeper.failed = sessions.failed
     sweeper.reconcile, sweeper.check, sweeper.recount = (
@@ -166,4 +172,5 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         bodies=BodySweeper(ctx),
         wakeups=wakeups,
         sweeper=sweeper,
+        pools=pools,
     )

@@ -26,6 +26,8 @@ from .approvals.controller import Approvals
 from .context import Context
 from .foreign_status import pod_status
 from .lifecycle import SESSION, after, move
+from .pool_objects import parse_pool_run
+from .pools import Pools
 from .runs import Run, parse_run
 from .sandbox_objects import run_key_secret, sandbox_pod
 from .snapshots import Snapshots
@@ -46,11 +48,14 @@ class Sandboxes:
         self.approvals = approvals
         self.snapshots = Snapshots(ctx)
         self.reconcile_session: Reconcile | None = None
+        self.pools: Pools | None = None  # warm sandboxes (pools.py), set in controllers.py
 
     # --- the gateway's view -----------------------------------------------------------------------------
     async def key_for_run(self, run_id: str) -> bytes | None:
         if run_id in self.ctx.run_keys:
             return self.ctx.run_keys[run_id]
+        if parse_pool_run(run_id) is not None:
+            return await self.pools.key_for_run(run_id) if self.pools else None
         run = parse_run(self.ctx.home, run_id)
         if run is None or not self.ctx.serves(run.namespace):
             return None
@@ -108,9 +113,12 @@ class Sandboxes:
                 for x in await self.ctx.list_served("sessions")
                 if (x["metadata"].get("namespace"), x["metadata"]["name"]) not in reserved | {(ns, name)}
             ]
-        # Reserved: a run being made (start) holds its slot before its status says so.
-        return len(reserved) + sum(
-            1 for x in found if ((x.get("status") or {}).get("sandbox") or {}).get("pod")
+        # Reserved: a run being made (start) holds its slot before its status says so. An unclaimed warm
+        # sandbox holds one too (it runs); a claim makes it the session's, so the count does not move.
+        return (
+            len(reserved)
+            + len(self.ctx.pool_members)
+            + sum(1 for x in found if ((x.get("status") or {}).get("sandbox") or {}).get("pod"))
         )
 
     async def start(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> None:
@@ -134,6 +142,18 @@ class Sandboxes:
                     {"phase": phase, "reason": "RestoringWorkspace", "message": ws.wait},
                 )
             return
+        if self.pools is not None and ws.claim is not None and not (ws.lost or ws.restored_from):
+            # A new session's first sandbox: a warm one if its Environment keeps any ready.
+            fresh = st.counters.sandboxes == 0 and not s.spec.fork_of and st.resuming is None
+            written = await self.pools.claim(ns, s_obj, env) if fresh else None
+            if written is not None:
+                metrics.SANDBOXES_STARTED.inc()
+                pod = str(Session.model_validate(written).status.sandbox.pod)
+                await self.ctx.activity(ns, name, "sandbox_starting", {"pod": pod, "warm": True})
+                await self.ctx.events.emit(
+                    kube, written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
+                )
+                return
         async with self.ctx.slot_lock:
             in_use = await self.in_use(ns, name)
             limit = self.ctx.settings.max_sandboxes
@@ -143,6 +163,8 @@ class Sandboxes:
             msg = f"waiting for a sandbox slot ({in_use} of {limit} in use)"
             if st.reason != "NoSandboxSlot":  # once per wait: the Event, and the status's first word
                 await self.ctx.events.emit(kube, s_obj, "Normal", "WaitingForSlot", msg)
+            if self.pools is not None:
+                self.pools.make_room()  # warm sandboxes give their slots to waiting sessions
             if st.message != msg:
                 phase = move(SESSION, st.phase, "wait")
                 await patch_status(
@@ -212,6 +234,8 @@ class Sandboxes:
                 "message": f"starting sandbox {run.pod}",
                 "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
                 "counters": counters.dump(),
+                # A volume made now is <session>-workspace, whatever warm sandbox's it had before.
+                **({"workspace": None} if claim is not None else {}),
             },
         )
         return run, written

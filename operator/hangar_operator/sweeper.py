@@ -172,7 +172,8 @@ class Sweeper:
         if not cache.primed:
             return
         sessions = list(cache.items("sessions"))
-        free = self.ctx.settings.max_sandboxes - sum(1 for _, obj in sessions if holds_slot(obj))
+        held = sum(1 for _, obj in sessions if holds_slot(obj)) + len(self.ctx.pool_members)
+        free = self.ctx.settings.max_sandboxes - held
         waiting = sorted(
             (obj["metadata"].get("creationTimestamp") or "", key)
             for key, obj in sessions
