@@ -99,6 +99,7 @@ class Pools:
         self.in_use = in_use  # slots held now (Sandboxes.in_use), pool members included
         self.keys: dict[str, bytes] = {}  # member run id -> its key, while unclaimed
         self.ready: dict[str, Member] = {}  # member run id -> member, driver verified and connected
+        self.seen: dict[str, Obj] = {}  # member run id -> its pod as this process last wrote it
         self.adopting: dict[str, str] = {}  # session run id -> member run id it was claimed from
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.wakeups: Wakeups | None = None
@@ -244,6 +245,7 @@ class Pools:
     def _forget(self, m: Member) -> None:
         self.keys.pop(m.run_id, None)
         self.ready.pop(m.run_id, None)
+        self.seen.pop(m.run_id, None)
         self.ctx.gateway.forget(m.run_id)
 
     # --- a member's driver (the gateway's view) ------------------------------------------------------------
@@ -284,7 +286,7 @@ class Pools:
             await self._retire(m, pod, f"its driver is not ready: {payload['error']}")
             self.wake(m.namespace, m.env)
             return
-        await self.ctx.kube_in(m.namespace).patch_core(
+        self.seen[run_id] = await self.ctx.kube_in(m.namespace).patch_core(
             "pods", m.name, {"metadata": {"annotations": {READY: "true"}}}
         )
         self.ready[run_id] = m
@@ -324,19 +326,13 @@ class Pools:
         for m in mine:
             if not self._is_ready(m):
                 continue
-            pod = await self._member_pod(ns, m.name)
-            if pod is None or pod["metadata"].get("deletionTimestamp") or pod_status(pod).phase != "Running":
-                self.ready.pop(m.run_id, None)
-                continue
             run = self.ctx.run(ns, s.name, s.status.counters.sandboxes + 1)
-            try:
-                await kube.patch_core("pods", m.name, claim_patch(pod, s_obj, run))
-            except ApiException as e:
-                if e.status in (404, 409):  # another claim (or a retirement) won: try the next
-                    self.ready.pop(m.run_id, None)
-                    continue
-                raise
+            if not await self._take(m, s_obj, run):
+                self.ready.pop(m.run_id, None)
+                self.seen.pop(m.run_id, None)
+                continue
             self.ready.pop(m.run_id, None)
+            self.seen.pop(m.run_id, None)
             self.ctx.pool_members.pop((ns, m.name), None)
             self.wake(ns, m.env)  # refill
             try:
@@ -346,6 +342,27 @@ class Pools:
                 await kube.delete_core("pods", m.name, grace_period_seconds=0)
                 raise
         return None
+
+    async def _take(self, m: Member, s_obj: Obj, run: Any) -> bool:
+        """The claim's compare-and-set: at the version this process last wrote (no read in the way), and
+        once more at a fresh read when something else (the kubelet's status) moved it since."""
+        kube = self.ctx.kube_in(m.namespace)
+        pod = self.seen.get(m.run_id)
+        for _ in range(2):
+            if pod is None:
+                pod = await self._member_pod(m.namespace, m.name)
+            if pod is None or pod["metadata"].get("deletionTimestamp") or pod_status(pod).phase != "Running":
+                return False
+            try:
+                await kube.patch_core("pods", m.name, claim_patch(pod, s_obj, run))
+                return True
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                if e.status != 409:
+                    raise
+            pod = None  # another claim, a retirement, or only a status write: read it again
+        return False
 
     async def _adopt(self, s_obj: Obj, m: Member, run: Any) -> Obj:
         kube = self.ctx.kube_in(m.namespace)
@@ -359,9 +376,13 @@ class Pools:
             pool_key = base64.b64decode(data)
         nonce = secrets.token_urlsafe(24)
         key = P.derive_run_key(pool_key, run.id, nonce)
+        # The driver re-dials while the writes below go on: its hello as the session's run is verified with
+        # this key, and applied (under the session's lock, held by the caller) once the status below is in.
+        self.ctx.run_keys[run.id] = key.encode()
+        self.adopting[run.id] = m.run_id
+        await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
         secret, _ = run_key_secret(s_obj, run, key=key)
         await kube.create_core("secrets", secret)
-        self.ctx.run_keys[run.id] = key.encode()
         # The volume goes with the sandbox: the session's from now on (status.workspace names it).
         await kube.patch_core(
             "persistentvolumeclaims",
@@ -388,9 +409,6 @@ class Pools:
                 "counters": counters.dump(),
             },
         )
-        # The status first: the driver's hello as the session's run finds its sandbox recorded.
-        self.adopting[run.id] = m.run_id
-        await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
         await kube.delete_core("secrets", m.key_secret)  # the pool's key is dead from here
         log.info("session %s/%s took warm sandbox %s", m.namespace, s.name, m.name)
         return written

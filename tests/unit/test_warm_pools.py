@@ -29,6 +29,7 @@ async def pool_rig(tmp_path: Path, size: int = 2, **settings: Any) -> Rig:
     rig.env(warmPool={"size": size, "maxAgeSeconds": 600})
     connected: set[str] = set()
     rig.c.pools.is_connected = connected.__contains__
+    rig.c.pools.wakeups = None  # the tests look at the pool themselves, step by step
     rig.connected = connected  # type: ignore[attr-defined]
     return rig
 
@@ -254,3 +255,16 @@ def test_the_derived_key_depends_on_the_pool_key_run_and_nonce() -> None:
     assert len(d) == len(k) and d == P.derive_run_key(k.encode(), "s-r1", "n" * 16)
     assert d != P.derive_run_key(k, "s-r2", "n" * 16) != P.derive_run_key(k, "s-r1", "m" * 16)
     assert d != P.derive_run_key(P.new_run_key(), "s-r1", "n" * 16)
+
+
+async def test_a_claim_goes_through_when_only_the_pods_status_moved_since_it_was_ready(
+    tmp_path: Path,
+) -> None:
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    await make_ready(rig, name)
+    rig.kube.set_status("pods", name, {"conditions": [{"type": "Ready", "status": "True"}]})  # the kubelet
+    await rig.session("s1", prompt="hi")
+    await rig.reconcile("s1")
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
