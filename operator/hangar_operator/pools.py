@@ -57,6 +57,7 @@ log = logging.getLogger("hangar.operator.pools")
 READY = "hangar.dev/pool-ready"
 SPEC = "hangar.dev/pool-spec"  # the hash of the Environment spec a member was made from
 BACKSTOP = 60.0  # seconds between looks at a pool that could not fill (no free slot)
+ADOPT_WAIT = 2.0  # seconds a claim waits for the adopted driver's hello before it writes the status
 
 InUse = Callable[[], Awaitable[int]]
 
@@ -107,6 +108,7 @@ class Pools:
         # Seams for the unit rig, whose gateway is never started: is a run's driver connected, and the time.
         self.is_connected: Callable[[str], bool] = ctx.gateway.connected
         self.clock: Callable[[], float] = time.time
+        self.wait_connected: Callable[[str, float], Awaitable[bool]] = ctx.gateway.wait_connected
 
     # --- the pool ---------------------------------------------------------------------------------------
     def wake(self, ns: str, env: str, when: float = 0.0) -> None:
@@ -377,7 +379,7 @@ class Pools:
         nonce = secrets.token_urlsafe(24)
         key = P.derive_run_key(pool_key, run.id, nonce)
         # The driver re-dials while the writes below go on: its hello as the session's run is verified with
-        # this key, and applied (under the session's lock, held by the caller) once the status below is in.
+        # this key; its on_connect waits for the session's lock, which the caller holds.
         self.ctx.run_keys[run.id] = key.encode()
         self.adopting[run.id] = m.run_id
         await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
@@ -394,21 +396,25 @@ class Pools:
                 }
             },
         )
+        # The driver is usually back as the session's run by now: one status write says so, instead of a
+        # Starting write and a connected one after it (its on_connect then finds nothing left to do).
+        connected = await self.wait_connected(run.id, ADOPT_WAIT)
         counters = s.status.counters.model_copy()
         counters.sandboxes += 1
-        written = await patch_status(
-            kube,
-            "sessions",
-            s_obj,
-            {
-                "phase": move(SESSION, s.status.phase, "sandbox_created"),
-                "reason": "",
-                "message": f"starting sandbox {m.name} (warm)",
-                "sandbox": {"pod": m.name, "run": run.pod, "connected": False, "startedAt": iso()},
-                "workspace": m.workspace,
-                "counters": counters.dump(),
-            },
-        )
+        phase = move(SESSION, s.status.phase, "sandbox_created")
+        patch: dict[str, Any] = {
+            "phase": move(SESSION, phase, "connected") if connected else phase,
+            "reason": "",
+            "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
+            "sandbox": {"pod": m.name, "run": run.pod, "connected": connected, "startedAt": iso()},
+            "workspace": m.workspace,
+            "counters": counters.dump(),
+        }
+        written = await patch_status(kube, "sessions", s_obj, patch)
+        if connected:
+            await self.ctx.events.emit(
+                kube, written, "Normal", "SandboxConnected", f"warm sandbox {m.name} connected as {run.pod}"
+            )
         await kube.delete_core("secrets", m.key_secret)  # the pool's key is dead from here
         log.info("session %s/%s took warm sandbox %s", m.namespace, s.name, m.name)
         return written

@@ -30,6 +30,11 @@ async def pool_rig(tmp_path: Path, size: int = 2, **settings: Any) -> Rig:
     connected: set[str] = set()
     rig.c.pools.is_connected = connected.__contains__
     rig.c.pools.wakeups = None  # the tests look at the pool themselves, step by step
+
+    async def wait_connected(run: str, timeout: float) -> bool:
+        return run in connected
+
+    rig.c.pools.wait_connected = wait_connected
     rig.connected = connected  # type: ignore[attr-defined]
     return rig
 
@@ -268,3 +273,20 @@ async def test_a_claim_goes_through_when_only_the_pods_status_moved_since_it_was
     await rig.session("s1", prompt="hi")
     await rig.reconcile("s1")
     assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+
+
+async def test_a_driver_back_as_the_sessions_run_during_the_claim_makes_it_idle_in_one_write(
+    tmp_path: Path,
+) -> None:
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    await make_ready(rig, name)
+    rig.connected.add("s1-r1")  # type: ignore[attr-defined]  # the adopted driver's hello came in the wait
+    await rig.session("s1")
+    await rig.reconcile("s1")
+    st = rig.status("sessions", "s1")
+    assert st["phase"] == "Idle" and st["sandbox"]["connected"] is True and st["sandbox"]["pod"] == name
+    assert ("s1", "SandboxConnected") in [(o, r) for (o, r, _) in rig.events()]
+    await rig.connect("s1")  # its on_connect, after the lock: nothing left to change
+    assert rig.status("sessions", "s1")["phase"] == "Idle"
