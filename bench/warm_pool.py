@@ -104,7 +104,9 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
     W = samples["warm"]
     breakdown = {
         "warm: POST /api/sessions returned": med([x["post"] for x in W]),
-        "warm: operator stamped sandbox.startedAt (claimed)": med([x["to_status_started"] for x in W]),
+        "warm: claimed, driver back: status write begun (startedAt)": med(
+            [x["to_status_started"] for x in W]
+        ),
         "warm: driver_connected recorded by the operator": med([x["to_driver_connected_event"] for x in W]),
         "warm: session sandbox.connected (poll)": med([x["total"] for x in W]),
         "floor: bare pod Running (watch)": med([x["to_running"] for x in samples["floor"]]),
