@@ -130,6 +130,19 @@ class Sandboxes:
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
+        # A new session's first sandbox (not a fork's: its volume is a clone): a warm one if its Environment
+        # keeps any ready. Its volume comes with it, so there is no workspace to look for first.
+        fresh = not (st.counters.sandboxes or s.spec.fork_of or st.resuming or st.checkpoints)
+        if fresh and self.pools is not None:
+            written = await self.pools.claim(ns, s_obj, env)
+            if written is not None:
+                metrics.SANDBOXES_STARTED.inc()
+                pod = str(Session.model_validate(written).status.sandbox.pod)
+                await self.ctx.activity(ns, name, "sandbox_starting", {"pod": pod, "warm": True})
+                await self.ctx.events.emit(
+                    kube, written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
+                )
+                return
         # The workspace volume first: a lost one is made again from its newest ready snapshot, or waited for.
         ws = await self.snapshots.workspace(ns, s_obj)
         if ws.wait:
@@ -142,18 +155,6 @@ class Sandboxes:
                     {"phase": phase, "reason": "RestoringWorkspace", "message": ws.wait},
                 )
             return
-        if self.pools is not None and ws.claim is not None and not (ws.lost or ws.restored_from):
-            # A new session's first sandbox: a warm one if its Environment keeps any ready.
-            fresh = st.counters.sandboxes == 0 and not s.spec.fork_of and st.resuming is None
-            written = await self.pools.claim(ns, s_obj, env) if fresh else None
-            if written is not None:
-                metrics.SANDBOXES_STARTED.inc()
-                pod = str(Session.model_validate(written).status.sandbox.pod)
-                await self.ctx.activity(ns, name, "sandbox_starting", {"pod": pod, "warm": True})
-                await self.ctx.events.emit(
-                    kube, written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
-                )
-                return
         async with self.ctx.slot_lock:
             in_use = await self.in_use(ns, name)
             limit = self.ctx.settings.max_sandboxes
