@@ -290,3 +290,21 @@ async def test_a_driver_back_as_the_sessions_run_during_the_claim_makes_it_idle_
     assert ("s1", "SandboxConnected") in [(o, r) for (o, r, _) in rig.events()]
     await rig.connect("s1")  # its on_connect, after the lock: nothing left to change
     assert rig.status("sessions", "s1")["phase"] == "Idle"
+
+
+async def test_a_claimed_sandbox_gets_the_sessions_policy_and_taint_as_a_fresh_one_does(
+    tmp_path: Path,
+) -> None:
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    pool_run = await make_ready(rig, name)
+    await rig.session("s1", prompt="hello", approvals="ask", tainted=True)
+    await rig.reconcile("s1")
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+    assert rig.commands(pool_run) == ["adopt-s1-r1"]
+    await rig.connect("s1")
+    # The turn goes to the session's run (the pool's is forgotten), with the policy and the taint.
+    assert rig.commands(pool_run) == [] and rig.commands("s1-r1") == ["start-s1-1"]
+    start = rig.ctx.gateway._runs["s1-r1"].pending["start-s1-1"]
+    assert start["approvals"] == "ask" and start["tainted"] is True
