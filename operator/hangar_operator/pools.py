@@ -384,21 +384,21 @@ class Pools:
         self.adopting[run.id] = m.run_id
         await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
         secret, _ = run_key_secret(s_obj, run, key=key)
-        await kube.create_core("secrets", secret)
         # The volume goes with the sandbox: the session's from now on (status.workspace names it).
-        await kube.patch_core(
-            "persistentvolumeclaims",
-            m.workspace,
-            {
-                "metadata": {
-                    "labels": {**labels(s.name, component="workspace"), L.POOL: None},
-                    "ownerReferences": [owner_ref(s_obj)],
-                }
-            },
+        pvc_patch: Obj = {
+            "metadata": {
+                "labels": {**labels(s.name, component="workspace"), L.POOL: None},
+                "ownerReferences": [owner_ref(s_obj)],
+            }
+        }
+        # Side by side, and meanwhile the driver is back as the session's run, usually: then one status
+        # write says so, instead of a Starting write and a connected one after it (its on_connect, which
+        # waits for the session's lock, then finds nothing left to do).
+        _, _, connected = await asyncio.gather(
+            kube.create_core("secrets", secret),
+            kube.patch_core("persistentvolumeclaims", m.workspace, pvc_patch),
+            self.wait_connected(run.id, ADOPT_WAIT),
         )
-        # The driver is usually back as the session's run by now: one status write says so, instead of a
-        # Starting write and a connected one after it (its on_connect then finds nothing left to do).
-        connected = await self.wait_connected(run.id, ADOPT_WAIT)
         counters = s.status.counters.model_copy()
         counters.sandboxes += 1
         phase = move(SESSION, s.status.phase, "sandbox_created")
