@@ -164,13 +164,13 @@ class Sandboxes:
             msg = f"waiting for a sandbox slot ({in_use} of {limit} in use)"
             if st.reason != "NoSandboxSlot":  # once per wait: the Event, and the status's first word
                 await self.ctx.events.emit(kube, s_obj, "Normal", "WaitingForSlot", msg)
-            if self.pools is not None:
-                self.pools.make_room()  # warm sandboxes give their slots to waiting sessions
             if st.message != msg:
                 phase = move(SESSION, st.phase, "wait")
                 await patch_status(
                     kube, "sessions", s_obj, {"phase": phase, "reason": "NoSandboxSlot", "message": msg}
                 )
+            if self.pools is not None:  # after the write: the pools count the sessions that wait
+                self.pools.make_room()  # warm sandboxes give their slots to waiting sessions
             return
         try:
             run, written = await self._make_run(ns, s_obj, env, ws.claim)

@@ -308,3 +308,23 @@ async def test_a_claimed_sandbox_gets_the_sessions_policy_and_taint_as_a_fresh_o
     assert rig.commands(pool_run) == [] and rig.commands("s1-r1") == ["start-s1-1"]
     start = rig.ctx.gateway._runs["s1-r1"].pending["start-s1-1"]
     assert start["approvals"] == "ask" and start["tainted"] is True
+
+
+async def test_a_waiting_session_wakes_the_pools_which_free_a_slot_and_it_starts(tmp_path: Path) -> None:
+    """The wiring, with the operator's real wake-ups: the wait → the pool gives a member back → the freed slot
+    wakes the waiting session."""
+    rig = await make_rig(tmp_path, max_sandboxes=2)
+    rig.env(warmPool={"size": 2, "maxAgeSeconds": 600})
+    await rig.ctx.resync_cache()
+    await rig.c.pools.reconcile("default", "dev")
+    assert len(members(rig)) == 2
+    await rig.session("cx", prompt="hi", harness="codex")
+    await rig.ctx.resync_cache()
+    await rig.reconcile("cx")
+    for _ in range(100):
+        await rig.ctx.resync_cache()
+        if (rig.status("sessions", "cx").get("sandbox") or {}).get("pod") == "cx-r1":
+            break
+        await asyncio.sleep(0.05)
+    assert rig.status("sessions", "cx")["sandbox"]["pod"] == "cx-r1"
+    assert len(members(rig)) == 1
