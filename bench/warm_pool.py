@@ -38,6 +38,15 @@ WARM, COLD = "bench-warm", "bench-cold"
 
 class PoolBench(Bench):
     env_name = WARM
+    connected_at_claim = 0  # warm sessions whose claim saw the driver back and wrote connected itself
+
+    async def delete_session(self, name: str, pod: str | None) -> None:
+        if self.env_name == WARM:
+            evs = await self.core.list_namespaced_event(
+                NAMESPACE, field_selector=f"involvedObject.name={name},reason=SandboxConnected"
+            )
+            self.connected_at_claim += any("warm sandbox" in (e.message or "") for e in evs.items)
+        await super().delete_session(name, pod)
 
     async def make_environment(self, name: str, **spec: Any) -> None:
         env = {"ANTHROPIC_BASE_URL": self.model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
@@ -116,6 +125,7 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
         "date": res["date"],
         "machine": res["machine"],
         "figures": figures,
+        "connected_at_claim": res.get("connected_at_claim"),
         "ratios": ratios,
         "breakdown": breakdown,
     }
@@ -137,6 +147,10 @@ def table(out: dict[str, Any]) -> str:
     lines += ["", "where the time goes (medians, seconds since the request was sent):"]
     for label, v in out["breakdown"].items():
         lines.append(f"  {label:58} {'-' if v is None else f'{v:8.3f}'}")
+    lines.append(
+        f"warm sessions whose claim saw the driver back (one status write): {out['connected_at_claim']} "
+        "(the warm-up included)"
+    )
     lines.append("(p99 is nearest-rank: below 100 samples it is the maximum)")
     return "\n".join(lines)
 
@@ -167,6 +181,7 @@ def main() -> int:
                     await b.make_environment(WARM, warmPool={"size": a.size, "maxAgeSeconds": 3600})
                     await b.make_environment(COLD)
                     res["samples"] = await b.run(a.sessions, not a.no_cold)
+                    res["connected_at_claim"] = b.connected_at_claim
 
             asyncio.run(run())
     except KeyboardInterrupt:

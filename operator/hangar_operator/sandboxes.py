@@ -121,6 +121,27 @@ class Sandboxes:
             + sum(1 for x in found if ((x.get("status") or {}).get("sandbox") or {}).get("pod"))
         )
 
+    async def start_warm(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> bool:
+        """A new session's first sandbox (not a fork's: its volume is a clone) from its Environment's warm
+        pool, if it keeps one ready: True when the session took one. Its volume comes with it, so there is
+        no workspace to look for first. Caller holds the session's lock."""
+        s = Session.model_validate(s_obj)
+        st = s.status
+        if self.pools is None or st.sandbox.pod or st.counters.sandboxes:
+            return False
+        if s.spec.fork_of or s.spec.stopped or st.resuming or st.checkpoints or st.suspended:
+            return False
+        written = await self.pools.claim(ns, s_obj, env)
+        if written is None:
+            return False
+        metrics.SANDBOXES_STARTED.inc()
+        pod = str(Session.model_validate(written).status.sandbox.pod)
+        await self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True})
+        await self.ctx.events.emit(
+            self.ctx.kube_in(ns), written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
+        )
+        return True
+
     async def start(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> None:
         """Start the session's next run, or wait (Pending, NoSandboxSlot) while every slot is taken.
 
@@ -130,19 +151,8 @@ class Sandboxes:
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
-        # A new session's first sandbox (not a fork's: its volume is a clone): a warm one if its Environment
-        # keeps any ready. Its volume comes with it, so there is no workspace to look for first.
-        fresh = not (st.counters.sandboxes or s.spec.fork_of or st.resuming or st.checkpoints)
-        if fresh and self.pools is not None:
-            written = await self.pools.claim(ns, s_obj, env)
-            if written is not None:
-                metrics.SANDBOXES_STARTED.inc()
-                pod = str(Session.model_validate(written).status.sandbox.pod)
-                await self.ctx.activity(ns, name, "sandbox_starting", {"pod": pod, "warm": True})
-                await self.ctx.events.emit(
-                    kube, written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
-                )
-                return
+        if await self.start_warm(ns, s_obj, env):
+            return
         # The workspace volume first: a lost one is made again from its newest ready snapshot, or waited for.
         ws = await self.snapshots.workspace(ns, s_obj)
         if ws.wait:

@@ -155,6 +155,10 @@ class Sessions:
         policy = s.spec.approvals or inherited or env.approvals or self.ctx.settings.approvals or "auto"
         if await self.tainting.sync_spec_taint(ns, s_obj):
             st.taint.tainted = True
+        if st.sandbox.pod is None and await self.sandboxes.start_warm(ns, s_obj, env):
+            # A warm sandbox first, before this reconcile's other writes: its driver's hello brings the next
+            # reconcile, which records the policy and starts the first turn as for any sandbox.
+            return
         if st.policy != policy or st.observed_generation != s.generation:
             s_obj = await patch_status(kube, "sessions", s_obj, {"policy": policy})
             st.policy = policy
