@@ -328,3 +328,25 @@ async def test_a_waiting_session_wakes_the_pools_which_free_a_slot_and_it_starts
         await asyncio.sleep(0.05)
     assert rig.status("sessions", "cx")["sandbox"]["pod"] == "cx-r1"
     assert len(members(rig)) == 1
+
+
+async def test_after_an_operator_restart_ready_members_are_kept_and_ready_again_on_reconnect(
+    tmp_path: Path,
+) -> None:
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    run = await make_ready(rig, name)
+    pools = rig.c.pools
+    pools.keys.clear(), pools.ready.clear(), pools.seen.clear()  # what a restart forgets
+    rig.ctx.pool_members.clear()
+    real = pools.clock
+    pools.clock = lambda: real() + rig.ctx.settings.connect_timeout + 5  # its first connect is long past
+    await pools.reconcile("default", "dev")
+    assert members(rig) == [name] and len(rig.ctx.pool_members) == 1  # counted again, not retired
+    key = await rig.c.sandboxes.key_for_run(run)  # read back from its Secret for the driver's hello
+    assert key is not None
+    await rig.c.router.on_connect(run, {"driver_version": "test"})
+    await rig.session("s1")
+    await rig.reconcile("s1")
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
