@@ -145,7 +145,11 @@ class Settings(BaseSettings):
         gt=0,
     )
     max_sandboxes: int = setting(
-        10, "HANGAR_MAX_SANDBOXES", "How many sandboxes may run at once.", chart="sandbox.slots", ge=1
+        10,
+        "HANGAR_MAX_SANDBOXES",
+        "How many sandboxes may run at once (warm pools' unclaimed sandboxes included).",
+        chart="sandbox.slots",
+        ge=1,
     )
     runtime_class: str | None = setting(
         None,

@@ -39,6 +39,13 @@ class Answer:
         return self.given
 
 
+def status_of(obj: Obj | None) -> dict[str, Any]:
+    """An object's ``status`` as a dict: empty when it has none yet (or, fail closed, one that isn't a map).
+    For the few raw reads that a status model would only slow down (counts, compare-before-write)."""
+    st = (obj or {}).get("status")
+    return st if isinstance(st, dict) else {}
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: ``None`` deletes a key, objects merge recursively, anything else replaces
     (a copy: neither ``target`` nor ``patch`` is changed, and the result shares no value with ``patch``)."""
@@ -156,6 +163,15 @@ class Kube:
         with Answer(409) as exists:
             await getattr(self.core, f"create_namespaced_{_CORE[kind]}")(self.namespace, body)
         return not exists.given
+
+    async def patch_core(self, kind: str, name: str, body: Obj) -> Obj:
+        """A merge patch; with ``metadata.resourceVersion`` in it, only if the object is still at that
+        version (409 else): a compare-and-set."""
+        out = await getattr(self.core, f"patch_namespaced_{_CORE[kind]}")(
+            name, self.namespace, body, _content_type="application/merge-patch+json"
+        )
+        patched: Obj = self.api.sanitize_for_serialization(out)
+        return patched
 
     async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
         """Deletes the object; False when it was gone already (404)."""

@@ -84,6 +84,19 @@ class Verification(Model):
     )
 
 
+class WarmPool(Model):
+    """Sandboxes kept started for this Environment, so a new session takes one instead of waiting for a pod
+    (docs/architecture.md, "Warm sandbox pools")."""
+
+    size: int = Field(default=0, ge=0, le=100, description="Warm sandboxes to keep ready; 0: no pool")
+    max_age_seconds: int = Field(
+        default=3600, ge=30, le=7 * 86400, description="A warm sandbox older than this is replaced"
+    )
+    harness: Literal["claude", "codex", "pi", "antigravity"] = Field(
+        default="claude", description="The harness the warm sandboxes run: sessions of another wait as usual"
+    )
+
+
 class EnvironmentSpec(Model):
     image: str = Field(min_length=1, description="The sandbox image; it needs python3 3.8+ for the driver")
     idle_suspend_seconds: int | None = Field(
@@ -115,6 +128,10 @@ class EnvironmentSpec(Model):
     verification: Verification | None = Field(
         default=None, description="Checks a job's work after the agent finishes, before it is delivered"
     )
+    warm_pool: WarmPool | None = Field(
+        default=None,
+        description="Sandboxes kept started for new sessions (not for an Environment with a repository)",
+    )
     harness_options: dict[str, Any] = Field(
         default_factory=dict,
         description="Passed to the harness adapter: antigravity command and message_via, pi provider and "
@@ -122,8 +139,16 @@ class EnvironmentSpec(Model):
     )
 
 
+class PoolStatus(Model):
+    size: int = Field(default=0, description="Warm sandboxes asked for (spec.warmPool.size)")
+    ready: int = Field(default=0, description="Warm sandboxes whose driver is connected and verified")
+    starting: int = Field(default=0, description="Warm sandboxes started and not ready yet")
+    summary: str = Field(default="", description="ready/size, for kubectl get")
+
+
 class EnvironmentStatus(Model):
     sessions: int = Field(default=0, description="Sessions that use this environment")
+    pool: PoolStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
 
@@ -138,6 +163,7 @@ class Environment(Resource):
             col("Image", "string", ".spec.image"),
             col("Approvals", "string", ".spec.approvals"),
             col("Sessions", "integer", ".status.sessions"),
+            col("Warm", "string", ".status.pool.summary"),
             col("Repository", "string", ".spec.repository.url", priority=1),
             col("Age", "date", ".metadata.creationTimestamp"),
         ],

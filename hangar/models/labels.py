@@ -12,6 +12,10 @@ ATTEMPT = "hangar.dev/attempt"
 CREATED_BY = "hangar.dev/created-by"
 SUBMITTER = "hangar.dev/submitter"
 CHECKPOINT = "hangar.dev/checkpoint"
+# A warm pool's sandbox: the Environment it was started for (pods, key Secrets, volumes), and on a claimed
+# one the uid of the Session that claimed it (the claim's record; docs/architecture.md, warm pools).
+POOL = "hangar.dev/pool"
+CLAIMED_BY = "hangar.dev/claimed-by"
 # The branch a session's checkout works on, and the base it starts from (a job's attempts get its own).
 BRANCH = "hangar.dev/branch"
 BASE_BRANCH = "hangar.dev/base-branch"

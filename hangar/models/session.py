@@ -155,6 +155,11 @@ class SessionStatus(Model):
     message: str = ""
     policy: ApprovalPolicy | None = None
     sandbox: Sandbox = Field(default_factory=Sandbox)
+    workspace: str | None = Field(
+        default=None,
+        description="The workspace volume (PVC) when it is not <session>-workspace: a warm sandbox's, taken "
+        "with it",
+    )
     conversation: str | None = Field(default=None, description="The CLI's session or thread id")
     forked_from: ForkOrigin | None = None
     current_turn: str | None = None

@@ -157,6 +157,11 @@ class FakeKube(Kube):
             self._create("create_core", self._core(kind), body)
         return not exists.given
 
+    async def patch_core(self, kind: str, name: str, body: Obj) -> Obj:
+        resource = self._core(kind)
+        with self._request("patch_core", resource, name, body):
+            return copy.deepcopy(self.server.patch(self._key(resource, name), body))
+
     async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
         with Answer(404) as gone:
             self._delete("delete_core", self._core(kind), name, grace_period_seconds)

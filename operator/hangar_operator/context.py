@@ -34,6 +34,8 @@ class Context:
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Sessions whose run is being made: their slot is taken before their status says so (Sandboxes.start).
     reserved: set[tuple[str, str]] = field(default_factory=set)
+    # Unclaimed warm sandboxes (pools.py), (namespace, pod) -> environment: each holds a slot.
+    pool_members: dict[tuple[str, str], str] = field(default_factory=dict)
     gateway_port: int = 0
     # Tower's decisions API, while the approval kind is in shadow or enforce and HANGAR_GOVERNANCE_URL is set.
     tower: TowerClient | None = None

@@ -26,6 +26,7 @@ from .governance.tower_calls import TowerCalls
 from .jobs import Jobs
 from .k8s_events import Recorder
 from .live_work import LiveWork
+from .pools import Pools
 from .retry import Retrier, transient
 from .router import Router
 from .sandboxes import Sandboxes
@@ -55,6 +56,7 @@ class Controllers:
     wakeups: Wakeups
     sweeper: Sweeper
     live: LiveWork
+    pools: Pools
 
     async def start(self) -> None:
         self.ctx.gateway_port = await self.ctx.gateway.start()
@@ -145,6 +147,10 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     wakeups = Wakeups(retry)
     sweeper = Sweeper(ctx, wakeups)
     environments = Environments(ctx)
+    pools = Pools(ctx, lambda: sandboxes.in_use("", ""))
+    pools.wakeups = wakeups
+    pools.on_slot_freed = lambda: wakeups.now("slots", sweeper.fill_slots)
+    sandboxes.pools = pools
     sessions.wakeups = wakeups
     sweeper.failed = sessions.failed
     sweeper.reconcile, sweeper.check, sweeper.recount = (
@@ -175,4 +181,5 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
         wakeups=wakeups,
         sweeper=sweeper,
         live=live,
+        pools=pools,
     )

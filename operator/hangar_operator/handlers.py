@@ -165,3 +165,21 @@ async def attempt_event(event: kopf.RawEvent, namespace: str | None, memo: Any, 
 async def environment_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
     assert namespace is not None  # every kind served is namespaced
     await _c(memo).environments.reconcile(namespace, name)
+    await _c(memo).pools.reconcile(namespace, name)
+
+
+@kopf.on.delete(GROUP, VERSION, "environments", optional=True)
+async def environment_deleted(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    """Its warm sandboxes go (their owner references would take them too, where a garbage collector runs)."""
+    assert namespace is not None  # every kind served is namespaced
+    await _c(memo).pools.reconcile(namespace, name)
+
+
+@kopf.on.event("", "v1", "pods", labels={L.PART_OF: "hangar", L.COMPONENT: "pool-member"})
+async def pool_member_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
+    """A warm sandbox that ended or went is replaced."""
+    assert namespace is not None  # every kind served is namespaced
+    pod: dict[str, Any] = dict(event["object"])
+    env = ((pod.get("metadata") or {}).get("labels") or {}).get(L.POOL)
+    if env and (event["type"] == "DELETED" or pod_status(pod).phase in ("Failed", "Succeeded")):
+        _c(memo).pools.wake(namespace, env)

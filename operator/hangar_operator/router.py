@@ -23,6 +23,8 @@ from .approvals.controller import Approvals
 from .approvals.requests import PermissionRequests
 from .context import Context, resource
 from .governance.suspension import Suspensions
+from .pool_objects import parse_pool_run
+from .pools import Pools
 from .runs import Run, parse_run
 from .sandboxes import Sandboxes
 from .sessions import Sessions
@@ -98,6 +100,10 @@ class Router:
         # A job's verify/deliver answer goes to the Job controller (set in controllers.py: jobs sit above).
         self.on_job_result: Callable[[str, str, dict[str, Any]], Awaitable[None]] | None = None
 
+    @property
+    def pools(self) -> Pools | None:
+        return self.sandboxes.pools
+
     def _run(self, run_id: str) -> Run | None:
         run = parse_run(self.ctx.home, run_id)
         return run if run and self.ctx.serves(run.namespace) else None
@@ -112,9 +118,14 @@ class Router:
         await self.ctx.db.audit("gateway", "driver.rejected", who, reason=reason)
 
     async def on_connect(self, run_id: str, hello: dict[str, Any]) -> None:
+        if self.pools is not None and parse_pool_run(run_id) is not None:
+            await self.pools.member_connected(run_id)
+            return
         run = self._run(run_id)
         if run is None:
             return
+        if self.pools is not None:
+            self.pools.session_connected(run_id)
         async with self.ctx.lock(run.namespace, run.session):
             if not await self.sandboxes.connected(run.namespace, run.session, run.pod, hello):
                 return
@@ -127,6 +138,9 @@ class Router:
         await self.sessions.reconcile(run.namespace, run.session)
 
     async def on_disconnect(self, run_id: str) -> None:
+        if self.pools is not None and parse_pool_run(run_id) is not None:
+            self.pools.member_disconnected(run_id)
+            return
         run = self._run(run_id)
         if run is None:
             return
@@ -135,6 +149,9 @@ class Router:
 
     async def on_event(self, run_id: str, seq: int, name: str, payload: dict[str, Any]) -> None:
         """A signed driver event: apply its effect (idempotent), then record it once. Raising = no ack."""
+        if self.pools is not None and parse_pool_run(run_id) is not None:
+            await self.pools.member_event(run_id, name, payload)  # a warm sandbox: no session to tell
+            return
         run = self._run(run_id)
         if run is None:
             return

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from hangar.config import Settings
-from hangar.kube import SNAPSHOT_GROUP, Obj, owner_ref
+from hangar.kube import SNAPSHOT_GROUP, Obj, owner_ref, status_of
 from hangar.models import labels as L
 from hangar.models.environment import EnvironmentSpec
 from hangar_driver import precleared as pre
@@ -44,10 +44,20 @@ def pvc_name(session: str) -> str:
     return f"{session}-workspace"
 
 
-def run_key_secret(session: Obj, run: Run, precleared: dict[str, Any] | None = None) -> tuple[Obj, str]:
-    """The run's key; with ``precleared`` (a resumed run: the call Tower allowed) also that call, signed with
-    the key and bound to the run (``hangar_driver/precleared.py``), for the driver alone to read."""
-    key = new_run_key()
+def workspace_name(session: Obj) -> str:
+    """The session's workspace volume: ``<session>-workspace``, or the warm sandbox's it took
+    (``status.workspace``)."""
+    recorded = status_of(session).get("workspace")
+    return str(recorded) if recorded else pvc_name(session["metadata"]["name"])
+
+
+def run_key_secret(
+    session: Obj, run: Run, precleared: dict[str, Any] | None = None, key: str | None = None
+) -> tuple[Obj, str]:
+    """The run's key (``key``: one derived for an adopted warm sandbox, else a new one); with ``precleared``
+    (a resumed run: the call Tower allowed) also that call, signed with the key and bound to the run
+    (``hangar_driver/precleared.py``), for the driver alone to read."""
+    key = key or new_run_key()
     name = session["metadata"]["name"]
     data = {"run-key": base64.b64encode(key.encode()).decode()}
     if precleared is not None:
@@ -240,7 +250,7 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
             ],
             "containers": [container],
             "volumes": [
-                {"name": "workspace", "persistentVolumeClaim": {"claimName": pvc_name(name)}},
+                {"name": "workspace", "persistentVolumeClaim": {"claimName": workspace_name(session)}},
                 {"name": "driver", "emptyDir": {}},
                 {"name": "run-key", "secret": {"secretName": run.key_secret, "defaultMode": 0o400}},
             ],

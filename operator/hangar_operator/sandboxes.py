@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hangar.kube import Obj
+from hangar.kube import Obj, status_of
 from hangar.models import Session, Turn
 from hangar.models import labels as L
 from hangar.models.base import iso
@@ -26,6 +26,8 @@ from .approvals.controller import Approvals
 from .context import Context
 from .foreign_status import pod_status
 from .lifecycle import SESSION, after, move
+from .pool_objects import parse_pool_run
+from .pools import Pools
 from .runs import Run, parse_run
 from .sandbox_objects import run_key_secret, sandbox_pod
 from .snapshots import Snapshots
@@ -46,11 +48,14 @@ class Sandboxes:
         self.approvals = approvals
         self.snapshots = Snapshots(ctx)
         self.reconcile_session: Reconcile | None = None
+        self.pools: Pools | None = None  # warm sandboxes (pools.py), set in controllers.py
 
     # --- the gateway's view -----------------------------------------------------------------------------
     async def key_for_run(self, run_id: str) -> bytes | None:
         if run_id in self.ctx.run_keys:
             return self.ctx.run_keys[run_id]
+        if parse_pool_run(run_id) is not None:
+            return await self.pools.key_for_run(run_id) if self.pools else None
         run = parse_run(self.ctx.home, run_id)
         if run is None or not self.ctx.serves(run.namespace):
             return None
@@ -108,10 +113,34 @@ class Sandboxes:
                 for x in await self.ctx.list_served("sessions")
                 if (x["metadata"].get("namespace"), x["metadata"]["name"]) not in reserved | {(ns, name)}
             ]
-        # Reserved: a run being made (start) holds its slot before its status says so.
-        return len(reserved) + sum(
-            1 for x in found if ((x.get("status") or {}).get("sandbox") or {}).get("pod")
+        # Reserved: a run being made (start) holds its slot before its status says so. An unclaimed warm
+        # sandbox holds one too (it runs); a claim makes it the session's, so the count does not move.
+        return (
+            len(reserved)
+            + len(self.ctx.pool_members)
+            + sum(1 for x in found if (status_of(x).get("sandbox") or {}).get("pod"))
         )
+
+    async def start_warm(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> bool:
+        """A new session's first sandbox (not a fork's: its volume is a clone) from its Environment's warm
+        pool, if it keeps one ready: True when the session took one. Its volume comes with it, so there is
+        no workspace to look for first. Caller holds the session's lock."""
+        s = Session.model_validate(s_obj)
+        st = s.status
+        if self.pools is None or st.sandbox.pod or st.counters.sandboxes:
+            return False
+        if s.spec.fork_of or s.spec.stopped or st.resuming or st.checkpoints or st.suspended:
+            return False
+        written = await self.pools.claim(ns, s_obj, env)
+        if written is None:
+            return False
+        metrics.SANDBOXES_STARTED.inc()
+        pod = str(Session.model_validate(written).status.sandbox.pod)
+        await self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True})
+        await self.ctx.events.emit(
+            self.ctx.kube_in(ns), written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
+        )
+        return True
 
     async def start(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> None:
         """Start the session's next run, or wait (Pending, NoSandboxSlot) while every slot is taken.
@@ -122,6 +151,8 @@ class Sandboxes:
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
+        if await self.start_warm(ns, s_obj, env):
+            return
         # The workspace volume first: a lost one is made again from its newest ready snapshot, or waited for.
         ws = await self.snapshots.workspace(ns, s_obj)
         if ws.wait:
@@ -148,6 +179,8 @@ class Sandboxes:
                 await patch_status(
                     kube, "sessions", s_obj, {"phase": phase, "reason": "NoSandboxSlot", "message": msg}
                 )
+            if self.pools is not None:  # after the write: the pools count the sessions that wait
+                self.pools.make_room()  # warm sandboxes give their slots to waiting sessions
             return
         try:
             run, written = await self._make_run(ns, s_obj, env, ws.claim)
@@ -212,6 +245,8 @@ class Sandboxes:
                 "message": f"starting sandbox {run.pod}",
                 "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
                 "counters": counters.dump(),
+                # A volume made now is <session>-workspace, whatever warm sandbox's it had before.
+                **({"workspace": None} if claim is not None else {}),
             },
         )
         return run, written

@@ -28,7 +28,7 @@ from .context import Context, resource
 from .governance.idle import IdleSuspension
 from .governance.suspension import Suspensions
 from .lifecycle import SESSION, TURN, after, move
-from .sandbox_objects import pvc_name, workspace_pvc
+from .sandbox_objects import workspace_name, workspace_pvc
 from .sandboxes import Sandboxes
 from .status import patch_status
 from .sweeper import Wakeups
@@ -155,6 +155,10 @@ class Sessions:
         policy = s.spec.approvals or inherited or env.approvals or self.ctx.settings.approvals or "auto"
         if await self.tainting.sync_spec_taint(ns, s_obj):
             st.taint.tainted = True
+        if st.sandbox.pod is None and await self.sandboxes.start_warm(ns, s_obj, env):
+            # A warm sandbox first, before this reconcile's other writes: its driver's hello brings the next
+            # reconcile, which records the policy and starts the first turn as for any sandbox.
+            return
         if st.policy != policy or st.observed_generation != s.generation:
             s_obj = await patch_status(kube, "sessions", s_obj, {"policy": policy})
             st.policy = policy
@@ -222,7 +226,7 @@ class Sessions:
             )
         # The clone is asked for now, not at the fork's first sandbox, so the parent's later turns stay out of
         # it (with a WaitForFirstConsumer storage class the volume is still only cut when a pod needs it).
-        source = await kube.get_core("persistentvolumeclaims", pvc_name(parent_name))
+        source = await kube.get_core("persistentvolumeclaims", workspace_name(parent_obj))
         if source is None:
             why = (
                 f"session {parent_name!r} has no workspace volume to clone: the fork starts with an empty one"

@@ -26,7 +26,7 @@ from hangar.models.session import Checkpoint, CheckpointSnapshot
 
 from .context import Context
 from .foreign_status import snapshot_status
-from .sandbox_objects import labels, pvc_name, workspace_pvc
+from .sandbox_objects import labels, workspace_name, workspace_pvc
 from .status import patch_status
 
 log = logging.getLogger("hangar.operator.snapshots")
@@ -110,7 +110,7 @@ class Snapshots:
             return CheckpointSnapshot(skipped=NO_API)
         session = s_obj["metadata"]["name"]
         name = snapshot_name(session, checkpoint)
-        spec: Obj = {"source": {"persistentVolumeClaimName": pvc_name(session)}}
+        spec: Obj = {"source": {"persistentVolumeClaimName": workspace_name(s_obj)}}
         if self.ctx.settings.snapshot_class:
             spec["volumeSnapshotClassName"] = self.ctx.settings.snapshot_class
         body = {
@@ -182,10 +182,11 @@ class Snapshots:
         """What the session's next run must do about its workspace PVC before its pod can start."""
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
-        claim = await kube.get_core("persistentvolumeclaims", pvc_name(s.name))
+        volume = workspace_name(s_obj)
+        claim = await kube.get_core("persistentvolumeclaims", volume)
         if claim is not None:
             if (claim.get("metadata") or {}).get("deletionTimestamp"):
-                return Workspace(wait=f"the workspace volume {pvc_name(s.name)} is being deleted")
+                return Workspace(wait=f"the workspace volume {volume} is being deleted")
             return Workspace()
         empty = workspace_pvc(s_obj, self.ctx.settings)
         if s.status.counters.sandboxes == 0 and not s.status.checkpoints:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from hangar.kube import Kube, Obj, merge_patch
+from hangar.kube import Kube, Obj, merge_patch, status_of
 from hangar.models.base import Condition
 from hangar.models.conditions import ready_patch
 
@@ -19,12 +19,12 @@ _CAMEL = {"needs_input": "NeedsInput", "awaiting_approval": "AwaitingApproval"}
 def merged(obj: Obj, patch: dict[str, Any]) -> Obj:
     """``obj`` with a JSON merge patch of its status applied (what the apiserver will hold): neither ``obj``
     nor ``patch`` is changed."""
-    return {**obj, "status": merge_patch(obj.get("status") or {}, patch)}
+    return {**obj, "status": merge_patch(status_of(obj), patch)}
 
 
 def readiness(plural: str, obj: Obj) -> tuple[bool, str, str]:
     """Ready, and the reason and message: why the resource waits or failed, or what it is doing."""
-    st = obj.get("status") or {}
+    st = status_of(obj)
     if plural == "sessions":
         phase = st.get("phase") or "Pending"
         if phase in ("Idle", "Running"):
@@ -81,7 +81,7 @@ async def patch_status(
     """Write ``patch`` (with conditions) to ``obj``'s status; returns ``obj`` as it now is. A patch that
     changes nothing is not sent (unless it is a compare-and-set, whose point is the check)."""
     full = with_conditions(plural, obj, patch)
-    if resource_version is None and merged(obj, full)["status"] == (obj.get("status") or {}):
+    if resource_version is None and merged(obj, full)["status"] == status_of(obj):
         return obj
     name = obj["metadata"]["name"]
     out = await kube.patch_status(plural, name, full, resource_version=resource_version)

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from hangar.kube import Obj
+from hangar.kube import Obj, status_of
 
 from .cache import Key
 from .context import Context
@@ -34,7 +34,7 @@ Reconcile = Callable[[str, str], Awaitable[None]]
 
 
 def _status(obj: Obj) -> dict[str, Any]:
-    return obj.get("status") or {}
+    return status_of(obj)
 
 
 def holds_slot(obj: Obj) -> bool:
@@ -172,7 +172,8 @@ class Sweeper:
         if not cache.primed:
             return
         sessions = list(cache.items("sessions"))
-        free = self.ctx.settings.max_sandboxes - sum(1 for _, obj in sessions if holds_slot(obj))
+        held = sum(1 for _, obj in sessions if holds_slot(obj)) + len(self.ctx.pool_members)
+        free = self.ctx.settings.max_sandboxes - held
         waiting = sorted(
             (obj["metadata"].get("creationTimestamp") or "", key)
             for key, obj in sessions

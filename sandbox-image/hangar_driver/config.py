@@ -38,6 +38,8 @@ class Config:
             raise SystemExit("hangar-driver: HANGAR_GATEWAY must be host:port")
         self.host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
         self.port = int(port)
+        # A warm pool's sandbox (HANGAR_POOL=1) runs nothing until a session adopts it (``adopt``).
+        self.pooled = env.get("HANGAR_POOL") == "1"
         self.workspace = os.path.abspath(env.get("HANGAR_WORKSPACE") or "/workspace")
         self.euid = os.geteuid()
         self.is_root = self.euid == 0

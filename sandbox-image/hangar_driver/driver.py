@@ -69,6 +69,7 @@ class Driver:
             P.OP_SHUTDOWN: self._op_shutdown,
             P.OP_VERIFY: self._op_verify,
             P.OP_DELIVER: self._op_deliver,
+            P.OP_ADOPT: self._op_adopt,
         }
 
     # --------------------------------------------------------------- events
@@ -167,6 +168,8 @@ class Driver:
         try:
             if not isinstance(op, str) or op not in P.OPS:
                 raise CommandError("unknown command op %r" % (op,))
+            if self.cfg.pooled and op not in (P.OP_ADOPT, P.OP_SHUTDOWN):
+                raise CommandError("a warm sandbox runs nothing until a session adopts it")
             extra = self.ops[op](body)
             if extra:
                 for k, v in extra.items():
@@ -209,6 +212,27 @@ class Driver:
         if self.turns.running():
             raise CommandError("a turn is running: the work is taken once the agent has finished")
         return deliver(self.repo, body, self.cfg.agent_env, self.cfg.agent_uid, self.cfg.agent_gid)
+
+    def _op_adopt(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """A session takes this warm sandbox: from now on the driver is the session's run, with a key
+        derived from the pool's (``protocol.derive_run_key``), and says hello again as that run. The pool's
+        run and key are done with; the operator refuses them from now on."""
+        if not self.cfg.pooled:
+            raise CommandError("adopt: this sandbox is not a warm pool's")
+        run = str_field(body, "run", limit=200)
+        nonce = str_field(body, "nonce", limit=200)
+        assert run is not None and nonce is not None
+        if not safe_name(run, 200) or len(nonce) < 16:
+            raise CommandError("adopt: a run id and a nonce of at least 16 characters are needed")
+        key = P.derive_run_key(self.key, run, nonce).encode("ascii")
+        self.cfg.pooled = False
+        self.key = key
+        self.cfg.run = run
+        self.outbox.rebind(key, run)
+        self.link.rebind(key)
+        log.info("adopted as run %s, key %s", run, P.fingerprint(key))
+        self._emit_raw(P.EV_DRIVER_READY, self._ready_payload())
+        return {"run": run}
 
     def _op_shutdown(self, body: Dict[str, Any]) -> Dict[str, Any]:
         self.turns.close()
@@ -258,6 +282,18 @@ class Driver:
             except OSError:
                 pass
 
+    def _ready_payload(self) -> Dict[str, Any]:
+        return {
+            "harness": self.cfg.harness,
+            "live": self.turns.live,
+            "driver_version": DRIVER_VERSION,
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "agent_uid": self.cfg.agent_uid if self.cfg.agent_uid is not None else self.cfg.euid,
+            "workspace": self.cfg.workspace,
+            "error": self.turns.error,
+            "hardened": hardening.HARDENING_ERROR is None,
+        }
+
     def run(self) -> int:
         try:
             self.prepare()
@@ -270,19 +306,7 @@ class Driver:
             self._emit_raw("log", {"level": "warning", "message": message, "source": "driver"})
         if self.turns.error:
             self._emit_raw("log", {"level": "error", "message": self.turns.error, "source": "driver"})
-        self._emit_raw(
-            P.EV_DRIVER_READY,
-            {
-                "harness": self.cfg.harness,
-                "live": self.turns.live,
-                "driver_version": DRIVER_VERSION,
-                "python": "%d.%d.%d" % sys.version_info[:3],
-                "agent_uid": self.cfg.agent_uid if self.cfg.agent_uid is not None else self.cfg.euid,
-                "workspace": self.cfg.workspace,
-                "error": self.turns.error,
-                "hardened": hardening.HARDENING_ERROR is None,
-            },
-        )
+        self._emit_raw(P.EV_DRIVER_READY, self._ready_payload())
         threading.Thread(target=self.command_loop, name="hangar-commands", daemon=True).start()
         threading.Thread(target=self.watcher.run, name="hangar-handback", daemon=True).start()
         link_thread = threading.Thread(target=self.link.run_forever, name="hangar-link", daemon=True)

@@ -91,6 +91,7 @@ class Link:
         self.unsent_acks: List[str] = []
         self.connected = threading.Event()
         self.connections = 0
+        self.rebound = False  # the connection ended to say hello as another run: reconnect at once
 
     # called from any thread
     def ack_command(self, command_id: str) -> None:
@@ -117,6 +118,23 @@ class Link:
             conn.control.append(data)
             self.outbox.cond.notify_all()
         return True
+
+    def rebind(self, key: bytes) -> None:
+        """Say hello again as ``cfg.run`` (already set) with ``key``: the current connection, the old run's,
+        is closed and a new one made at once, without the backoff."""
+        with self.outbox.cond:
+            self.key = key
+            self.unsent_acks = []
+            self.rebound = True
+            conn = self.conn
+            if conn is not None:
+                conn.alive = False
+            self.outbox.cond.notify_all()
+        if conn is not None:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def stop(self) -> None:
         self.stopping.set()
@@ -145,6 +163,10 @@ class Link:
                     log.info("gateway connection ended: %s: %s", exc.__class__.__name__, exc)
             if self.stopping.is_set():
                 break
+            if self.rebound:
+                self.rebound = False
+                backoff = BACKOFF_MIN
+                continue
             if time.monotonic() - started >= STABLE_CONNECTION:
                 backoff = BACKOFF_MIN
             self.stopping.wait(backoff * random.uniform(0.8, 1.2))

@@ -29,6 +29,7 @@ Configuration (environment):
 - ``HANGAR_MCP_SERVERS``    optional JSON: the Environment's MCP servers, handed to the CLI (``mcp.py``).
 - ``HANGAR_CHECKPOINT_DIR`` where a ``checkpoint`` given a bare file name writes (the workspace volume's
                             ``checkpoints/``, root-only).
+- ``HANGAR_POOL``           ``1``: a warm pool's sandbox, which runs nothing until a session adopts it.
 - ``HANGAR_PRECLEARED_FILE`` a pre-cleared call for this run (``precleared.py``), read once at start.
 
 Commands (``command`` frames; every one is answered by a ``command_result`` event with ``command_id``,
@@ -53,6 +54,9 @@ Commands (``command`` frames; every one is answered by a ``command_result`` even
 - ``checkpoint`` {path, include_home?: true} → {path, size, sha256}: a tar.gz of the workspace (as
   ``workspace/``) and the agent's HOME (as ``home/``), made with the agent's own permissions.
 - ``shutdown`` {} → {}: stops the CLI; the driver exits once its events are stored (or after 10 s).
+- ``adopt`` {run, nonce} → {run}: a warm pool's sandbox (``HANGAR_POOL=1``, which refuses everything else
+  but ``shutdown`` until then) becomes run ``run``, its key derived from its own
+  (``protocol.derive_run_key``), and says hello again as that run.
 """
 
 from __future__ import annotations

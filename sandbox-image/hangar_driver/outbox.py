@@ -34,6 +34,15 @@ class Outbox:
         self.next_seq: Optional[int] = None
         self.acked = 0
 
+    def rebind(self, key: bytes, run: str) -> None:
+        """Start over as another run (a warm sandbox adopted by a session): what the old run had not
+        delivered is dropped, and events wait unnumbered for the new run's first welcome."""
+        with self.cond:
+            self.key, self.run = key, run
+            self.unnumbered, self.next_seq, self.acked = [], None, 0
+            self.events.clear()
+            self.cond.notify_all()
+
     def add(self, name: str, payload: Dict[str, Any]) -> None:
         with self.cond:
             if self.next_seq is None:

@@ -146,6 +146,7 @@ OP_CHECKPOINT = "checkpoint"
 OP_SHUTDOWN = "shutdown"
 OP_VERIFY = "verify"
 OP_DELIVER = "deliver"
+OP_ADOPT = "adopt"  # a warm pool's sandbox becomes a session's run
 # A person's live work in the sandbox (workbench.py), answered by ``live`` frames, never command_result.
 OP_EXEC = "exec"
 OP_PROCESS = "process"
@@ -154,6 +155,7 @@ LIVE_OPS = frozenset({OP_EXEC, OP_PROCESS, OP_WATCH})
 OPS = (
     frozenset(
         {
+            OP_ADOPT,
             OP_START_TURN,
             OP_STEER,
             OP_WITHDRAW,
@@ -212,6 +214,16 @@ class BadSignature(ProtocolError):
 def new_run_key() -> str:
     """A fresh run key: 32 random bytes, URL-safe base64 without padding (43 characters)."""
     return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode("ascii").rstrip("=")
+
+
+def derive_run_key(key: Key, run: str, nonce: str) -> str:
+    """The run key of the session that adopts a warm sandbox (``adopt``), in ``new_run_key``'s form.
+
+    Both ends compute it from the warm sandbox's own key, so the new key never crosses the network; the
+    agent, which can't read the driver's key, can't compute it either."""
+    msg = b"hangar-adopt\x00" + run.encode("utf-8") + b"\x00" + nonce.encode("utf-8")
+    mac = hmac.new(key_bytes(key), msg, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode("ascii").rstrip("=")
 
 
 def key_bytes(key: Key) -> bytes:
@@ -390,6 +402,7 @@ __all__ = [
     "ProtocolError",
     "canonical",
     "decode",
+    "derive_run_key",
     "encode",
     "fingerprint",
     "key_bytes",

@@ -271,6 +271,8 @@ class Workbench:
     def _answer(self, command_id: str, body: Dict[str, Any]) -> None:
         op = body.get("op")
         try:
+            if getattr(self.cfg, "pooled", False):  # as the driver's own commands: nothing before adopt
+                raise CommandError("a warm sandbox runs nothing until a session adopts it")
             if op == "exec":
                 result = self.exec(command_id, body)
             elif op == "process":

@@ -149,7 +149,9 @@ def sandbox() -> Iterator[Path]:
 
 
 class Driver:
-    def __init__(self, sandbox: Path, run: str, key: str, port: int, *, key_by_env: bool = False) -> None:
+    def __init__(
+        self, sandbox: Path, run: str, key: str, port: int, *, key_by_env: bool = False, pooled: bool = False
+    ) -> None:
         self.run, self.key = run, key
         self.workspace = sandbox / "workspace"
         self.workspace.mkdir(exist_ok=True)
@@ -172,6 +174,8 @@ class Driver:
             "HANGAR_DRIVER_SECRET_SETTING": "driver-only",
             "LANG": "C.UTF-8",
         }
+        if pooled:
+            env["HANGAR_POOL"] = "1"
         if key_by_env:
             env["HANGAR_RUN_KEY"] = key
         else:
@@ -198,14 +202,16 @@ async def env(sandbox: Path) -> AsyncIterator[Callable[..., Any]]:
     """Start a gateway and a driver; everything is stopped afterwards."""
     started: list[tuple[Gateway, Driver]] = []
 
-    async def start(*, key_by_env: bool = False, store: Store | None = None) -> tuple[Store, Gateway, Driver]:
+    async def start(
+        *, key_by_env: bool = False, store: Store | None = None, pooled: bool = False
+    ) -> tuple[Store, Gateway, Driver]:
         store = store or Store()
         run = "run-" + os.urandom(4).hex()
         key = P.new_run_key()
         store.keys[run] = key.encode()
         gw = store.gateway()
         port = await gw.start()
-        drv = Driver(sandbox, run, key, port, key_by_env=key_by_env)
+        drv = Driver(sandbox, run, key, port, key_by_env=key_by_env, pooled=pooled)
         started.append((gw, drv))
         assert await gw.wait_connected(run, 20), drv.logs()
         return store, gw, drv
@@ -294,6 +300,34 @@ async def test_a_turn_runs_and_ends(env: Callable[..., Any]) -> None:
     assert drv.proc.returncode == 0, drv.logs()
     await until(lambda: store.disconnects, what="disconnect")
     assert_contiguous(store, run)
+
+
+async def test_a_warm_sandbox_runs_nothing_until_adopted_then_is_the_new_run_only(
+    env: Callable[..., Any],
+) -> None:
+    store, gw, drv = await env(pooled=True)
+    pool_run = drv.run
+    cid = await start_turn(gw, pool_run, "t0", "echo should-not-run")
+    [refused] = await until(lambda: store.result_of(pool_run, cid), what="refusal")
+    assert refused["ok"] is False and "until a session adopts it" in refused["error"]
+    # adopt: both ends derive the session's key; the driver says hello again as the session's run
+    run, nonce = "sess-r1", "n-" + os.urandom(12).hex()
+    store.keys[run] = P.derive_run_key(drv.key, run, nonce).encode()
+    await gw.send(pool_run, "adopt", {"run": run, "nonce": nonce}, command_id="adopt-sess-r1")
+    assert await gw.wait_connected(run, 20), drv.logs()
+    await until(lambda: store.result_of(run, "adopt-sess-r1"), what="adopt result")
+    assert [n for n, _ in store.ordered(run)][:2] == ["driver_ready", "command_result"]
+    assert_contiguous(store, run)
+    cid = await start_turn(gw, run, "t1", "echo adopted-ok")
+    ended = await until(lambda: turn_ended(store, run, "t1"), what="turn_ended")
+    assert ended["outcome"] == "completed", (ended, drv.logs())
+    assert "adopted-ok" in json.dumps(store.ordered(run))
+    # adopted once: a second adopt is refused
+    cid = await gw.send(run, "adopt", {"run": "other-r1", "nonce": nonce})
+    [again] = await until(lambda: store.result_of(run, cid), what="second adopt")
+    assert again["ok"] is False and "not a warm pool's" in again["error"]
+    # the driver never came back as the pool's run after the adoption
+    assert [r for r, _ in store.connects].count(pool_run) == 1
 
 
 async def test_interrupt_stops_a_one_shot_turn(env: Callable[..., Any]) -> None:

@@ -41,7 +41,7 @@ from .. import metrics
 from ..approvals.controller import Approvals
 from ..context import Context, resource
 from ..lifecycle import SESSION, move
-from ..sandbox_objects import pvc_name
+from ..sandbox_objects import workspace_name
 from ..sandboxes import Sandboxes
 from ..status import patch_status
 from ..turns.ending import Ending
@@ -314,7 +314,7 @@ class Suspensions:
                 turn=sus.turn,
                 at=datetime.now(UTC),
                 conversation=s.status.conversation,
-                location=f"pvc://{ns}/{pvc_name(session)}/checkpoints/{cid}.tar.gz",
+                location=f"pvc://{ns}/{workspace_name(s_obj)}/checkpoints/{cid}.tar.gz",
                 reason=sus.reason,
                 size=int(p.get("size") or 0),
                 sha256=str(p.get("sha256") or ""),

@@ -1,0 +1,198 @@
+"""Warm sandbox pools: a session's connect latency from a warm pool, beside a bare pod and a cold session.
+
+Run: .venv/bin/python bench/warm_pool.py [--sessions N] [--size N] [--no-cold] [--json] [--poll S] [--keep-logs]
+
+The same machinery as ``bench/sessions.py`` (a local control plane, a Stack, the scripted model; every
+sample polled every 20 ms). Three kinds of sample, interleaved (bare pod i, warm i, cold i) so load from
+elsewhere hits all alike; one warm-up of each first, not counted:
+
+- **warm**: ``POST /api/sessions`` to an Environment with ``spec.warmPool: {size: N}`` → ``sandbox.connected``.
+  Before each sample the bench waits until the pool has a ready member (status.pool.ready ≥ 1), so it
+  measures a claim, not a refill.
+- **cold**: the same to an Environment without a pool (today's path: Secret, PVC, pod, driver start).
+- **floor**: a bare pod (``python3 -c 'import time; time.sleep(60)'``, no volumes), create → Running.
+
+Each session is deleted (and its pod gone) before the next sample. The issue's goal: warm / floor ≤ 1.0x.
+
+Turning a pool on from another benchmark is one Environment field: ``spec.warmPool: {size: N}`` (optional
+``maxAgeSeconds``, ``harness``); wait for ``status.pool.ready`` before timing a claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from typing import Any
+
+from _stack import API_KEY, bench_run, claude_missing, header, print_result  # bench/ is on sys.path
+from _stats import log, summary
+from sessions import NAMESPACE, POLL, QUIET_ENV, TIMEOUT, Bench, Stamps, cpu_meter, med
+
+from hangar.devcluster.stack import environment_object
+from hangar.testing.model_server import ScriptedModel, Step
+
+WARM, COLD = "bench-warm", "bench-cold"
+
+
+class PoolBench(Bench):
+    env_name = WARM
+    connected_at_claim = 0  # warm sessions whose claim saw the driver back and wrote connected itself
+
+    async def delete_session(self, name: str, pod: str | None) -> None:
+        if self.env_name == WARM:
+            evs = await self.core.list_namespaced_event(
+                NAMESPACE, field_selector=f"involvedObject.name={name},reason=SandboxConnected"
+            )
+            self.connected_at_claim += any("warm sandbox" in (e.message or "") for e in evs.items)
+        await super().delete_session(name, pod)
+
+    async def make_environment(self, name: str, **spec: Any) -> None:
+        env = {"ANTHROPIC_BASE_URL": self.model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
+        body = environment_object(name, env, **spec)
+        await self.custom.create_namespaced_custom_object(
+            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
+        )
+
+    async def create_session(self, name: str, model: str | None = None) -> float:
+        body: dict[str, Any] = {"name": name, "environment": self.env_name, "harness": "claude"}
+        t0 = time.monotonic()
+        r = await self.http.post("/api/sessions", json=body)
+        if r.status_code != 201:
+            raise RuntimeError(f"POST /api/sessions: {r.status_code} {r.text}")
+        return t0
+
+    async def pool_ready(self, at_least: int = 1) -> None:
+        t0 = time.monotonic()
+        while True:
+            env = await self.custom.get_namespaced_custom_object(
+                "hangar.dev", "v1alpha1", NAMESPACE, "environments", WARM
+            )
+            if ((env.get("status") or {}).get("pool") or {}).get("ready", 0) >= at_least:
+                return
+            if time.monotonic() - t0 > TIMEOUT:
+                raise TimeoutError(
+                    f"the warm pool has no ready sandbox after {TIMEOUT}s: {env.get('status')}"
+                )
+            await asyncio.sleep(0.1)
+
+    async def sample(self, kind: str, i: int) -> dict[str, Any]:
+        if kind == "floor":
+            return await self.floor_pod(i)
+        self.env_name = WARM if kind == "warm" else COLD
+        if kind == "warm":
+            await self.pool_ready()
+        return await self.connect_sample(i if kind == "warm" else 1000 + i)
+
+    async def run(self, n: int, cold: bool) -> dict[str, list[dict[str, Any]]]:
+        kinds = ["floor", "warm"] + (["cold"] if cold else [])
+        log("warm-up (not counted)")
+        for k in kinds:
+            await self.sample(k, -1 - kinds.index(k))
+        out: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+        for i in range(n):
+            line = []
+            for k in kinds:
+                s = await self.sample(k, i)
+                out[k].append(s)
+                line.append(f"{k} {s['total']:.3f} s")
+            log(f"{i + 1}/{n}: " + "   ".join(line))
+        return out
+
+
+def report(res: dict[str, Any]) -> dict[str, Any]:
+    samples = res["samples"]
+    figures = {k: summary([x["total"] for x in v]) for k, v in samples.items()}
+    floor = figures["floor"]
+    ratios = {
+        f"{k} / floor": {"p50": f["p50"] / floor["p50"], "p99": f["p99"] / floor["p99"]}
+        for k, f in figures.items()
+        if k != "floor"
+    }
+    W = samples["warm"]
+    breakdown = {
+        "warm: POST /api/sessions returned": med([x["post"] for x in W]),
+        "warm: claimed, driver back: status write begun (startedAt)": med(
+            [x["to_status_started"] for x in W]
+        ),
+        "warm: driver_connected recorded by the operator": med([x["to_driver_connected_event"] for x in W]),
+        "warm: session sandbox.connected (poll)": med([x["total"] for x in W]),
+        "floor: bare pod Running (watch)": med([x["to_running"] for x in samples["floor"]]),
+        "floor: bare pod Running (poll)": med([x["total"] for x in samples["floor"]]),
+    }
+    return {
+        "date": res["date"],
+        "machine": res["machine"],
+        "figures": figures,
+        "connected_at_claim": res.get("connected_at_claim"),
+        "ratios": ratios,
+        "breakdown": breakdown,
+    }
+
+
+def table(out: dict[str, Any]) -> str:
+    lines = [f"hangar bench/warm_pool.py — {out['date']} — {out['machine']}", ""]
+    labels = {
+        "floor": "bare pod create → Running",
+        "warm": "session from a warm pool → sandbox.connected",
+        "cold": "session without a pool → sandbox.connected",
+    }
+    lines.append(f"{'figure (seconds)':48} {'n':>3} {'p50':>7} {'p99':>7}")
+    for k, f in out["figures"].items():
+        lines.append(f"{labels[k]:48} {f['n']:3d} {f['p50']:7.3f} {f['p99']:7.3f}")
+    lines.append("")
+    for k, r in out["ratios"].items():
+        lines.append(f"{k:48}     {r['p50']:6.2f}x {r['p99']:6.2f}x")
+    lines += ["", "where the time goes (medians, seconds since the request was sent):"]
+    for label, v in out["breakdown"].items():
+        lines.append(f"  {label:58} {'-' if v is None else f'{v:8.3f}'}")
+    lines.append(
+        f"warm sessions whose claim saw the driver back (one status write): {out['connected_at_claim']} "
+        "(the warm-up included)"
+    )
+    lines.append("(p99 is nearest-rank: below 100 samples it is the maximum)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=15, help="samples of each kind (default 15)")
+    ap.add_argument("--size", type=int, default=2, help="the warm pool's size (default 2)")
+    ap.add_argument("--no-cold", action="store_true", help="skip the sessions without a pool")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
+    a = ap.parse_args()
+    if claude_missing():
+        return 2
+    res = header({"sessions": a.sessions, "size": a.size, "cold": not a.no_cold, "poll": a.poll})
+    try:
+        with bench_run(a.keep_logs) as br:
+            cp, stack = br.start()
+            stamps = Stamps()
+            model = br.model(ScriptedModel([Step(when=stamps, text="FINAL: ok", repeat=True, name="bench")]))
+
+            async def run() -> None:
+                async with PoolBench(
+                    stack, cp.kubeconfig, model, stamps, br.root / "bench", a.poll, cpu_meter(stack, cp)
+                ) as b:
+                    await b.wait_node()
+                    await b.make_environment(WARM, warmPool={"size": a.size, "maxAgeSeconds": 3600})
+                    await b.make_environment(COLD)
+                    res["samples"] = await b.run(a.sessions, not a.no_cold)
+                    res["connected_at_claim"] = b.connected_at_claim
+
+            asyncio.run(run())
+    except KeyboardInterrupt:
+        log("interrupted: cleaned up")
+        return 130
+    out = report(res)
+    if a.json:
+        out["samples"] = res["samples"]
+        out["args"] = res["args"]
+    return print_result(out, a.json, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

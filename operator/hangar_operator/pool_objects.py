@@ -1,0 +1,128 @@
+"""The objects of one warm sandbox (a pool member): a run key Secret, an empty workspace PVC and a sandbox
+Pod, owned by the Environment, made as a session's are (``sandbox_objects``) so a claimed one is no
+different from a fresh one, except that its driver runs nothing until a session adopts it (HANGAR_POOL).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import secrets
+from dataclasses import dataclass
+
+from hangar.config import Settings
+from hangar.kube import Obj, owner_ref
+from hangar.models import labels as L
+from hangar.models.environment import EnvironmentSpec
+from hangar_driver.protocol import new_run_key
+
+from .runs import Run
+from .sandbox_objects import pvc_name, sandbox_pod, workspace_pvc
+
+MEMBER = "pool-member"  # the component label of an unclaimed warm sandbox (a claimed one is "sandbox")
+RETIRED = "pool-retired"  # one being removed: no claim can take it (the relabel is a compare-and-set)
+_PREFIX = "pool."
+_POOL_RUN = re.compile(r"^pool\.(?P<ns>[a-z0-9][-a-z0-9]*)\.(?P<member>[a-z0-9][-a-z0-9]*)$")
+
+
+@dataclass(frozen=True)
+class Member:
+    namespace: str
+    env: str
+    name: str  # the pod's; its Secret is <name>-key, its volume <name>-workspace
+
+    @property
+    def run_id(self) -> str:
+        # A dot and no "-r<n>" ending: never a session's run id (runs.py), in any namespace.
+        return f"{_PREFIX}{self.namespace}.{self.name}"
+
+    @property
+    def key_secret(self) -> str:
+        return f"{self.name}-key"
+
+    @property
+    def workspace(self) -> str:
+        return pvc_name(self.name)
+
+
+def new_member_name(env: str) -> str:
+    # "w" + hex: the name never ends in "-r<digits>", so it is never read as a session's run.
+    return f"{env[:40]}-pool-w{secrets.token_hex(4)}"
+
+
+def parse_pool_run(run_id: str) -> tuple[str, str] | None:
+    """(namespace, member) of a warm sandbox's run id, None for any other."""
+    m = _POOL_RUN.match(run_id)
+    return (m.group("ns"), m.group("member")) if m else None
+
+
+def member_labels(env: str, component: str = MEMBER) -> dict[str, str]:
+    return {**L.part_of(), L.COMPONENT: component, L.POOL: env}
+
+
+def member_objects(
+    env_obj: Obj, member: Member, spec: EnvironmentSpec, settings: Settings, gateway: str
+) -> tuple[Obj, str, Obj, Obj]:
+    """(key Secret, its key, workspace PVC, Pod) of a new warm sandbox of ``env_obj``."""
+    assert spec.warm_pool is not None
+    owner = [owner_ref(env_obj)]
+    # The session-shaped object the sandbox builders read: the member's name, the pool's harness.
+    as_session: Obj = {
+        "apiVersion": env_obj["apiVersion"],
+        "kind": env_obj["kind"],
+        "metadata": {"name": member.name, "uid": env_obj["metadata"]["uid"]},
+        "spec": {"harness": spec.warm_pool.harness},
+    }
+    key = new_run_key()
+    secret: Obj = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": member.key_secret,
+            "labels": member_labels(member.env, "run-key"),
+            "ownerReferences": owner,
+        },
+        "type": "Opaque",
+        "data": {"run-key": base64.b64encode(key.encode()).decode()},
+    }
+    pvc = workspace_pvc(as_session, settings)
+    pvc["metadata"]["labels"] = member_labels(member.env, "workspace")
+    pvc["metadata"]["ownerReferences"] = owner
+    run = Run(member.namespace, member.name, member.name, member.run_id)
+    pod = sandbox_pod(as_session, spec, run, settings, gateway)
+    pod["metadata"]["labels"] = member_labels(member.env)
+    pod["metadata"]["annotations"] = {L.RUN: member.run_id}
+    pod["metadata"]["ownerReferences"] = owner
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "sandbox")
+    container["env"] = [e for e in container["env"] if e["name"] != "HANGAR_SESSION"]
+    container["env"].append({"name": "HANGAR_POOL", "value": "1"})
+    return secret, key, pvc, pod
+
+
+def claim_patch(member_pod: Obj, session: Obj, run: Run) -> Obj:
+    """The compare-and-set that makes a warm sandbox the session's: only at the resourceVersion the claimer
+    read (of concurrent claims the apiserver lets one through), relabelled and re-owned as a session's pod."""
+    meta = member_pod["metadata"]
+    return {
+        "metadata": {
+            "resourceVersion": meta["resourceVersion"],
+            "labels": {
+                L.COMPONENT: "sandbox",
+                L.POOL: None,
+                L.SESSION: session["metadata"]["name"],
+                L.RUN: run.pod,
+            },
+            "annotations": {L.RUN: run.id, L.CLAIMED_BY: session["metadata"]["uid"]},
+            "ownerReferences": [owner_ref(session)],
+        }
+    }
+
+
+def retire_patch(member_pod: Obj) -> Obj:
+    """The compare-and-set that takes an unclaimed warm sandbox out of the pool before it is deleted."""
+    return {
+        "metadata": {
+            "resourceVersion": member_pod["metadata"]["resourceVersion"],
+            "labels": {L.COMPONENT: RETIRED},
+        }
+    }

@@ -1,0 +1,420 @@
+"""Warm sandbox pools: an Environment's ``spec.warmPool`` keeps sandboxes started, driver connected and
+verified, for new sessions to take (docs/architecture.md, "Warm sandbox pools").
+
+- A member (``pool_objects``) is a run without a session; its driver runs nothing until adopted.
+- It is *ready* once its driver said ``driver_ready`` without an error over a verified connection (recorded
+  on the pod, ``hangar.dev/pool-ready``, so an operator restart finds it again when the driver reconnects).
+- A session claims one with a compare-and-set on the pod's resourceVersion (``claim_patch``): of concurrent
+  claims, in this process or another, the apiserver lets exactly one through. The session's run key is
+  derived from the member's (``adopt``), the member's key Secret is deleted and its run refused from then.
+- Every member holds a sandbox slot; a claim turns it into the session's slot. The pool refills only into
+  slots no waiting session wants, and gives its members back when sessions wait for a slot.
+- Members past ``maxAgeSeconds``, of an older spec, ended, or not ready within the connect timeout are
+  retired (a compare-and-set too, so a claim and a retirement never both win) and replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from hangar.kube import ApiException, Obj, owner_ref, status_of
+from hangar.models import Session
+from hangar.models import labels as L
+from hangar.models.base import iso
+from hangar.models.environment import EnvironmentSpec
+from hangar_driver import protocol as P
+
+from .context import Context
+from .foreign_status import pod_status
+from .lifecycle import SESSION, move
+from .pool_objects import (
+    MEMBER,
+    RETIRED,
+    Member,
+    claim_patch,
+    member_objects,
+    new_member_name,
+    parse_pool_run,
+    retire_patch,
+)
+from .sandbox_objects import labels, run_key_secret
+from .status import patch_status
+from .sweeper import Wakeups, waits_for_slot
+
+log = logging.getLogger("hangar.operator.pools")
+
+READY = "hangar.dev/pool-ready"
+SPEC = "hangar.dev/pool-spec"  # the hash of the Environment spec a member was made from
+BACKSTOP = 60.0  # seconds between looks at a pool that could not fill (no free slot)
+ADOPT_WAIT = 2.0  # seconds a claim waits for the adopted driver's hello before it writes the status
+
+InUse = Callable[[], Awaitable[int]]
+
+
+def spec_hash(spec: Obj) -> str:
+    """What a member was made from: the Environment's spec without the pool's size (resizing keeps members)."""
+    body = json.loads(json.dumps(spec))
+    (body.get("warmPool") or {}).pop("size", None)
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _created(pod: Obj) -> float:
+    ts = str(pod["metadata"].get("creationTimestamp") or "")
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _env_spec(env_obj: Obj | None) -> EnvironmentSpec | None:
+    if env_obj is None or env_obj["metadata"].get("deletionTimestamp"):
+        return None
+    try:
+        return EnvironmentSpec.model_validate(env_obj.get("spec") or {})
+    except ValidationError:
+        return None
+
+
+def pool_of(spec: EnvironmentSpec | None) -> int:
+    """The pool's size: 0 without one, and for an Environment with a repository (a checkout is per
+    session: its branch is the session's, so it can't be made before the session)."""
+    if spec is None or spec.warm_pool is None or spec.repository is not None:
+        return 0
+    return spec.warm_pool.size
+
+
+class Pools:
+    def __init__(self, ctx: Context, in_use: InUse) -> None:
+        self.ctx = ctx
+        self.in_use = in_use  # slots held now (Sandboxes.in_use), pool members included
+        self.keys: dict[str, bytes] = {}  # member run id -> its key, while unclaimed
+        self.ready: dict[str, Member] = {}  # member run id -> member, driver verified and connected
+        self.seen: dict[str, Obj] = {}  # member run id -> its pod as this process last wrote it
+        self.adopting: dict[str, str] = {}  # session run id -> member run id it was claimed from
+        self.locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.wakeups: Wakeups | None = None
+        self.on_slot_freed: Callable[[], None] | None = None
+        # Seams for the unit rig, whose gateway is never started: is a run's driver connected, and the time.
+        self.is_connected: Callable[[str], bool] = ctx.gateway.connected
+        self.clock: Callable[[], float] = time.time
+        self.wait_connected: Callable[[str, float], Awaitable[bool]] = ctx.gateway.wait_connected
+
+    # --- the pool ---------------------------------------------------------------------------------------
+    def wake(self, ns: str, env: str, when: float = 0.0) -> None:
+        if self.wakeups is not None:
+            self.wakeups.at(f"pools/{ns}/{env}", when, lambda: self.reconcile(ns, env))
+
+    def make_room(self) -> None:
+        """A session waits for a slot: every pool with members looks again (and gives members back)."""
+        for ns, env in set((ns, env) for (ns, _), env in self.ctx.pool_members.items()):
+            self.wake(ns, env)
+
+    def _waiting(self) -> int:
+        cache = self.ctx.cache
+        return sum(1 for _, obj in cache.items("sessions") if waits_for_slot(obj)) if cache.primed else 0
+
+    async def reconcile(self, ns: str, env: str) -> None:
+        async with self.locks.setdefault((ns, env), asyncio.Lock()):
+            await self._reconcile(ns, env)
+
+    async def _reconcile(self, ns: str, env: str) -> None:
+        kube = self.ctx.kube_in(ns)
+        env_obj = await kube.get("environments", env)
+        spec = _env_spec(env_obj)
+        size = pool_of(spec)
+        want_spec = spec_hash(env_obj["spec"]) if env_obj and size else ""
+        now, timeout = self.clock(), self.ctx.settings.connect_timeout
+        waiting = self._waiting()
+        live: list[tuple[Member, Obj]] = []
+        for pod in sorted(await kube.list_core("pods", label_selector=f"{L.POOL}={env}"), key=_created):
+            m = Member(ns, env, pod["metadata"]["name"])
+            component = (pod["metadata"].get("labels") or {}).get(L.COMPONENT)
+            if component == RETIRED:  # a retirement that did not finish
+                await self._remove(m)
+                continue
+            if component != MEMBER:
+                continue
+            age = now - _created(pod)
+            # Ready before an operator restart: its driver reconnects (and is ready again) in a moment.
+            recorded_ready = (pod["metadata"].get("annotations") or {}).get(READY) == "true"
+            why = ""
+            if not size:
+                why = "the pool was removed"
+            elif pod["metadata"].get("deletionTimestamp") or pod_status(pod).phase in ("Failed", "Succeeded"):
+                why = "it ended"
+            elif (pod["metadata"].get("annotations") or {}).get(SPEC) != want_spec:
+                why = "the Environment changed"
+            elif spec and spec.warm_pool and age > spec.warm_pool.max_age_seconds:
+                why = "older than maxAgeSeconds"
+            elif m.run_id not in self.ready and not recorded_ready and age > timeout:
+                why = f"its driver was not ready within {timeout:.0f}s"
+            elif len(live) >= size:
+                why = "more than the pool's size"
+            if why:
+                await self._retire(m, pod, why)
+            else:
+                live.append((m, pod))
+        # Sessions wait for a slot: the pool gives slots back, newest member first, and does not refill.
+        while waiting and live:
+            m, pod = live.pop()
+            waiting -= int(await self._retire(m, pod, "a session waits for a sandbox slot"))
+        for key in [k for k, e in self.ctx.pool_members.items() if k[0] == ns and e == env]:
+            del self.ctx.pool_members[key]
+        for m, _ in live:
+            self.ctx.pool_members[(ns, m.name)] = env
+        made = 0
+        while env_obj is not None and spec is not None and len(live) + made < size:
+            async with self.ctx.slot_lock:
+                if await self.in_use() + self._waiting() >= self.ctx.settings.max_sandboxes:
+                    break
+                m = Member(ns, env, new_member_name(env))
+                self.ctx.pool_members[(ns, m.name)] = env  # the slot is held from here
+            try:
+                await self._make(env_obj, spec, m, want_spec)
+            except BaseException:
+                self.ctx.pool_members.pop((ns, m.name), None)
+                raise
+            made += 1
+        ready = sum(1 for m, _ in live if self._is_ready(m))
+        if env_obj is not None:
+            await self._status(ns, env_obj, size, ready, len(live) + made - ready)
+        if size:
+            due = [
+                _created(p) + spec.warm_pool.max_age_seconds + 1 for _, p in live if spec and spec.warm_pool
+            ]
+            if len(live) + made > ready:
+                due.append(now + timeout + 1)
+            if len(live) + made < size:
+                due.append(now + BACKSTOP)
+            self.wake(ns, env, min(due) if due else now + BACKSTOP)
+
+    def _is_ready(self, m: Member) -> bool:
+        return m.run_id in self.ready and self.is_connected(m.run_id)
+
+    async def _status(self, ns: str, env_obj: Obj, size: int, ready: int, starting: int) -> None:
+        status: dict[str, Any] | None = (
+            {"size": size, "ready": ready, "starting": starting, "summary": f"{ready}/{size}"}
+            if size
+            else None
+        )
+        if status_of(env_obj).get("pool") != status:
+            await patch_status(self.ctx.kube_in(ns), "environments", env_obj, {"pool": status})
+
+    async def _make(self, env_obj: Obj, spec: EnvironmentSpec, m: Member, want_spec: str) -> None:
+        kube = self.ctx.kube_in(m.namespace)
+        secret, key, pvc, pod = member_objects(
+            env_obj, m, spec, self.ctx.settings, self.ctx.gateway_address()
+        )
+        pod["metadata"]["annotations"][SPEC] = want_spec
+        self.keys[m.run_id] = key.encode()
+        await kube.create_core("secrets", secret)
+        await kube.create_core("persistentvolumeclaims", pvc)
+        await kube.create_core("pods", pod)
+        log.info("started warm sandbox %s/%s for environment %s", m.namespace, m.name, m.env)
+
+    async def _retire(self, m: Member, pod: Obj, why: str) -> bool:
+        """Takes ``m`` out of the pool (unless a claim took it first) and removes it."""
+        try:
+            await self.ctx.kube_in(m.namespace).patch_core("pods", m.name, retire_patch(pod))
+        except ApiException as e:
+            if e.status in (404, 409):
+                return False
+            raise
+        log.info("retiring warm sandbox %s/%s: %s", m.namespace, m.name, why)
+        await self._remove(m)
+        return True
+
+    async def _remove(self, m: Member) -> None:
+        kube = self.ctx.kube_in(m.namespace)
+        await kube.delete_core("pods", m.name, grace_period_seconds=0)
+        await kube.delete_core("secrets", m.key_secret)
+        await kube.delete_core("persistentvolumeclaims", m.workspace)
+        self._forget(m)
+        if self.ctx.pool_members.pop((m.namespace, m.name), None) and self.on_slot_freed:
+            self.on_slot_freed()
+
+    def _forget(self, m: Member) -> None:
+        self.keys.pop(m.run_id, None)
+        self.ready.pop(m.run_id, None)
+        self.seen.pop(m.run_id, None)
+        self.ctx.gateway.forget(m.run_id)
+
+    # --- a member's driver (the gateway's view) ------------------------------------------------------------
+    async def key_for_run(self, run_id: str) -> bytes | None:
+        """A member's key while it is unclaimed; None once claimed (the pool's key is dead then)."""
+        parsed = parse_pool_run(run_id)
+        if parsed is None or not self.ctx.serves(parsed[0]):
+            return None
+        if run_id in self.keys:
+            return self.keys[run_id]
+        pod = await self._member_pod(parsed[0], parsed[1])
+        if pod is None:
+            return None
+        m = Member(parsed[0], str((pod["metadata"].get("labels") or {}).get(L.POOL)), parsed[1])
+        secret = await self.ctx.kube_in(m.namespace).get_core("secrets", m.key_secret)
+        data = ((secret or {}).get("data") or {}).get("run-key")
+        if not data:
+            return None
+        self.keys[run_id] = base64.b64decode(data)
+        return self.keys[run_id]
+
+    async def _member_pod(self, ns: str, name: str) -> Obj | None:
+        pod = await self.ctx.kube_in(ns).get_core("pods", name)
+        if pod is None or (pod["metadata"].get("labels") or {}).get(L.COMPONENT) != MEMBER:
+            return None
+        return pod
+
+    async def member_event(self, run_id: str, name: str, payload: dict[str, Any]) -> None:
+        """A member's driver event: ``driver_ready`` without an error makes it ready; with one, it goes."""
+        parsed = parse_pool_run(run_id)
+        if parsed is None or name != P.EV_DRIVER_READY:
+            return
+        pod = await self._member_pod(*parsed)
+        if pod is None:
+            return
+        m = Member(parsed[0], str((pod["metadata"].get("labels") or {}).get(L.POOL)), parsed[1])
+        if payload.get("error"):
+            await self._retire(m, pod, f"its driver is not ready: {payload['error']}")
+            self.wake(m.namespace, m.env)
+            return
+        self.seen[run_id] = await self.ctx.kube_in(m.namespace).patch_core(
+            "pods", m.name, {"metadata": {"annotations": {READY: "true"}}}
+        )
+        self.ready[run_id] = m
+        self.wake(m.namespace, m.env)  # its status says one more is ready
+
+    async def member_connected(self, run_id: str) -> None:
+        """A member's driver (re)connected: after an operator restart, the pod's record says it was ready."""
+        parsed = parse_pool_run(run_id)
+        if parsed is None or run_id in self.ready:
+            return
+        pod = await self._member_pod(*parsed)
+        if pod is not None and (pod["metadata"].get("annotations") or {}).get(READY) == "true":
+            m = Member(parsed[0], str((pod["metadata"].get("labels") or {}).get(L.POOL)), parsed[1])
+            self.ready[run_id] = m
+            self.wake(m.namespace, m.env)
+
+    def member_disconnected(self, run_id: str) -> None:
+        m = self.ready.pop(run_id, None)
+        if m is not None:
+            self.wake(m.namespace, m.env)
+
+    def session_connected(self, run_id: str) -> None:
+        """The adopting session's run said hello with the derived key: the member's run is done with."""
+        member_run = self.adopting.pop(run_id, None)
+        if member_run is not None:
+            self.ctx.gateway.forget(member_run)
+
+    # --- claiming ---------------------------------------------------------------------------------------
+    async def claim(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> Obj | None:
+        """Gives the session a ready member of its Environment's pool, or None (it starts a fresh sandbox).
+        Returns the session as written. Caller holds the session's lock."""
+        s = Session.model_validate(s_obj)
+        if not pool_of(env) or env.warm_pool is None or s.spec.harness != env.warm_pool.harness:
+            return None
+        kube = self.ctx.kube_in(ns)
+        mine = [m for m in self.ready.values() if (m.namespace, m.env) == (ns, s.spec.environment)]
+        for m in mine:
+            if not self._is_ready(m):
+                continue
+            run = self.ctx.run(ns, s.name, s.status.counters.sandboxes + 1)
+            if not await self._take(m, s_obj, run):
+                self.ready.pop(m.run_id, None)
+                self.seen.pop(m.run_id, None)
+                continue
+            self.ready.pop(m.run_id, None)
+            self.seen.pop(m.run_id, None)
+            self.ctx.pool_members.pop((ns, m.name), None)
+            self.wake(ns, m.env)  # refill
+            try:
+                return await self._adopt(s_obj, m, run)
+            except BaseException:
+                # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
+                await kube.delete_core("pods", m.name, grace_period_seconds=0)
+                raise
+        return None
+
+    async def _take(self, m: Member, s_obj: Obj, run: Any) -> bool:
+        """The claim's compare-and-set: at the version this process last wrote (no read in the way), and
+        once more at a fresh read when something else (the kubelet's status) moved it since."""
+        kube = self.ctx.kube_in(m.namespace)
+        pod = self.seen.get(m.run_id)
+        for _ in range(2):
+            if pod is None:
+                pod = await self._member_pod(m.namespace, m.name)
+            if pod is None or pod["metadata"].get("deletionTimestamp") or pod_status(pod).phase != "Running":
+                return False
+            try:
+                await kube.patch_core("pods", m.name, claim_patch(pod, s_obj, run))
+                return True
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                if e.status != 409:
+                    raise
+            pod = None  # another claim, a retirement, or only a status write: read it again
+        return False
+
+    async def _adopt(self, s_obj: Obj, m: Member, run: Any) -> Obj:
+        kube = self.ctx.kube_in(m.namespace)
+        s = Session.model_validate(s_obj)
+        pool_key = self.keys.pop(m.run_id, None)
+        if pool_key is None:
+            secret = await kube.get_core("secrets", m.key_secret)
+            data = ((secret or {}).get("data") or {}).get("run-key")
+            if not data:
+                raise RuntimeError(f"warm sandbox {m.name} has no key")
+            pool_key = base64.b64decode(data)
+        nonce = secrets.token_urlsafe(24)
+        key = P.derive_run_key(pool_key, run.id, nonce)
+        # The driver re-dials while the writes below go on: its hello as the session's run is verified with
+        # this key; its on_connect waits for the session's lock, which the caller holds.
+        self.ctx.run_keys[run.id] = key.encode()
+        self.adopting[run.id] = m.run_id
+        await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
+        secret, _ = run_key_secret(s_obj, run, key=key)
+        # The volume goes with the sandbox: the session's from now on (status.workspace names it).
+        pvc_patch: Obj = {
+            "metadata": {
+                "labels": {**labels(s.name, component="workspace"), L.POOL: None},
+                "ownerReferences": [owner_ref(s_obj)],
+            }
+        }
+        # Side by side, and meanwhile the driver is back as the session's run, usually: then one status
+        # write says so, instead of a Starting write and a connected one after it (its on_connect, which
+        # waits for the session's lock, then finds nothing left to do).
+        _, _, connected = await asyncio.gather(
+            kube.create_core("secrets", secret),
+            kube.patch_core("persistentvolumeclaims", m.workspace, pvc_patch),
+            self.wait_connected(run.id, ADOPT_WAIT),
+        )
+        counters = s.status.counters.model_copy()
+        counters.sandboxes += 1
+        phase = move(SESSION, s.status.phase, "sandbox_created")
+        patch: dict[str, Any] = {
+            "phase": move(SESSION, phase, "connected") if connected else phase,
+            "reason": "",
+            "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
+            "sandbox": {"pod": m.name, "run": run.pod, "connected": connected, "startedAt": iso()},
+            "workspace": m.workspace,
+            "counters": counters.dump(),
+        }
+        written = await patch_status(kube, "sessions", s_obj, patch)
+        if connected:
+            await self.ctx.events.emit(
+                kube, written, "Normal", "SandboxConnected", f"warm sandbox {m.name} connected as {run.pod}"
+            )
+        await kube.delete_core("secrets", m.key_secret)  # the pool's key is dead from here
+        log.info("session %s/%s took warm sandbox %s", m.namespace, s.name, m.name)
+        return written
