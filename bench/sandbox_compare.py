@@ -13,8 +13,9 @@ Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool
   deleted, and gone with its pod, before the next sample. One warm-up of each is not counted.
 - ``--pools``: the same again from warm pools. agent-sandbox: a ``SandboxTemplate`` and a ``SandboxWarmPool``
   of ``--pool-size`` (default 2), each sample a ``SandboxClaim`` → its ``Ready`` condition (the pool refills
-  before the next sample). hangar: with ``--hangar-pool`` the Environment keeps a pool (issue 15, item 1);
-  until that is merged the flag stops with a message and ``--pools`` compares against hangar without one.
+  before the next sample). hangar: with ``--hangar-pool`` a second Environment keeps a warm pool
+  (``spec.warmPool``) of the same size, full before each sample; without it ``--pools`` compares agent-sandbox's
+  pool against hangar without one.
 
 The agent-sandbox controller is built once from the Go module proxy (``sigs.k8s.io/agent-sandbox@v0.5.2``,
 several minutes) and cached under ~/.cache/hangar (``bench/_agent_sandbox.py``).
@@ -43,6 +44,7 @@ from hangar.testing.model_server import ScriptedModel, Step
 NAMESPACE = "default"
 NODE = "hangar-local"
 ENVIRONMENT = "bench-compare"
+POOL_ENVIRONMENT = "bench-compare-warm"  # the same Environment with spec.warmPool (--hangar-pool)
 SB_GROUP, SB_VERSION = "agents.x-k8s.io", "v1beta1"
 EXT_GROUP = "extensions.agents.x-k8s.io"
 TIMEOUT = 120.0
@@ -92,12 +94,24 @@ class Compare:
             await asyncio.sleep(0.2)
         raise TimeoutError(f"node {NODE} not Ready after {timeout}s")
 
-    async def environment(self, model: ScriptedModel) -> None:
+    async def environment(self, model: ScriptedModel, name: str = ENVIRONMENT, **spec: Any) -> None:
         env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-bench-not-a-key"}
-        body = environment_object(ENVIRONMENT, env)
+        body = environment_object(name, env, **spec)
         await self.custom.create_namespaced_custom_object(
             "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
         )
+
+    async def hangar_pool_full(self, size: int) -> None:
+        async def full() -> bool:
+            e = await self._get("hangar.dev", "v1alpha1", "environments", POOL_ENVIRONMENT) or {}
+            return int(((e.get("status") or {}).get("pool") or {}).get("ready") or 0) >= size
+
+        await self._until("hangar's warm pool", full)
+
+    async def hangar_claim(self, name: str, size: int) -> float:
+        """A session from hangar's pool, the pool full first (as agent-sandbox's is before each claim)."""
+        await self.hangar_pool_full(size)
+        return await self.hangar(name, POOL_ENVIRONMENT)
 
     def pod_spec(self) -> dict[str, Any]:
         cwd = self.work / "sandbox-pods"  # under the stack root, so stop_all() reaches a leftover process
@@ -147,10 +161,10 @@ class Compare:
 
     # -- samples ---------------------------------------------------------------------------------------------
 
-    async def hangar(self, name: str) -> float:
+    async def hangar(self, name: str, environment: str = ENVIRONMENT) -> float:
         t0 = time.monotonic()
         r = await self.http.post(
-            "/api/sessions", json={"name": name, "environment": ENVIRONMENT, "harness": "claude"}
+            "/api/sessions", json={"name": name, "environment": environment, "harness": "claude"}
         )
         if r.status_code != 201:
             raise RuntimeError(f"POST /api/sessions: {r.status_code} {r.text}")
@@ -288,16 +302,14 @@ def main() -> int:
     ap.add_argument(
         "--hangar-pool",
         action="store_true",
-        help="hangar's side from its own pool (issue 15 item 1; not on main yet)",
+        help="with --pools: hangar's side from its own warm pool (Environment spec.warmPool)",
     )
     ap.add_argument("--poll", type=float, default=0.02, help="seconds between polls, both sides")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
-    if a.hangar_pool:
-        # To wire after the warm-pool branch is merged: give the Environment its pool here (size a.pool_size),
-        # wait until it is full, and keep Compare.hangar as it is (a session then claims a pooled sandbox).
-        print("--hangar-pool: hangar's warm pool is not on this branch yet", file=sys.stderr)
+    if a.hangar_pool and not a.pools:
+        print("--hangar-pool goes with --pools", file=sys.stderr)
         return 2
     _agent_sandbox.ensure()
     res = header({"n": a.n, "pools": a.pools, "pool_size": a.pool_size, "poll": a.poll})
@@ -320,8 +332,15 @@ def main() -> int:
                             async def claim(name: str) -> float:
                                 return await c.claim(name, a.pool_size)
 
-                            res["pools"] = await c.interleaved(a.n, c.hangar, claim, "pool")
-                            res["pools"]["note"] = " (hangar without a pool)"
+                            async def hangar_claim(name: str) -> float:
+                                return await c.hangar_claim(name, a.pool_size)
+
+                            if a.hangar_pool:
+                                await c.environment(model, POOL_ENVIRONMENT, warmPool={"size": a.pool_size})
+                                res["pools"] = await c.interleaved(a.n, hangar_claim, claim, "pool")
+                            else:
+                                res["pools"] = await c.interleaved(a.n, c.hangar, claim, "pool")
+                                res["pools"]["note"] = " (hangar without a pool)"
 
                 asyncio.run(run())
             finally:
