@@ -1,7 +1,8 @@
 """Tasks (the ``io.modelcontextprotocol/tasks`` extension, SEP-2663) for 2026-07-28 clients that declare it.
 
 A ``wait_for_turn`` call of such a client (a first round: no ``inputResponses`` / ``requestState``) returns a
-task at once (``resultType: "task"``) and runs in the background. ``tasks/get`` shows it: ``working`` (the
+task at once (``resultType: "task"``) and runs in the background; so does a call of a tool registered with a
+gate (:meth:`Tasks.gate`: ``exec``) when its gate lets it (else it runs as an ordinary call). ``tasks/get`` shows it: ``working`` (the
 status message says what the turn is doing), ``input_required`` with the same forms as the call's
 ``input_required`` rounds (``approve-<id>``, ``answer-<n>``), answered with ``tasks/update``; ``completed``
 with the tool's result (a refusal is a result with ``isError``), ``failed`` (a JSON-RPC error), or
@@ -11,7 +12,8 @@ with the tool's result (a refusal is a result with ``isError``), ``failed`` (a J
 A task belongs to the token that created it: anyone else's ``tasks/*`` is "task not found" (-32602), as for
 an unknown id. Tasks are kept in the database (``hangar.store.tasks``) for :data:`TTL_MS` from their
 creation, so any API replica answers ``tasks/*``: the replica that runs a task writes its status there, takes
-the answers any replica recorded (within half a second), and stops when any replica recorded a cancel.
+the answers any replica recorded (within half a second), and stops when any replica recorded a cancel
+(:func:`stop_when_cancelled`, within a second, whatever the work waits on).
 """
 
 from __future__ import annotations
