@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import httpx2
 import pytest
 from mcp.client import Client
@@ -172,6 +174,24 @@ async def get_task(client: Client, task_id: str) -> TaskState:
     return await client.session.send_request(GetTask(params=TaskIdParams(task_id=task_id)), TaskState)
 
 
+async def until_written(path: Path) -> None:
+    for _ in range(300):
+        if path.exists() and path.read_text().strip():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the command did not start: no {path.name}")
+
+
+async def until_gone(client: Client, session: str, pid_file: str) -> None:
+    """The process whose pid the file holds ends in the sandbox (its command was stopped)."""
+    alive = f"kill -0 $(cat {pid_file}) 2>/dev/null && echo alive || echo gone"
+    for _ in range(60):
+        if data(await client.call_tool("exec", {"session": session, "command": alive}))["stdout"] == "gone\n":
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the cancelled exec's command still runs in the sandbox ({pid_file})")
+
+
 # --- the tests ----------------------------------------------------------------------------------------------
 async def test_wait_for_turn_as_a_task_asks_for_the_approval_and_tasks_update_answers_it(
     cluster: Cluster, stack: Stack, model: ScriptedModel
@@ -268,27 +288,25 @@ async def test_a_task_is_cancelled_and_the_turn_goes_on_and_exec_runs_as_a_task(
             allow_claimed=True,
         )
         assert isinstance(created, TaskCreated) and created.status == "working", created
-        for _ in range(300):
-            if (ws / "child.pid").exists() and (ws / "child.pid").read_text().strip():
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("the exec task's command did not start")
+        await until_written(ws / "child.pid")
         alive = "kill -0 $(cat child.pid) 2>/dev/null && echo alive || echo gone"
         assert (
             data(await client.call_tool("exec", {"session": name, "command": alive}))["stdout"] == "alive\n"
         )
         await client.session.send_request(CancelTask(params=TaskIdParams(task_id=created.task_id)), Open)
         assert (await get_task(client, created.task_id)).status == "cancelled"
-        for _ in range(60):
-            if (
-                data(await client.call_tool("exec", {"session": name, "command": alive}))["stdout"]
-                == "gone\n"
-            ):
-                break
-            await asyncio.sleep(0.5)
-        else:
-            raise AssertionError("the cancelled exec's command still runs in the sandbox")
+        await until_gone(client, name, "child.pid")
+        # So does cancelling an ordinary exec call (a client without the extension).
+        async with connect(stack) as plain, anyio.create_task_group() as tg:
+            long = {
+                "session": name,
+                "command": "sleep 300 & echo $! > plain.pid; wait",
+                "timeout_seconds": 600,
+            }
+            tg.start_soon(plain.call_tool, "exec", long)
+            await until_written(ws / "plain.pid")
+            tg.cancel_scope.cancel()
+        await until_gone(client, name, "plain.pid")
         audit = await in_thread(api.get, f"/api/sessions/{name}/events")
         execs = [e for e in audit.json()["events"] if e["kind"] == "exec"]
         assert any(e.get("cancelled") and "sleep 300" in e["command"] for e in execs), execs
