@@ -7,7 +7,8 @@ finds it with no setting and nothing else that reaches the port can use it.
 
 ``POST /live`` with ``{"session", "op", "body"}`` sends the command to the session's driver (signed with the
 run key, like every command) and answers with the driver's ``live`` frames as JSON lines until the
-command's ``result`` (a watch: until the client goes, which stops the watch, or the watch ends). A session
+command's ``result`` (a watch: until the client goes, which stops the watch, or the watch ends). An exec
+whose client goes before its result is stopped in the sandbox (its process group ended). A session
 without a connected sandbox is refused at once (409) rather than queued: a person waits on the answer.
 """
 
@@ -105,6 +106,7 @@ class LiveWork:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_MAX)
         self._requests[(run, cid)] = queue
         watching = False
+        answered = False
         try:
             await self.ctx.gateway.send(run, op, body, cid)
             while True:
@@ -115,6 +117,8 @@ class LiveWork:
                     yield {"kind": "ended", "reason": "the sandbox did not answer in time"}
                     return
                 kind = frame.get("kind")
+                if kind in ("result", "ended"):
+                    answered = True
                 if kind == "result" or (kind == "ended" and not watching):  # once per request
                     outcome = "ended" if kind == "ended" else "ok" if frame.get("ok") else "failed"
                     metrics.LIVE_REQUESTS.labels(op=op, outcome=outcome).inc()
@@ -128,6 +132,11 @@ class LiveWork:
             if watching:
                 with contextlib.suppress(Exception):
                     await self.ctx.gateway.send(run, "watch", {"action": "stop", "watch": cid})
+            elif op == "exec" and not answered:
+                # The api went before the answer (a cancelled call or task): the command stops in the
+                # sandbox too, rather than running on to its timeout for nobody.
+                with contextlib.suppress(Exception):
+                    await self.ctx.gateway.send(run, "exec", {"action": "stop", "exec": cid})
 
     # --- the HTTP endpoint ------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:

@@ -80,6 +80,17 @@ def kill_group(proc: Optional[subprocess.Popen[bytes]], sig: int = signal.SIGKIL
                 pass
 
 
+def terminate(proc: subprocess.Popen[bytes]) -> None:
+    """Ends a command and its process group: SIGTERM, SIGKILL after 3 s (a process stop, a stopped exec)."""
+    if proc.poll() is None:
+        kill_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(3)
+        except subprocess.TimeoutExpired:
+            kill_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
 def wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> int:
     """Wait for the process to exit, killing its group after ``timeout`` seconds. Returns its exit code."""
     try:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .commands import CommandError, str_field
 from .config import Config
-from .process import _demote, kill_group
+from .process import _demote, kill_group, terminate
 
 log = logging.getLogger("hangar.driver")
 
@@ -253,6 +253,10 @@ class Workbench:
         self.seen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.processes: collections.OrderedDict[str, _Process] = collections.OrderedDict()
         self.watches: Dict[str, _Watch] = {}
+        self.execs: Dict[str, subprocess.Popen[bytes]] = {}  # running execs by their command id
+        # Exec command ids stopped on request: a stop may come before its exec started (each command has a
+        # thread of its own), which then doesn't start. Bounded like ``seen``.
+        self.stopped: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.counter = 0
         self.lock = threading.Lock()
 
@@ -318,6 +322,8 @@ class Workbench:
     # --------------------------------------------------------------- exec
 
     def exec(self, command_id: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        if body.get("action") == "stop":
+            return self.stop_exec(body)
         command = str_field(body, "command", limit=PROCESS_INPUT_MAX)
         assert command is not None
         timeout = _int(body, "timeout", 60, 1, EXEC_TIMEOUT_MAX)
@@ -328,7 +334,11 @@ class Workbench:
             self.send({"request": command_id, "kind": "output", "stream": name, "data": text})
 
         started = time.monotonic()
-        proc = self._spawn(command, subprocess.DEVNULL, subprocess.PIPE)
+        with self.lock:
+            if command_id in self.stopped:
+                raise CommandError("stopped before it started")
+            proc = self._spawn(command, subprocess.DEVNULL, subprocess.PIPE)
+            self.execs[command_id] = proc
         budget = _Budget(limit)
         out = _Capture(proc.stdout, "stdout", budget, chunk if stream else None)
         err = _Capture(proc.stderr, "stderr", budget, chunk if stream else None)
@@ -342,7 +352,11 @@ class Workbench:
         kill_group(proc, signal.SIGKILL)  # what it left running in its group goes with it
         out.thread.join(5)
         err.thread.join(5)
-        return {
+        with self.lock:
+            self.execs.pop(command_id, None)
+            stopped = command_id in self.stopped
+            self.stopped.pop(command_id, None)
+        result: Dict[str, Any] = {
             "exit_code": 128 - code if code < 0 else code,
             "stdout": out.text(),
             "stderr": err.text(),
@@ -352,6 +366,23 @@ class Workbench:
             "timeout": timeout,
             "duration_ms": int((time.monotonic() - started) * 1000),
         }
+        if stopped:
+            result["stopped"] = True  # nobody waits on it: for the log
+        return result
+
+    def stop_exec(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """Stops a running exec (the one who waited on it went: a cancelled call or task) as a process is
+        stopped; an exec that already ended is nothing to stop."""
+        target = str_field(body, "exec", limit=200)
+        with self.lock:
+            proc = self.execs.get(target or "")
+            if target:
+                self.stopped[target] = None
+                while len(self.stopped) > SEEN_MAX:
+                    self.stopped.popitem(last=False)
+        if proc is not None:
+            terminate(proc)
+        return {"stopped": proc is not None}
 
     # --------------------------------------------------------------- processes
 
@@ -411,13 +442,7 @@ class Workbench:
             return out
         if action == "stop":
             found = self._find(body)
-            if found.proc.poll() is None:
-                kill_group(found.proc, signal.SIGTERM)
-                try:
-                    found.proc.wait(3)
-                except subprocess.TimeoutExpired:
-                    kill_group(found.proc, signal.SIGKILL)
-                    found.proc.wait()
+            terminate(found.proc)
             found.reader.join(2)
             return found.view()
         raise CommandError("action must be one of start, list, read, input, stop")

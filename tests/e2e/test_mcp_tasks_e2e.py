@@ -1,15 +1,18 @@
 """``wait_for_turn`` as a task (the ``io.modelcontextprotocol/tasks`` extension): the SDK's ``Client`` with a
 small tasks client on its extension seams (the SDK has none), over real HTTP, against real sessions with the
 real Claude Code CLI. The task turns ``input_required`` with the call's forms, answered with ``tasks/update``;
-it belongs to its token; it can be cancelled."""
+it belongs to its token; it can be cancelled. ``exec`` runs as a task too, in the session's real sandbox: its
+output in the status message, a cancel stopping the command there, a refusal still an immediate error."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import httpx2
 import pytest
 from mcp.client import Client
@@ -32,8 +35,18 @@ from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
 from .conftest import Cluster
-from .helpers import Api, clis_installed
-from .test_mcp_e2e import MODERN, SLOW, answering, claude_env, connect, data, in_thread, new_session
+from .helpers import Api, clis_installed, workspace
+from .test_mcp_e2e import (
+    MODERN,
+    SLOW,
+    answering,
+    claude_env,
+    connect,
+    data,
+    in_thread,
+    new_session,
+    refused,
+)
 from .test_mcp_e2e import _cleanup as _cleanup  # the autouse fixture deleting what a test made
 
 pytestmark = [
@@ -161,6 +174,24 @@ async def get_task(client: Client, task_id: str) -> TaskState:
     return await client.session.send_request(GetTask(params=TaskIdParams(task_id=task_id)), TaskState)
 
 
+async def until_written(path: Path) -> None:
+    for _ in range(300):
+        if path.exists() and path.read_text().strip():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the command did not start: no {path.name}")
+
+
+async def until_gone(client: Client, session: str, pid_file: str) -> None:
+    """The process whose pid the file holds ends in the sandbox (its command was stopped)."""
+    alive = f"kill -0 $(cat {pid_file}) 2>/dev/null && echo alive || echo gone"
+    for _ in range(60):
+        if data(await client.call_tool("exec", {"session": session, "command": alive}))["stdout"] == "gone\n":
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the cancelled exec's command still runs in the sandbox ({pid_file})")
+
+
 # --- the tests ----------------------------------------------------------------------------------------------
 async def test_wait_for_turn_as_a_task_asks_for_the_approval_and_tasks_update_answers_it(
     cluster: Cluster, stack: Stack, model: ScriptedModel
@@ -207,7 +238,7 @@ async def test_wait_for_turn_as_a_task_asks_for_the_approval_and_tasks_update_an
     assert a["phase"] == "Allowed" and a["by"] == "mcp-client"
 
 
-async def test_a_task_is_cancelled_and_the_turn_goes_on(
+async def test_a_task_is_cancelled_and_the_turn_goes_on_and_exec_runs_as_a_task(
     cluster: Cluster, stack: Stack, model: ScriptedModel
 ) -> None:
     model.add(
@@ -216,7 +247,8 @@ async def test_a_task_is_cancelled_and_the_turn_goes_on(
     )
     claude_env(cluster, "mcp-env-plain", model)
     api = Api(stack)
-    new_session(api, "mcp-task-cancel", "mcp-env-plain", "run the slow thing")
+    name = "mcp-task-cancel"
+    new_session(api, name, "mcp-env-plain", "run the slow thing", approvals="deny-risky")
     async with tasks_client(stack, TasksClient()) as client:
         created = await client.session.call_tool(
             "wait_for_turn", {"ref": "mcp-task-cancel", "timeout_seconds": 120}, allow_claimed=True
@@ -231,3 +263,67 @@ async def test_a_task_is_cancelled_and_the_turn_goes_on(
         assert st.status == "cancelled" and st.result is None, st
     # Cancelling the wait doesn't stop the agent.
     assert (await in_thread(api.wait_turn, "mcp-task-cancel", 1))["phase"] == "Completed"
+
+    # exec as a task: working (the streamed output in the status message: tasks carry no progress), then
+    # completed with exec's result.
+    ws = workspace(stack, name)
+    tasks = TasksClient()
+    async with tasks_client(stack, tasks) as client:
+        command = "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.5; done; echo oops >&2; exit 3"
+        out = data(await client.call_tool("exec", {"session": name, "command": command, "stream": True}))
+        assert out["exit_code"] == 3 and out["stdout"] == "".join(f"line{i}\n" for i in range(1, 7)), out
+        assert out["stderr"] == "oops\n" and not out["truncated"] and not out["timed_out"], out
+        [created] = tasks.created
+        assert created.status == "working", created
+        said = [s.status_message or "" for s in tasks.states if s.status == "working"]
+        assert any("characters of output so far; the latest: line" in m for m in said), said
+        done = await get_task(client, created.task_id)
+        assert done.status == "completed" and done.result is not None, done
+        assert done.result["structuredContent"]["exit_code"] == 3, done.result
+
+        # tasks/cancel stops the command in the sandbox, its background child too.
+        created = await client.session.call_tool(
+            "exec",
+            {"session": name, "command": "sleep 300 & echo $! > child.pid; wait", "timeout_seconds": 600},
+            allow_claimed=True,
+        )
+        assert isinstance(created, TaskCreated) and created.status == "working", created
+        await until_written(ws / "child.pid")
+        alive = "kill -0 $(cat child.pid) 2>/dev/null && echo alive || echo gone"
+        assert (
+            data(await client.call_tool("exec", {"session": name, "command": alive}))["stdout"] == "alive\n"
+        )
+        await client.session.send_request(CancelTask(params=TaskIdParams(task_id=created.task_id)), Open)
+        assert (await get_task(client, created.task_id)).status == "cancelled"
+        await until_gone(client, name, "child.pid")
+        # So does cancelling an ordinary exec call (a client without the extension).
+        async with connect(stack) as plain, anyio.create_task_group() as tg:
+            long = {
+                "session": name,
+                "command": "sleep 300 & echo $! > plain.pid; wait",
+                "timeout_seconds": 600,
+            }
+            tg.start_soon(plain.call_tool, "exec", long)
+            await until_written(ws / "plain.pid")
+            tg.cancel_scope.cancel()
+        await until_gone(client, name, "plain.pid")
+        audit = await in_thread(api.get, f"/api/sessions/{name}/events")
+        execs = [e for e in audit.json()["events"] if e["kind"] == "exec"]
+        assert any(e.get("cancelled") and "sleep 300" in e["command"] for e in execs), execs
+
+        # A refusal stays an immediate error: no task made, nothing run.
+        made = len(tasks.created)
+        refused(
+            await client.call_tool("exec", {"session": name, "command": "touch denied.txt && rm -rf /"}),
+            "refused: ",
+            "deny-risky",
+        )
+        refused(
+            await client.call_tool(
+                "exec", {"session": name, "command": "touch t.txt", "timeout_seconds": "9"}
+            ),
+            "invalid",
+            "timeout_seconds",
+        )
+        refused(await client.call_tool("exec", {"session": "mcp-nope", "command": "true"}), "not found")
+        assert len(tasks.created) == made and not (ws / "denied.txt").exists() and not (ws / "t.txt").exists()

@@ -125,6 +125,43 @@ def test_exec_is_killed_after_its_timeout(bench: tuple[W.Workbench, Frames, Path
     assert "timeout" in frames.wait("bad", "result")["error"]
 
 
+def test_a_stopped_exec_ends_with_its_children_and_a_stop_first_keeps_it_from_starting(
+    bench: tuple[W.Workbench, Frames, Path],
+) -> None:
+    wb, frames, ws = bench
+    start = time.monotonic()
+    wb.handle("long", {"op": "exec", "command": "sleep 300 & echo $! > child.pid; wait", "timeout": 600})
+    deadline = time.monotonic() + 20
+    while not (ws / "child.pid").exists() or not (ws / "child.pid").read_text().strip():
+        assert time.monotonic() < deadline, frames.sent
+        time.sleep(0.05)
+    child = int((ws / "child.pid").read_text())
+    wb.handle("stop-1", {"op": "exec", "action": "stop", "exec": "long"})
+    assert frames.wait("stop-1", "result") == {
+        "ok": True,
+        "stopped": True,
+        "request": "stop-1",
+        "kind": "result",
+    }
+    r = frames.wait("long", "result")
+    assert r["stopped"] and r["exit_code"] == 143 and not r["timed_out"], r
+    assert time.monotonic() - start < 15, r
+    with pytest.raises(ProcessLookupError):  # the group went with it: its background child too
+        for _ in range(50):  # a killed child is reaped by init a moment later
+            os.kill(child, 0)
+            time.sleep(0.1)
+    # Stopping an exec that ended (or never came) is nothing to stop; an exec whose stop came first
+    # (each command runs on a thread of its own) doesn't start.
+    wb.handle("stop-2", {"op": "exec", "action": "stop", "exec": "late"})
+    assert not frames.wait("stop-2", "result")["stopped"]
+    wb.handle("late", {"op": "exec", "command": "touch late.txt"})
+    r = frames.wait("late", "result")
+    assert not r["ok"] and "stopped before it started" in r["error"], r
+    assert not (ws / "late.txt").exists()
+    wb.handle("plain", {"op": "exec", "command": "true"})
+    assert "stopped" not in frames.wait("plain", "result")
+
+
 def test_a_process_round_trip_and_its_bounds(bench: tuple[W.Workbench, Frames, Path]) -> None:
     wb, frames, _ = bench
     wb.handle("s", {"op": "process", "action": "start", "command": "cat"})

@@ -10,13 +10,18 @@ audit log; so are process starts, inputs and stops.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from hangar.limits import (
     EXEC_COMMAND_MAX,
@@ -31,12 +36,15 @@ from hangar.models.limits import bounded
 from .. import live_client
 from ..auth import Caller
 from ..exec_policy import judge
-from . import common
+from . import common, tasks
 from .common import Hub, sessions_only
+from .tasks import Tasks
 from .tools import NOT_BLANK, SessionName
 
 Ctx = Context[Any, Any]
 SHOWN_MAX = 2000  # bytes of a command kept in its activity event and audit entry
+STATUS_SECONDS = 1.0  # an exec task's status message shows its output at most this often
+TAIL_MAX = 200  # characters of the latest output a status message shows
 
 Command = Annotated[
     str,
@@ -129,7 +137,29 @@ async def _answer(
     raise ToolError("unavailable: the sandbox gave no answer")
 
 
-def register_live(server: MCPServer[Any], hub: Hub, caller: Callable[[Ctx], Caller]) -> None:
+def task_status(sent: int, tail: str) -> str:
+    """An exec task's status message while it runs: tasks carry no progress notifications, so the output
+    streamed so far is summed up here (its size and its latest line)."""
+    if not sent:
+        return "running: no output yet"
+    lines = [line for line in tail.splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    last = last if len(last) <= TAIL_MAX else "…" + last[-TAIL_MAX:]
+    return f"running: {sent} characters of output so far" + (f"; the latest: {last}" if last else "")
+
+
+def exec_call(meta: FuncMetadata, arguments: dict[str, Any]) -> tuple[str, str] | None:
+    """The session and command of an exec call whose arguments pass the tool's input schema, else None."""
+    try:
+        args = meta.validate_arguments(arguments)
+    except ValidationError:
+        return None
+    return str(args["session"]), str(args["command"])
+
+
+def register_live(
+    server: MCPServer[Any], hub: Hub, caller: Callable[[Ctx], Caller], tasks_ext: Tasks
+) -> None:
     @server.tool(name="exec", annotations=LIVE)
     async def exec_tool(
         session: SessionName,
@@ -146,14 +176,24 @@ def register_live(server: MCPServer[Any], hub: Hub, caller: Callable[[Ctx], Call
         who = caller(ctx)
         s = await _session(hub, who, session, "exec")
         verdict = await _allowed(hub, who, s, command, "exec")
-        sent = 0
+        task = tasks.running()
+        if task is not None:
+            await task.working(f"running: {clip(command, TAIL_MAX)}")
+        sent, tail, shown = 0, "", 0.0
 
         async def progress(frame: dict[str, Any]) -> None:
-            nonlocal sent
+            nonlocal sent, tail, shown
             data = str(frame.get("data", ""))
-            if frame.get("kind") == "output" and data:
-                sent += len(data)
+            if frame.get("kind") != "output" or not data:
+                return
+            sent += len(data)
+            if task is None:
                 await ctx.report_progress(sent, None, data)
+                return
+            tail = (tail + data)[-4 * TAIL_MAX :]
+            if time.monotonic() - shown >= STATUS_SECONDS:  # a database write each: at most once a second
+                shown = time.monotonic()
+                await task.working(task_status(sent, tail))
 
         body = {
             "command": command,
@@ -163,6 +203,13 @@ def register_live(server: MCPServer[Any], hub: Hub, caller: Callable[[Ctx], Call
         }
         try:
             result = await _answer(hub, session, "exec", body, progress if stream else None)
+        except asyncio.CancelledError:
+            # A cancelled task or call: the operator stops the command in the sandbox once this request
+            # goes (live_work); the record says it was cut short.
+            detail = {"command": clip(command, SHOWN_MAX), **verdict, "ran": True, "cancelled": True}
+            with contextlib.suppress(Exception):
+                await asyncio.shield(_record(hub, who, session, "exec", detail))
+            raise
         except ToolError as e:
             await _record(
                 hub,
@@ -193,6 +240,23 @@ def register_live(server: MCPServer[Any], hub: Hub, caller: Callable[[Ctx], Call
                 f"killed after {timeout_seconds} s"
             )
         return result
+
+    meta = Tool.from_function(exec_tool, name="exec").fn_metadata
+
+    async def exec_as_task(who: Caller, arguments: dict[str, Any]) -> bool:
+        """An exec runs as a task only when it would run: its arguments are valid, the session is the
+        caller's to use and its policy allows the command. Else it runs as an ordinary call, which refuses
+        it at once with the usual text and audit (no task made, nothing run)."""
+        call = exec_call(meta, arguments)
+        if call is None:
+            return False
+        try:
+            s = await _session(hub, who, call[0], "exec")
+        except ToolError:
+            return False
+        return judge(s, call[1]).allowed
+
+    tasks_ext.gate("exec", exec_as_task)
 
     @server.tool(annotations=LIVE)
     async def process(

@@ -165,7 +165,7 @@ def build(app: FastAPI) -> MCPServer[Any]:
 
     server.special_read = special
     # Live sandbox work through the operator (exec, process, workspace watches): live.py, live_watch.py.
-    register_live(server, Hub(app.state), lambda ctx: mcp_caller(verifier, ctx))
+    register_live(server, Hub(app.state), lambda ctx: mcp_caller(verifier, ctx), tasks)
     register_watch(server, Hub(app.state), lambda ctx: mcp_caller(verifier, ctx), subscriptions.watches)
     subscriptions.register(server)
     same_capabilities(server)

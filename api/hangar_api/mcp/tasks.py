@@ -1,7 +1,8 @@
 """Tasks (the ``io.modelcontextprotocol/tasks`` extension, SEP-2663) for 2026-07-28 clients that declare it.
 
 A ``wait_for_turn`` call of such a client (a first round: no ``inputResponses`` / ``requestState``) returns a
-task at once (``resultType: "task"``) and runs in the background. ``tasks/get`` shows it: ``working`` (the
+task at once (``resultType: "task"``) and runs in the background; so does a call of a tool registered with a
+gate (:meth:`Tasks.gate`: ``exec``) when its gate lets it (else it runs as an ordinary call). ``tasks/get`` shows it: ``working`` (the
 status message says what the turn is doing), ``input_required`` with the same forms as the call's
 ``input_required`` rounds (``approve-<id>``, ``answer-<n>``), answered with ``tasks/update``; ``completed``
 with the tool's result (a refusal is a result with ``isError``), ``failed`` (a JSON-RPC error), or
@@ -11,7 +12,8 @@ with the tool's result (a refusal is a result with ``isError``), ``failed`` (a J
 A task belongs to the token that created it: anyone else's ``tasks/*`` is "task not found" (-32602), as for
 an unknown id. Tasks are kept in the database (``hangar.store.tasks``) for :data:`TTL_MS` from their
 creation, so any API replica answers ``tasks/*``: the replica that runs a task writes its status there, takes
-the answers any replica recorded (within half a second), and stops when any replica recorded a cancel.
+the answers any replica recorded (within half a second), and stops when any replica recorded a cancel
+(:func:`stop_when_cancelled`, within a second, whatever the work waits on).
 """
 
 from __future__ import annotations
@@ -41,19 +43,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hangar.store.tasks import TaskRow, TaskStore, now_ms
 
+from ..auth import Caller
 from .auth import TokensVerifier
 from .common import Hub
 from .subscriptions import header_caller
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 MISSING_CAPABILITY = -32021
-TASK_TOOLS = frozenset({"wait_for_turn"})
+TASK_TOOLS = frozenset({"wait_for_turn"})  # always a task; more tools join with a gate (Tasks.gate)
 TTL_MS = 60 * 60 * 1000
 POLL_MS = 1000
 MAX_TASKS = 10_000  # running in this process
 CANCEL_CHECK_SECONDS = 1.0  # how often a running task looks for a cancel another replica recorded
 FOLLOW_SECONDS = 0.5  # how often a listen stream reads the tasks it follows
 PURGE_SECONDS = 60.0
+
+# Whether a call of a gated tool runs as a task (its caller, its arguments): False runs it as an ordinary
+# call, which answers at once (a refusal stays an immediate error: no task made, nothing run).
+Gate = Callable[[Caller, dict[str, Any]], Awaitable[bool]]
 
 _running: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar("hangar_mcp_task", default=None)
 
@@ -156,6 +163,21 @@ class TaskRun:
         self._arrived.set()
 
 
+async def stop_when_cancelled(task: TaskRun) -> None:
+    """Stops the task's work (its runner) once a cancel is recorded, by any replica, or the task is gone:
+    also while the work waits on something else than the task (an exec's answer from the sandbox)."""
+    while True:
+        await asyncio.sleep(CANCEL_CHECK_SECONDS)
+        try:
+            row = await task.store.get(task.task_id)
+        except Exception:
+            continue  # the database is away for a moment: look again (the work's own writes fail meanwhile)
+        if row is None or row.status == "cancelled":
+            if task.runner is not None:
+                task.runner.cancel()
+            return
+
+
 class TaskIdParams(RequestParams):
     model_config = ConfigDict(populate_by_name=True, extra="allow")
     task_id: str = Field(alias="taskId", min_length=1, max_length=200)
@@ -186,14 +208,22 @@ class Tasks(Extension):
         self.hub = hub
         self._local: dict[str, TaskRun] = {}  # the tasks this process runs
         self._purged = 0.0
+        self._gates: dict[str, Gate] = {}
+
+    def gate(self, tool: str, may_run: Gate) -> None:
+        """``tool`` runs as a task for a declaring client when ``may_run`` says so (else as an ordinary call)."""
+        self._gates[tool] = may_run
 
     @property
     def store(self) -> TaskStore:
         return TaskStore(self.hub.db)  # the app's database is opened by its lifespan, after this is built
 
     # --- who ----------------------------------------------------------------------------------------------
+    def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
+        return header_caller(self.verifier, ctx.request.headers if ctx.request is not None else None)
+
     def _owner(self, ctx: ServerRequestContext[Any, Any]) -> str:
-        return header_caller(self.verifier, ctx.request.headers if ctx.request is not None else None).subject
+        return self._caller(ctx).subject
 
     async def _find(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> TaskRow:
         if not declared(ctx):
@@ -225,7 +255,10 @@ class Tasks(Extension):
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
         first_round = params.input_responses is None and params.request_state is None
-        if params.name not in TASK_TOOLS or not first_round or not declared(ctx):
+        gate = self._gates.get(params.name)
+        if (params.name not in TASK_TOOLS and gate is None) or not first_round or not declared(ctx):
+            return await call_next(ctx)
+        if gate is not None and not await gate(self._caller(ctx), dict(params.arguments or {})):
             return await call_next(ctx)
         await self._expire()
         if len(self._local) >= MAX_TASKS:
@@ -238,8 +271,12 @@ class Tasks(Extension):
 
         async def body() -> None:
             _running.set(task)
+            watcher = asyncio.create_task(stop_when_cancelled(task))
             try:
-                out = await call_next(ctx)
+                try:
+                    out = await call_next(ctx)
+                finally:
+                    watcher.cancel()
                 if isinstance(out, BaseModel):
                     result = out.model_dump(mode="json", by_alias=True, exclude_none=True)
                 else:
