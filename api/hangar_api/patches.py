@@ -22,6 +22,7 @@ from hangar.store import Database
 from hangar.work import Patch, latest_patch
 
 from .deps import Admin, DbDep, KubeDep, get_session
+from .errors import Problem
 from .job_attempts import JobsCaller, attempt_sessions, get_job
 from .names import JobId, SessionRef
 from .routing import Route
@@ -36,6 +37,13 @@ class DiffResponse(PlainTextResponse):
 # The patch is text, not JSON: declared so (a generated client reads it as a string).
 PATCH_ANSWER: dict[int | str, dict[str, Any]] = {
     200: {"description": "The work as one patch", "content": {"text/x-diff": {"schema": {"type": "string"}}}}
+}
+SESSION_PATCH_ANSWER: dict[int | str, dict[str, Any]] = {
+    **PATCH_ANSWER,
+    409: {  # a refusal is JSON, though the route's answer is a patch (routing.Route does this for the rest)
+        "description": "The session's Environment names no repository: there is no base to diff its work against",
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{Problem.__name__}"}}},
+    },
 }
 
 
@@ -81,7 +89,7 @@ async def session_work_patch(k: Kube, db: Database, name: str) -> Patch:
     return p
 
 
-@router.get("/api/sessions/{ref}/patch", response_class=DiffResponse, responses=PATCH_ANSWER)
+@router.get("/api/sessions/{ref}/patch", response_class=DiffResponse, responses=SESSION_PATCH_ANSWER)
 async def read_session_patch(ref: SessionRef, _: Admin, k: KubeDep, d: DbDep) -> DiffResponse:
     """The session's work as one patch against its base branch (``git apply`` takes it)."""
     return answer(await session_work_patch(k, d, ref))
