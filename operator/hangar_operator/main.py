@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import pwd
-import signal
 import socket
 
 import kopf
@@ -64,10 +63,8 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     await controllers.start()
     log.info("driver gateway listening on %s:%s", settings.gateway_host, controllers.ctx.gateway_port)
     started = asyncio.Event()  # kopf raises it once its startup ran and its watchers may start
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    # SIGTERM and SIGINT are kopf's own (it installs its handlers, replacing any set here): a stop flag of
+    # ours would never be raised, and kopf waits 5 s for its waiter as a hung task at every stop.
 
     @kopf.on.startup()
     async def startup(settings: kopf.OperatorSettings, **_: object) -> None:
@@ -86,7 +83,6 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
             standalone=True,
             namespaces=namespaces,
             clusterwide=settings.watch_all,
-            stop_flag=stop,
             ready_flag=started,
             insights=insights,
             memo=kopf.Memo(controllers=controllers),
