@@ -66,9 +66,23 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     # SIGTERM and SIGINT are kopf's own (it installs its handlers, replacing any set here): a stop flag of
     # ours would never be raised, and kopf waits 5 s for its waiter as a hung task at every stop.
 
+    stopping: list[asyncio.Task[None]] = []
+
+    def stop_controllers() -> asyncio.Task[None]:
+        if not stopping:  # once, whichever asks first
+            stopping.append(asyncio.create_task(controllers.stop()))
+        return stopping[0]
+
     @kopf.on.startup()
     async def startup(settings: kopf.OperatorSettings, **_: object) -> None:
         configure(settings)
+
+    @kopf.on.cleanup()
+    async def cleanup(**_: object) -> None:
+        # Our tasks (the gateway's and the live channel's connections, the sweepers) end here, before kopf
+        # waits 5 s for every task still running after its own have stopped.
+        with contextlib.suppress(Exception):
+            await stop_controllers()
 
     namespaces = [] if settings.watch_all else list(settings.watch_namespaces)
     log.info(
@@ -101,7 +115,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
         await operator
     finally:
         with contextlib.suppress(Exception):
-            await controllers.stop()
+            await stop_controllers()
         await server.cleanup()
         await db.close()
         await kube.close()
