@@ -16,4 +16,4 @@ echo "== tests"
 read -r PG_URL PG_DIR < <(bash tools/postgres.sh)
 trap 'bash tools/postgres.sh stop "$PG_DIR"' EXIT
 export HANGAR_TEST_POSTGRES_URL="$PG_URL"
-python -m pytest -q -p no:cacheprovider "$@"
+python -m pytest -q -p no:cacheprovider --durations=25 "$@"

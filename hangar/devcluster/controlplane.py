@@ -279,6 +279,21 @@ class ControlPlane:
         self.processes.clear()
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs. A process that is not our child (`hangar dev down` stops what `dev up`
+    started) stays a zombie until whoever adopted it reaps it, which may take seconds: it has exited."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):  # gone since, or no /proc: the next look (kill 0) tells
+        return True
+
+
 def stop_process(pid: int, popen: subprocess.Popen[bytes] | None = None, grace: float = 5.0) -> None:
     """SIGTERM the process group, SIGKILL it after ``grace`` seconds."""
     try:
@@ -292,11 +307,8 @@ def stop_process(pid: int, popen: subprocess.Popen[bytes] | None = None, grace: 
         if popen is not None:
             if popen.poll() is not None:
                 return
-        else:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
+        elif not _running(pid):
+            return
         time.sleep(0.05)
     try:
         os.killpg(pid, signal.SIGKILL)

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import pwd
-import signal
 import socket
 
 import kopf
@@ -64,14 +63,26 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     await controllers.start()
     log.info("driver gateway listening on %s:%s", settings.gateway_host, controllers.ctx.gateway_port)
     started = asyncio.Event()  # kopf raises it once its startup ran and its watchers may start
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    # SIGTERM and SIGINT are kopf's own (it installs its handlers, replacing any set here): a stop flag of
+    # ours would never be raised, and kopf waits 5 s for its waiter as a hung task at every stop.
+
+    stopping: list[asyncio.Task[None]] = []
+
+    def stop_controllers() -> asyncio.Task[None]:
+        if not stopping:  # once, whichever asks first
+            stopping.append(asyncio.create_task(controllers.stop()))
+        return stopping[0]
 
     @kopf.on.startup()
     async def startup(settings: kopf.OperatorSettings, **_: object) -> None:
         configure(settings)
+
+    @kopf.on.cleanup()
+    async def cleanup(**_: object) -> None:
+        # Our tasks (the gateway's and the live channel's connections, the sweepers) end here, before kopf
+        # waits 5 s for every task still running after its own have stopped.
+        with contextlib.suppress(Exception):
+            await stop_controllers()
 
     namespaces = [] if settings.watch_all else list(settings.watch_namespaces)
     log.info(
@@ -86,7 +97,6 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
             standalone=True,
             namespaces=namespaces,
             clusterwide=settings.watch_all,
-            stop_flag=stop,
             ready_flag=started,
             insights=insights,
             memo=kopf.Memo(controllers=controllers),
@@ -105,7 +115,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
         await operator
     finally:
         with contextlib.suppress(Exception):
-            await controllers.stop()
+            await stop_controllers()
         await server.cleanup()
         await db.close()
         await kube.close()

@@ -175,8 +175,7 @@ def run_readme_demo(env: dict[str, str], state: dict[str, object]) -> None:
             assert out.stdout.count("Completed (exit 0)") == 2, said
         elif args[0] == "connect":
             assert re.match(r"mcp-only token tok-\w+ for admin ", out.stdout), said
-            config = json.loads(out.stdout[out.stdout.index("{") :])
-            assert config["mcpServers"]["hangar"]["url"].endswith("/mcp"), said
+            assert f'"url": "{state["api_url"]}/mcp"' in out.stdout, said
         elif "--harness" in args:
             harness = args[args.index("--harness") + 1]
             assert f"harness={harness}" in out.stdout, said

@@ -68,10 +68,12 @@ async def test_audit_entries_keep_their_detail(db: Database) -> None:
 
 
 async def test_an_endpoint_is_published_and_replaced(db: Database) -> None:
-    assert await db.endpoint("live") is None
-    await db.put_endpoint("live", "127.0.0.1:1", "t1")
-    await db.put_endpoint("live", "127.0.0.1:2", "t2")  # an operator restarted: the newest wins
-    assert await db.endpoint("live") == ("127.0.0.1:2", "t2")
+    # A name of its own: the PostgreSQL database is shared with the e2e stacks, whose operators publish "live".
+    name = f"live-{uuid.uuid4().hex}"
+    assert await db.endpoint(name) is None
+    await db.put_endpoint(name, "127.0.0.1:1", "t1")
+    await db.put_endpoint(name, "127.0.0.1:2", "t2")  # an operator restarted: the newest wins
+    assert await db.endpoint(name) == ("127.0.0.1:2", "t2")
 
 
 async def test_unknown_database_url_is_refused() -> None:
