@@ -67,7 +67,11 @@ def stack(cluster: Cluster) -> Iterator[Stack]:
     """operator, API and the local pod runner as processes, the way `hangar dev up` runs them."""
     root = Path(tempfile.mkdtemp(prefix="hangar-stack-", dir="/tmp"))
     os.chmod(root, 0o755)
-    s = Stack(root, cluster.kubeconfig, extra_env={"HANGAR_INTERRUPT_GRACE_SECONDS": "5"})
+    # Many modules' sessions share this stack and stay Idle with their sandboxes, so it allows more than the
+    # default 10 at once: a test that needs a free slot (a warm pool's refill) must not depend on which ran
+    # before it. The slot limit itself is tested on a stack of its own (test_slots_e2e.py).
+    env = {"HANGAR_INTERRUPT_GRACE_SECONDS": "5", "HANGAR_MAX_SANDBOXES": "40"}
+    s = Stack(root, cluster.kubeconfig, extra_env=env)
     try:
         s.start_operator()
         s.start_api()
