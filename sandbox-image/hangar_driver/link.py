@@ -30,6 +30,14 @@ DEAD_AFTER = 30.0  # idle seconds (nothing from the gateway, pings unanswered) b
 SEND_TIMEOUT = 30.0
 
 
+def _shutdown(sock: socket.socket) -> None:
+    """Wake whoever reads or writes ``sock`` (its peer may already be gone)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class _LineReader:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -131,10 +139,7 @@ class Link:
                 conn.alive = False
             self.outbox.cond.notify_all()
         if conn is not None:
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shutdown(conn.sock)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -144,10 +149,7 @@ class Link:
                 conn.alive = False
             self.outbox.cond.notify_all()
         if conn is not None:
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shutdown(conn.sock)
 
     def _frame(self, ftype: str, body: Dict[str, Any], seq: int = 0) -> bytes:
         return P.encode(P.sign(self.key, P.make_frame(self.cfg.run, P.D2G, ftype, body, seq=seq)))
@@ -242,10 +244,7 @@ class Link:
                 if self.conn is conn:
                     self.conn = None
                 self.outbox.cond.notify_all()
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shutdown(sock)
             sock.close()
             if writer is not None:
                 writer.join(5)
@@ -270,7 +269,4 @@ class Link:
             log.info("sending to the gateway failed: %s", exc)
             with cond:
                 conn.alive = False
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shutdown(conn.sock)
