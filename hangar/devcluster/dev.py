@@ -136,7 +136,8 @@ def _start_tower(root: Path, stack: Stack, kubeconfig: str) -> tuple[str, int]:
         root,
         "tower",
         "hangar.testing.tower",
-        *("--port", str(port), "--secret", secret, "--credential", credential),
+        # --name=value: a random secret may start with "-", which argparse would take for an option.
+        *("--port", str(port), f"--secret={secret}", f"--credential={credential}"),
         *("--webhook", f"{stack.api_url}/api/governance/events"),
     )
     (root / "tower.json").write_text(json.dumps({"url": url, "credential": credential}))
