@@ -63,6 +63,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.kube = kube if kube is not None else await Kube.connect(kubeconfig, settings.namespace)
         app.state.db = await open_database(settings.database_url)
+        app.state.minted_miss_lock = asyncio.Lock()  # minted_tokens.refresh_on_miss: misses share one read
         app.state.turns = TurnFactory(app.state.kube)
         app.state.governance = _governance(settings, app.state.kube, app.state.db)
         app.state.readiness = _readiness(settings, app.state.kube, app.state.db)

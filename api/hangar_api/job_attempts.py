@@ -10,17 +10,19 @@ repository reads the jobs they may release, so they can see what they are asked 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException
 
-from hangar.kube import Kube, Obj
+from hangar.kube import ApiException, Kube, Obj
 from hangar.models import Job, Session
 from hangar.models.environment import EnvironmentSpec
 from hangar.models.job import JOB_FINAL, attempt_session
 
 from . import names
 from .auth import Caller, jobs_caller, owns
+from .errors import api_error
 
 JobsCaller = Annotated[Caller, Depends(jobs_caller)]
 
@@ -28,6 +30,27 @@ JobsCaller = Annotated[Caller, Depends(jobs_caller)]
 # --- resolving a job and its attempts ----------------------------------------------------------------------
 def no_job(job_id: str) -> HTTPException:
     return HTTPException(404, f"no job {names.shown(job_id)}")
+
+
+async def patch_job_guarded(
+    k: Kube, job_id: str, change: Callable[[], Awaitable[tuple[Obj, Obj]]], refused: str
+) -> tuple[Obj, Obj]:
+    """Write a caller's change to job ``job_id`` only onto the job it was checked against: ``change()`` reads
+    the job, checks it (raising its refusal) and returns ``(job, patch)``; the patch is made at the job's
+    ``resourceVersion``, so a write of the operator's in between (409) means looking again, up to five times.
+    A job gone meanwhile is :func:`no_job`. Returns the job as read and as written."""
+    for _ in range(5):
+        j, patch = await change()
+        patch.setdefault("metadata", {})["resourceVersion"] = j["metadata"]["resourceVersion"]
+        try:
+            return j, await k.patch("jobs", job_id, patch)
+        except ApiException as e:
+            if e.status == 409:
+                continue  # the operator wrote its status meanwhile: look again
+            if e.status == 404:
+                raise no_job(job_id) from None
+            raise api_error(e, refused) from None
+    raise HTTPException(409, f"job {job_id!r} kept changing: try again")
 
 
 async def approvers_of(k: Kube, job: Job) -> tuple[bool, list[str]]:

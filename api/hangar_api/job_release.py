@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from hangar.kube import ApiException, Kube
+from hangar.kube import Kube, Obj
 from hangar.models import Job
 from hangar.store import Database
 
@@ -20,7 +20,7 @@ from . import release_rules as R
 from . import schemas as S
 from .auth import Caller, caller
 from .deps import DbDep, KubeDep
-from .job_attempts import approvers_of, no_job
+from .job_attempts import approvers_of, no_job, patch_job_guarded
 from .names import JobId
 from .routing import Route
 from .views import job_view
@@ -39,7 +39,8 @@ async def decide(
 ) -> dict[str, Any]:
     """Release or reject ``job_id`` as ``who`` (the caller as its token says: never widened). Raises
     HTTPException with the shared refusal texts; returns the job."""
-    for _ in range(5):
+
+    async def change() -> tuple[Obj, Obj]:
         obj = await k.get("jobs", job_id)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             raise no_job(job_id)
@@ -65,23 +66,14 @@ async def decide(
             "at": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             **({"reason": reason} if reason else {}),
         }
-        patch = {
-            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-            "spec": {"release": release},
-        }
-        try:
-            updated = await k.patch("jobs", job_id, patch)
-        except ApiException as e:
-            if e.status == 409:
-                continue  # the operator wrote its status meanwhile: look again
-            if e.status == 404:
-                raise no_job(job_id) from None
-            raise
-        await d.audit(
-            who.subject, f"job.{decision}", job_id, reason=reason or None, submitter=job.spec.submitter
-        )
-        return job_view(updated)
-    raise HTTPException(409, f"job {job_id!r} kept changing: try again")
+        return obj, {"spec": {"release": release}}
+
+    obj, updated = await patch_job_guarded(
+        k, job_id, change, f"job {job_id!r} can't be {R.DECIDED[decision]}"
+    )
+    submitter = Job.model_validate(obj).spec.submitter
+    await d.audit(who.subject, f"job.{decision}", job_id, reason=reason or None, submitter=submitter)
+    return job_view(updated)
 
 
 @router.post("/{job_id}/approve", response_model=S.JobView)

@@ -51,7 +51,7 @@ from .job_attempts import (
     job_state,
     job_turns,
     live_attempts,
-    no_job,
+    patch_job_guarded,
     refuse_final,
 )
 from .names import JobId
@@ -189,31 +189,22 @@ async def read_job(job_id: JobId, who: JobsCaller, k: KubeDep) -> dict[str, Any]
 @router.post("/{job_id}/cancel", status_code=202, response_model=S.JobView)
 async def cancel_job(job_id: JobId, who: JobsCaller, k: KubeDep, d: DbDep) -> dict[str, Any]:
     """Cancel: the operator stops the attempts and the job ends ``cancelled``."""
-    for _ in range(5):
+
+    async def change() -> tuple[Obj, Obj]:
         j = await get_job(k, who, job_id)
         state = job_state(j)
         if state in JOB_FINAL:
             raise HTTPException(409, f"job {job_id!r} is already {state}: nothing to cancel")
         if j["spec"].get("cancelled"):
             raise HTTPException(409, f"job {job_id!r} is already being cancelled")
-        patch = {
-            "metadata": {
-                "resourceVersion": j["metadata"]["resourceVersion"],
-                "annotations": {"hangar.dev/cancelled-by": who.subject},
-            },
+        return j, {
+            "metadata": {"annotations": {"hangar.dev/cancelled-by": who.subject}},
             "spec": {"cancelled": True},
         }
-        try:
-            updated = await k.patch("jobs", job_id, patch)
-        except ApiException as e:
-            if e.status == 409:
-                continue  # the operator wrote its status meanwhile: look again
-            if e.status == 404:
-                raise no_job(job_id) from None
-            raise api_error(e, f"job {job_id!r} can't be cancelled") from None
-        await d.audit(who.subject, "job.cancel", job_id, state=state)
-        return job_view(updated)
-    raise HTTPException(409, f"job {job_id!r} kept changing: try again")
+
+    j, updated = await patch_job_guarded(k, job_id, change, f"job {job_id!r} can't be cancelled")
+    await d.audit(who.subject, "job.cancel", job_id, state=job_state(j))
+    return job_view(updated)
 
 
 @router.post("/{job_id}/follow_up", status_code=202, response_model=S.FollowUpAnswer)

@@ -54,9 +54,7 @@ async def refresh_on_miss(state: Any, token: str) -> None:
     if not token.startswith(PREFIX) or getattr(state, "db", None) is None:
         return
     arrived = time.monotonic()
-    lock: asyncio.Lock | None = getattr(state, "minted_miss_lock", None)
-    if lock is None:
-        lock = state.minted_miss_lock = asyncio.Lock()
+    lock: asyncio.Lock = state.minted_miss_lock  # made with the database, in the app's lifespan
     async with lock:  # misses at once share one read
         read_at: float = getattr(state, "minted_read_at", 0.0)
         if read_at > arrived:

@@ -68,6 +68,12 @@ def _crd(kind: str, plural: str, short: list[str], scope: str, version: dict[str
     }
 
 
+def _schema(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    """An object's schema: the fields every object has, and what is this kind's own."""
+    own = {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}}
+    return {"openAPIV3Schema": {"type": "object", "required": required, "properties": {**own, **properties}}}
+
+
 def _col(name: str, type_: str, path: str) -> dict[str, str]:
     return {"name": name, "type": type_, "jsonPath": path}
 
@@ -87,48 +93,42 @@ VOLUME_SNAPSHOT = _crd(
             _col("SnapshotContent", "string", ".status.boundVolumeSnapshotContentName"),
             _col("Age", "date", ".metadata.creationTimestamp"),
         ],
-        "schema": {
-            "openAPIV3Schema": {
-                "type": "object",
-                "required": ["spec"],
-                "properties": {
-                    "apiVersion": {"type": "string"},
-                    "kind": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    "spec": {
-                        "type": "object",
-                        "required": ["source"],
-                        "properties": {
-                            "source": {
-                                "type": "object",
-                                "oneOf": [
-                                    {"required": ["persistentVolumeClaimName"]},
-                                    {"required": ["volumeSnapshotContentName"]},
-                                ],
-                                "properties": {
-                                    "persistentVolumeClaimName": {"type": "string"},
-                                    "volumeSnapshotContentName": {"type": "string"},
-                                },
+        "schema": _schema(
+            ["spec"],
+            {
+                "spec": {
+                    "type": "object",
+                    "required": ["source"],
+                    "properties": {
+                        "source": {
+                            "type": "object",
+                            "oneOf": [
+                                {"required": ["persistentVolumeClaimName"]},
+                                {"required": ["volumeSnapshotContentName"]},
+                            ],
+                            "properties": {
+                                "persistentVolumeClaimName": {"type": "string"},
+                                "volumeSnapshotContentName": {"type": "string"},
                             },
-                            "volumeSnapshotClassName": {"type": "string"},
                         },
+                        "volumeSnapshotClassName": {"type": "string"},
                     },
-                    "status": {
-                        "type": "object",
-                        "properties": {
-                            "boundVolumeSnapshotContentName": {"type": "string"},
-                            "creationTime": {"type": "string", "format": "date-time"},
-                            "error": _ERROR,
-                            "readyToUse": {"type": "boolean"},
-                            "restoreSize": {
-                                "anyOf": [{"type": "integer"}, {"type": "string"}],
-                                "x-kubernetes-int-or-string": True,
-                            },
+                },
+                "status": {
+                    "type": "object",
+                    "properties": {
+                        "boundVolumeSnapshotContentName": {"type": "string"},
+                        "creationTime": {"type": "string", "format": "date-time"},
+                        "error": _ERROR,
+                        "readyToUse": {"type": "boolean"},
+                        "restoreSize": {
+                            "anyOf": [{"type": "integer"}, {"type": "string"}],
+                            "x-kubernetes-int-or-string": True,
                         },
                     },
                 },
-            }
-        },
+            },
+        ),
     },
 )
 
@@ -147,61 +147,55 @@ VOLUME_SNAPSHOT_CONTENT = _crd(
             _col("VolumeSnapshot", "string", ".spec.volumeSnapshotRef.name"),
             _col("Age", "date", ".metadata.creationTimestamp"),
         ],
-        "schema": {
-            "openAPIV3Schema": {
-                "type": "object",
-                "required": ["spec"],
-                "properties": {
-                    "apiVersion": {"type": "string"},
-                    "kind": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    "spec": {
-                        "type": "object",
-                        "required": ["deletionPolicy", "driver", "source", "volumeSnapshotRef"],
-                        "properties": {
-                            "deletionPolicy": {"type": "string", "enum": ["Delete", "Retain"]},
-                            "driver": {"type": "string"},
-                            "source": {
-                                "type": "object",
-                                "oneOf": [{"required": ["snapshotHandle"]}, {"required": ["volumeHandle"]}],
-                                "properties": {
-                                    "snapshotHandle": {"type": "string"},
-                                    "volumeHandle": {"type": "string"},
-                                },
-                            },
-                            "sourceVolumeMode": {"type": "string"},
-                            "volumeSnapshotClassName": {"type": "string"},
-                            "volumeSnapshotRef": {
-                                "type": "object",
-                                "x-kubernetes-map-type": "atomic",
-                                "properties": {
-                                    k: {"type": "string"}
-                                    for k in (
-                                        "apiVersion",
-                                        "fieldPath",
-                                        "kind",
-                                        "name",
-                                        "namespace",
-                                        "resourceVersion",
-                                        "uid",
-                                    )
-                                },
+        "schema": _schema(
+            ["spec"],
+            {
+                "spec": {
+                    "type": "object",
+                    "required": ["deletionPolicy", "driver", "source", "volumeSnapshotRef"],
+                    "properties": {
+                        "deletionPolicy": {"type": "string", "enum": ["Delete", "Retain"]},
+                        "driver": {"type": "string"},
+                        "source": {
+                            "type": "object",
+                            "oneOf": [{"required": ["snapshotHandle"]}, {"required": ["volumeHandle"]}],
+                            "properties": {
+                                "snapshotHandle": {"type": "string"},
+                                "volumeHandle": {"type": "string"},
                             },
                         },
-                    },
-                    "status": {
-                        "type": "object",
-                        "properties": {
-                            "creationTime": {"type": "integer", "format": "int64"},
-                            "error": _ERROR,
-                            "readyToUse": {"type": "boolean"},
-                            "restoreSize": {"type": "integer", "format": "int64", "minimum": 0},
-                            "snapshotHandle": {"type": "string"},
+                        "sourceVolumeMode": {"type": "string"},
+                        "volumeSnapshotClassName": {"type": "string"},
+                        "volumeSnapshotRef": {
+                            "type": "object",
+                            "x-kubernetes-map-type": "atomic",
+                            "properties": {
+                                k: {"type": "string"}
+                                for k in (
+                                    "apiVersion",
+                                    "fieldPath",
+                                    "kind",
+                                    "name",
+                                    "namespace",
+                                    "resourceVersion",
+                                    "uid",
+                                )
+                            },
                         },
                     },
                 },
-            }
-        },
+                "status": {
+                    "type": "object",
+                    "properties": {
+                        "creationTime": {"type": "integer", "format": "int64"},
+                        "error": _ERROR,
+                        "readyToUse": {"type": "boolean"},
+                        "restoreSize": {"type": "integer", "format": "int64", "minimum": 0},
+                        "snapshotHandle": {"type": "string"},
+                    },
+                },
+            },
+        ),
     },
 )
 
@@ -216,20 +210,14 @@ VOLUME_SNAPSHOT_CLASS = _crd(
             _col("DeletionPolicy", "string", ".deletionPolicy"),
             _col("Age", "date", ".metadata.creationTimestamp"),
         ],
-        "schema": {
-            "openAPIV3Schema": {
-                "type": "object",
-                "required": ["deletionPolicy", "driver"],
-                "properties": {
-                    "apiVersion": {"type": "string"},
-                    "kind": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    "deletionPolicy": {"type": "string", "enum": ["Delete", "Retain"]},
-                    "driver": {"type": "string"},
-                    "parameters": {"type": "object", "additionalProperties": {"type": "string"}},
-                },
-            }
-        },
+        "schema": _schema(
+            ["deletionPolicy", "driver"],
+            {
+                "deletionPolicy": {"type": "string", "enum": ["Delete", "Retain"]},
+                "driver": {"type": "string"},
+                "parameters": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        ),
     },
 )
 
