@@ -294,8 +294,8 @@ class TurnRunner:
     def prepare_turn(self, body: Dict[str, Any]) -> Dict[str, Any]:
         """Pre-start the CLI of the turn the operator will start next, configured as ``start_turn`` with the
         same body (its message aside) would start it (``live.py``, "Pre-started CLIs"): for a sandbox's
-        first turn, which no turn before pre-started. Nothing of it is a turn: no event, no turn started,
-        and a ``start_turn`` whose configuration differs starts a fresh CLI. ``prestarted`` says whether a CLI
+        first turn, which no turn before pre-started. Nothing of it is a turn: no turn event, no turn started
+        (one ``log`` line says it), and a ``start_turn`` whose configuration differs starts a fresh CLI. ``prestarted`` says whether a CLI
         now waits, ``why`` why not when none does."""
         h = self.need_harness()
         f = self._parse(h, body)
@@ -311,7 +311,7 @@ class TurnRunner:
             ok = bool(h.prestart(cfg))  # type: ignore[attr-defined]
         if not ok:
             return {"prestarted": False, "why": "the CLI could not start"}
-        # A line in the session's log (not a turn's event): when the first turn's CLI became ready to wait.
+        # A line in the session's log, not a turn's event: when the CLI started to wait for its turn.
         self._emit_raw(
             "log",
             {"level": "debug", "message": "%s pre-started for turn %s" % (self.cfg.harness, f["turn"])},
