@@ -328,6 +328,8 @@ class Bench:
             at = wall(e.get("at"))
             if at is not None:
                 out.setdefault(e["kind"], at)
+            if e["kind"] == "turn_started" and e.get("prestarted"):
+                out.setdefault("prestarted", 1.0)  # its CLI was started ahead of it (live.py)
         return out
 
     @staticmethod
@@ -408,6 +410,7 @@ class Bench:
             "to_turn_ended_event": since("turn_ended"),
             "to_turn_finished": (finished - w0) if finished else None,
             "model_requests": len(reqs),
+            "prestarted": "prestarted" in ev,
             "cpu": cpu,
         }
 
@@ -591,6 +594,7 @@ class Bench:
             log(
                 f"turn {k}/{m}: hangar {h['total']:.3f} s   claude direct {f['total']:.3f} s "
                 f"(exit {f['to_exit']:.3f} s)   model requests {h['model_requests']}/{f['model_requests']}"
+                f"{'   CLI pre-started' if h['prestarted'] else ''}"
             )
         self.cpu.pids.pop("sandbox driver", None)
         await self.delete_session(name, None)
@@ -654,6 +658,11 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
             "model requests per turn (hangar / floor)": [
                 med([x["model_requests"] for x in H]),
                 med([x["model_requests"] for x in F]),
+            ],
+            # Not a time: how many of the turns ran in a CLI started ahead of them, of all.
+            "turns whose CLI was pre-started (count / of)": [
+                sum(1 for x in H if x.get("prestarted")),
+                len(H),
             ],
         }
     for key, src in (("connect", "connect"), ("turn", "turns")):

@@ -28,6 +28,7 @@ from .context import Context, resource
 from .governance.idle import IdleSuspension
 from .governance.suspension import Suspensions
 from .lifecycle import SESSION, TURN, after, move
+from .prepare_turn import prepare_first_turn
 from .sandbox_objects import workspace_name, workspace_pvc
 from .sandboxes import Sandboxes
 from .status import patch_status
@@ -181,6 +182,7 @@ class Sessions:
                 due = time.time() + self.ctx.settings.connect_timeout + 0.5
                 self._wake_at(ns, name, "connect", due, check=True)
             return
+        await prepare_first_turn(self.ctx, ns, s_obj, turns, policy, env)  # the first turn's CLI, ahead
         if st.sandbox.connected and st.current_turn is None and queued:
             await self._start_turn(ns, s_obj, queued[0], policy, env)
         elif await self.idle.maybe_suspend(ns, s_obj, env, bool(queued)):

@@ -60,6 +60,7 @@ class Driver:
         self.repo = Repo(dict(os.environ), cfg.workspace, cfg.state_dir, cfg.run)
         self.ops: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
             P.OP_START_TURN: self.turns.start_turn,
+            P.OP_PREPARE_TURN: self.turns.prepare_turn,
             P.OP_STEER: self.turns.steer,
             P.OP_WITHDRAW: self.turns.withdraw,
             P.OP_INTERRUPT: self.turns.interrupt,

@@ -9,11 +9,16 @@ Starting the CLI is most of a short turn (Claude Code: ~0.45 s of node start-up 
 request). So once a turn has ended the core calls ``prestart`` with the next turn's configuration as it will
 most likely be (the same model, approvals, environment and argv, ``--resume`` of the conversation just
 reported, the next turn's name and $HANGAR_IO), and the adapter starts that CLI at once; it waits for its
-first message on stdin. ``start_turn`` uses it only when the argv, the environment, the working directory,
+first message on stdin. A sandbox's first turn has no turn before it: the operator, once the driver is
+connected (a warm pool's sandbox: once adopted by its session) and no turn is queued, sends ``prepare_turn``
+with what its ``start_turn`` will carry but the message (``TurnRunner.prepare_turn``), and the adapter
+starts that CLI alike. ``start_turn`` uses it only when the argv, the environment, the working directory,
 the uid and the CLI's settings files (``_fingerprint``) are exactly what a fresh start would have, the
 process still runs and is younger than WARM_MAX_AGE; anything else is killed and a fresh process started,
-so a turn never runs in a stale one. The pre-started process is new (it shares nothing with the turn before,
-allow_always grants included: those die with their process), exactly as a process started at the turn.
+so a turn never runs in a stale one; one no turn took is stopped at WARM_MAX_AGE, and ``close`` (shutdown,
+the pod's end) stops it. Its output is not read before its turn starts, so nothing of it shows before
+``turn_started``. The pre-started process is new (it shares nothing with the turn before, allow_always
+grants included: those die with their process), exactly as a process started at the turn.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class Warm:
         self.proc = proc
         self.key = key
         self.started = time.monotonic()
+        self.expiry: Optional[threading.Timer] = None  # stops it at WARM_MAX_AGE if no turn took it
 
 
 class LiveTurn:
@@ -106,13 +112,25 @@ class LiveHarness(Harness, Generic[TurnT]):
             except OSError as e:
                 self.emit("log", {"level": "debug", "message": "cannot pre-start %s: %s" % (argv[0], e)})
                 return False
-            self._warm = Warm(proc, self._key(argv, extra_env, cfg))
+            warm = Warm(proc, self._key(argv, extra_env, cfg))
+            # Not left waiting past the age at which no turn would take it (nor hold its memory that long).
+            warm.expiry = threading.Timer(WARM_MAX_AGE, self._expire_warm, [warm])
+            warm.expiry.daemon = True
+            warm.expiry.start()
+            self._warm = warm
         return True
+
+    def _expire_warm(self, warm: Warm) -> None:
+        with self._warm_lock:
+            if self._warm is warm:
+                self._drop_warm()
 
     def _drop_warm(self) -> None:
         """Stop the pre-started CLI, if any (caller holds ``_warm_lock``)."""
         warm, self._warm = self._warm, None
         if warm is not None:
+            if warm.expiry is not None:
+                warm.expiry.cancel()
             stop(warm.proc)
 
     def _take_warm(self, argv: List[str], extra_env: Dict[str, str], cfg: TurnConfig) -> Any:
@@ -121,6 +139,8 @@ class LiveHarness(Harness, Generic[TurnT]):
             warm, self._warm = self._warm, None
         if warm is None:
             return None
+        if warm.expiry is not None:
+            warm.expiry.cancel()
         why = []
         if warm.proc.poll() is not None:
             why.append("it had exited (%s)" % warm.proc.returncode)

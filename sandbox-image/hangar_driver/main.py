@@ -40,6 +40,12 @@ Commands (``command`` frames; every one is answered by a ``command_result`` even
   one, leaving it as it was (a session fork; the new id comes as ``conversation``). Refused while a turn
   runs, for a turn id this driver already started, and for ``approvals`` other than ``auto`` on a harness
   without live permission prompts.
+- ``prepare_turn`` {turn, model?, conversation?, fork?, approvals?, tainted?, env?, extra?, argv_prefix?}
+  → {prestarted: bool, why?}: what ``start_turn`` of that turn will carry, its message aside, checked alike.
+  A harness that pre-starts (``live.py``, "Pre-started CLIs") starts that turn's CLI now, to wait for it;
+  nothing of it is a turn (no turn event, one ``log`` line) and a ``start_turn`` whose configuration
+  differs starts a fresh one.
+  The operator sends it once a sandbox is connected with no turn to start (its first turn).
 - ``steer`` {steer_id, message, turn?} → {steer_id, status?, at}; a harness that can't be steered answers
   ``ok: false``, error "harness X cannot be steered: the message starts the next turn". When ``turn`` (or, without it, any
   turn) is no longer running, the steer is reported ``queued`` at once (a ``steer`` event, then this result

@@ -68,8 +68,8 @@ Gateway to driver (``g2d``):
 - ``welcome`` the answer to a valid ``hello``. body: ``{"acked": N, "nonce": NONCE}``: N is the highest
               event seq the gateway has durably stored for the run (0 for none).
 - ``ack``     body ``{"seq": N}``: cumulative, every event up to N is durably stored.
-- ``command`` ``id`` = command id. body: ``{"op": OP, ...}`` with OP one of start_turn, steer, withdraw,
-              interrupt, answer, taint, checkpoint, shutdown (see ``hangar_driver.main`` for each body).
+- ``command`` ``id`` = command id. body: ``{"op": OP, ...}`` with OP one of start_turn, prepare_turn,
+              steer, withdraw, interrupt, answer, taint, checkpoint, shutdown (see ``hangar_driver.main`` for each body).
 - ``pong``    body ``{}``.
 
 Handshake
@@ -137,6 +137,7 @@ TYPES = {D2G: frozenset({HELLO, EVENT, ACK, PING, LIVE}), G2D: frozenset({WELCOM
 
 # Command ops.
 OP_START_TURN = "start_turn"
+OP_PREPARE_TURN = "prepare_turn"  # pre-start the CLI of the turn start_turn will start next
 OP_STEER = "steer"
 OP_WITHDRAW = "withdraw"
 OP_INTERRUPT = "interrupt"
@@ -157,6 +158,7 @@ OPS = (
         {
             OP_ADOPT,
             OP_START_TURN,
+            OP_PREPARE_TURN,
             OP_STEER,
             OP_WITHDRAW,
             OP_INTERRUPT,

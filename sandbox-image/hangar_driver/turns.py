@@ -188,14 +188,12 @@ class TurnRunner:
 
     # --------------------------------------------------------------- commands
 
-    def start_turn(self, body: Dict[str, Any]) -> Dict[str, Any]:
-        h = self.need_harness()
+    def _parse(self, h: Harness, body: Dict[str, Any]) -> Dict[str, Any]:
+        """The fields of a ``start_turn`` or ``prepare_turn`` body, checked (its message aside): the same
+        rules for both, so a CLI prepared for a turn is started exactly as the turn would start it."""
         turn = body.get("turn")
         if not safe_name(turn):
             raise CommandError("turn must be a name of letters, digits, '.', '_' and '-' (up to 128)")
-        assert isinstance(turn, str)
-        message = str_field(body, "message", limit=2 * 1024 * 1024)
-        assert message is not None
         approvals = str_field(body, "approvals", required=False, limit=40) or "auto"
         if approvals != "auto" and hardening.HARDENING_ERROR is not None:
             raise CommandError(
@@ -210,20 +208,12 @@ class TurnRunner:
             )
         if turn in self.turns_started:
             raise CommandError("turn %s was already started" % turn)
-        if self.stopping.is_set():
-            # The pod is going away (SIGTERM, shutdown): the turn must run in the next sandbox, not die here.
-            raise CommandError("the sandbox is shutting down: turn %s was not started" % turn)
-        with h.lock:
-            if h.running():
-                raise CommandError("a turn is already running")
         conversation = str_field(body, "conversation", required=False, limit=200)
         fork = body.get("fork", False)
         if not isinstance(fork, bool):
             raise CommandError("fork must be true or false")
         if fork and not conversation:
             raise CommandError("fork needs the conversation to fork")
-        if body.get("tainted"):
-            self.tainted = True
         env = dict(self.cfg.agent_env)
         extra_env = body.get("env") or {}
         if not isinstance(extra_env, dict) or not all(
@@ -239,36 +229,94 @@ class TurnRunner:
         argv = body.get("argv_prefix", self.cfg.argv_prefix)
         if argv is not None and (not isinstance(argv, list) or not all(isinstance(a, str) for a in argv)):
             raise CommandError("argv_prefix must be a list of strings")
-        io_dir = os.path.join(self.cfg.state_dir, "io", turn)
+        model = str_field(body, "model", required=False, limit=200)
+        return {
+            "turn": turn,
+            "approvals": approvals,
+            "conversation": conversation,
+            "fork": fork,
+            "env": env,
+            "extra": extra,
+            "argv": argv,
+            "model": model,
+        }
+
+    def _config(self, f: Dict[str, Any], message: str) -> TurnConfig:
+        """The turn's configuration from ``_parse``'s fields, its $HANGAR_IO made."""
+        io_dir = os.path.join(self.cfg.state_dir, "io", f["turn"])
         hardening.secure_dir(io_dir, self.cfg.agent_uid, self.cfg.agent_gid, 0o700)
+        env = dict(f["env"])
         env["HANGAR_IO"] = io_dir
-        self.io_dir = io_dir
-        cfg = TurnConfig(
-            turn_id=turn,
+        return TurnConfig(
+            turn_id=f["turn"],
             message=message,
             cwd=self.cfg.workspace,
             env=env,
-            argv_prefix=argv,
-            model=str_field(body, "model", required=False, limit=200),
-            conversation=conversation,
-            fork=fork,
-            approvals=approvals,
+            argv_prefix=f["argv"],
+            model=f["model"],
+            conversation=f["conversation"],
+            fork=f["fork"],
+            approvals=f["approvals"],
             tainted=self.tainted,
             run_as=self.cfg.run_as,
-            extra=extra,
+            extra=f["extra"],
             mcp_servers=self.cfg.mcp_servers,
         )
+
+    def start_turn(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        h = self.need_harness()
+        f = self._parse(h, body)
+        turn = f["turn"]
+        message = str_field(body, "message", limit=2 * 1024 * 1024)
+        assert message is not None
+        if self.stopping.is_set():
+            # The pod is going away (SIGTERM, shutdown): the turn must run in the next sandbox, not die here.
+            raise CommandError("the sandbox is shutting down: turn %s was not started" % turn)
+        with h.lock:
+            if h.running():
+                raise CommandError("a turn is already running")
+        if body.get("tainted"):
+            self.tainted = True
+        cfg = self._config(f, message)
+        self.io_dir = cfg.env["HANGAR_IO"]
         self.turns_started.add(turn)
         self.current_turn = turn
         self.last_cfg = cfg
-        self.watcher.start_turn(turn, io_dir)
+        self.watcher.start_turn(turn, self.io_dir)
         try:
             with h.lock:
                 h.start_turn(cfg)
         except Exception:
             self.watcher.finish_turn(turn)
             raise
-        return {"turn": turn, "io": io_dir}
+        return {"turn": turn, "io": self.io_dir}
+
+    def prepare_turn(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """Pre-start the CLI of the turn the operator will start next, configured as ``start_turn`` with the
+        same body (its message aside) would start it (``live.py``, "Pre-started CLIs"): for a sandbox's
+        first turn, which no turn before pre-started. Nothing of it is a turn: no turn event, no turn started
+        (one ``log`` line says it), and a ``start_turn`` whose configuration differs starts a fresh CLI. ``prestarted`` says whether a CLI
+        now waits, ``why`` why not when none does."""
+        h = self.need_harness()
+        f = self._parse(h, body)
+        if not getattr(h, "prestarts", False):
+            return {"prestarted": False, "why": "harness %s does not pre-start its CLI" % self.cfg.harness}
+        with h.lock:  # start_turn takes it too: a turn that follows waits for this start, then takes it
+            if self.closed or self.stopping.is_set():
+                return {"prestarted": False, "why": "the sandbox is shutting down"}
+            if h.running():
+                return {"prestarted": False, "why": "a turn is running"}
+            cfg = self._config(f, "")
+            cfg.tainted = cfg.tainted or bool(body.get("tainted"))
+            ok = bool(h.prestart(cfg))  # type: ignore[attr-defined]
+        if not ok:
+            return {"prestarted": False, "why": "the CLI could not start"}
+        # A line in the session's log, not a turn's event: when the CLI started to wait for its turn.
+        self._emit_raw(
+            "log",
+            {"level": "debug", "message": "%s pre-started for turn %s" % (self.cfg.harness, f["turn"])},
+        )
+        return {"prestarted": True}
 
     def steer(self, body: Dict[str, Any]) -> Dict[str, Any]:
         h = self.need_harness()

@@ -219,7 +219,25 @@ def test_allow_always_lasts_the_turn_and_the_next_turn_asks_again(
     make_env(cluster, f"apr-env-{harness}", harness, model)
     api = Api(stack)
     try:
-        new_session(api, name, f"apr-env-{harness}", harness, "INIT twice", approvals="ask")
+        # Created idle, then the message: Claude's first turn runs in the CLI the operator had the driver
+        # start ahead of it (prepare_turn), the second in the one started when the first ended. Neither
+        # carries a grant over: the second turn asks again.
+        body = {"name": name, "environment": f"apr-env-{harness}", "harness": harness, "approvals": "ask"}
+        assert api.post(
+            "/api/sessions", body | ({"model": "fake-model"} if harness == "codex" else {})
+        ).is_success
+        if harness == "claude":
+            wait(
+                lambda: any(
+                    f"pre-started for turn {name}-1" in str(e.get("message")) for e in api.events(name)
+                ),
+                90,
+                "the first turn's CLI pre-started",
+                lambda: api.debug(name),
+            )
+        else:
+            wait(lambda: api.session(name)["sandbox"]["connected"], 90, "connected", lambda: api.debug(name))
+        assert api.post(f"/api/sessions/{name}/messages", {"message": "INIT twice"}).status_code == 202
         a = wait_pending(api, name)
         assert first in a["command"]
         assert decide(api, name, a["id"], "allow_always").status_code == 200
@@ -235,6 +253,9 @@ def test_allow_always_lasts_the_turn_and_the_next_turn_asks_again(
         assert again["turn"] == f"{name}-2"
         assert decide(api, name, again["id"], "allow").status_code == 200
         assert api.wait_turn(name, 2)["phase"] == "Completed", api.debug(name)
+        started = {e["turn"]: e.get("prestarted") for e in api.events(name) if e["kind"] == "turn_started"}
+        ahead = True if harness == "claude" else None  # Codex starts its app-server with the turn
+        assert started == {f"{name}-1": ahead, f"{name}-2": ahead}, started
     finally:
         cleanup(api, name)
 

@@ -1,6 +1,7 @@
-"""Pre-started CLIs: once a turn ends the driver starts the next turn's ``claude`` and the next turn uses it;
-one that died or whose configuration differs is replaced, never used. The real driver over the real gateway
-(as in test_gateway_driver.py), the real ``claude`` CLI, the scripted model."""
+"""Pre-started CLIs: once a turn ends (or, for a sandbox's first turn, on ``prepare_turn``) the driver starts
+the next turn's ``claude`` and the next turn uses it; one that died or whose configuration differs is replaced,
+never used. The real driver over the real gateway (as in test_gateway_driver.py), the real ``claude`` CLI, the
+scripted model."""
 
 from __future__ import annotations
 
@@ -203,3 +204,24 @@ async def test_a_changed_model_or_a_dead_cli_is_replaced_not_used(claude_env: Ca
     await until(lambda: store.result_of(run, cid), what="shutdown result")
     await until(lambda: drv.proc.poll() is not None, timeout=30, what="driver exit")
     await until(lambda: not Path(f"/proc/{warm}").exists(), timeout=10, what="the pre-started CLI gone")
+
+
+async def test_prepare_turn_pre_starts_the_first_turns_cli(
+    claude_env: Callable[[], Any], model: ScriptedModel
+) -> None:
+    store, gw, drv = await claude_env()
+    run = drv.run
+    body = {"turn": "p-1", "approvals": "auto", "model": "claude-sonnet-4-5", "conversation": None}
+    cid = await gw.send(run, "prepare_turn", body)
+    [result] = await until(lambda: store.result_of(run, cid), what="prepare_turn result")
+    assert result["ok"] and result["prestarted"] is True, (result, drv.logs())
+    [warm] = claude_children(drv.proc.pid)
+    # It waits for its message: no model request, no turn event.
+    assert not model.requests and not store.named(run, "turn_started")
+    await run_turn(store, gw, drv, "p-1")
+    assert started_of(store, run, "p-1").get("prestarted") is True, logs_of(store, run)
+    assert warm not in claude_children(drv.proc.pid)
+    # After it the driver pre-starts the next turn itself, as for every turn.
+    await until(lambda: len(claude_children(drv.proc.pid)) == 1, timeout=30, what="a pre-started CLI")
+    await run_turn(store, gw, drv, "p-2")
+    assert started_of(store, run, "p-2").get("prestarted") is True, logs_of(store, run)
