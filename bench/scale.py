@@ -6,8 +6,12 @@ the API and the apiserver do all of their real work while no agent runs. Per cou
 created → driver connected; the operator's RSS per session; over an idle window, operator and apiserver CPU
 (% of a core) and apiserver requests per second (its ``apiserver_request_total``); then probes through the
 REST API on sessions picked at random: a message → ``start_turn`` reaches the driver (the reconcile lag),
-→ the turn is Completed, and a steer → it reaches the driver. Sessions are added between counts, never
-deleted. ``--plot`` draws lag and memory against the session count.
+→ the turn is Completed, and a steer → it reaches the driver; last, for ``--events`` seconds, **events per
+second applied**: every driver of the swarm sends activity events at once (``text``, as the Claude adapter
+sends one per assistant text block, at most ``--event-window`` unacknowledged each), and an event counts as
+applied when the gateway acknowledges it, which it does only after the operator has applied its effect and
+stored it (``Swarm.flood``). Sessions are added between counts, never deleted. ``--plot`` draws lag, memory,
+idle CPU and events per second against the session count.
 """
 
 from __future__ import annotations
@@ -291,6 +295,21 @@ class Bench:
             "load_average": os.getloadavg()[0],
         }
 
+    async def events(self, seconds: float, window: int) -> dict[str, Any]:
+        """Events per second applied while every driver sends activity; operator and apiserver CPU meanwhile."""
+        cpu0 = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        t0 = time.monotonic()
+        flood = await self.swarm.flood(seconds, window)
+        dt = time.monotonic() - t0  # the window and the drain
+        cpu1 = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        lat = flood.pop("send_to_applied_s")
+        return {
+            **flood,
+            "per_second": round(flood["per_second"], 1),
+            "send_to_applied_s": summary(lat) if lat else None,
+            "cpu_pct": {k: round(100 * (cpu1[k] - cpu0[k]) / dt, 1) for k in cpu1},
+        }
+
     async def probe_turn(self, session: str, hold: bool = False) -> tuple[float, float | None, float]:
         """POST a message; (→ start_turn at the driver, → Completed or None while held, and the operator's
         reconcile lag: the Turn's creation seen by a watch (the bench's, beside the operator's) → start_turn)."""
@@ -358,6 +377,8 @@ async def run(
     probes: int,
     res: dict[str, Any],
     save: Path | None,
+    events_s: float = 0.0,
+    event_window: int = 8,
 ) -> dict[str, Any]:
     """The points, also written to ``save`` after each one: a run cut short keeps what it measured."""
     out: dict[str, Any] = {"points": []}
@@ -383,6 +404,16 @@ async def run(
             )
             probed = await b.probes(names, probes, 0.2)
             log(f"{n} sessions: probes {json.dumps({k: round(v['p50'], 3) for k, v in probed.items()})}")
+            point: dict[str, Any] = {}
+            if events_s > 0:
+                ev = await b.events(events_s, event_window)
+                lat = ev["send_to_applied_s"] or {"p50": 0.0, "p99": 0.0}
+                log(
+                    f"{n} sessions: {ev['per_second']} events/s applied ({ev['applied_within_window']} in "
+                    f"{events_s:g} s from {ev['drivers']} drivers; send → applied p50 {lat['p50']:.3f} s, "
+                    f"p99 {lat['p99']:.3f} s; CPU {ev['cpu_pct']})"
+                )
+                point["events"] = ev
             out["points"].append(
                 {
                     "sessions": n,
@@ -391,6 +422,7 @@ async def run(
                     "operator_mib_per_session": round((rss - rss0) / n, 3),
                     "idle": idle,
                     "probes": probed,
+                    **point,
                 }
             )
             if save:
@@ -408,7 +440,7 @@ def table(out: dict[str, Any]) -> str:
     hdr = (
         f"{'sessions':>8} {'connect p50/p99 s':>18} {'RSS MiB':>8} {'MiB/sess':>8} {'op CPU%':>8} "
         f"{'apisrv CPU%':>11} {'req/s':>7} {'lag p50/p99 s':>15} {'msg→start s':>15} {'done p50/p99 s':>15} "
-        f"{'steer p50/p99 s':>15}"
+        f"{'steer p50/p99 s':>15} {'events/s':>9}"
     )
     lines += ["", hdr]
     for p in out["result"]["points"]:
@@ -422,8 +454,21 @@ def table(out: dict[str, Any]) -> str:
             f"{p['idle']['cpu_pct']['operator']:>8} {p['idle']['cpu_pct']['kube-apiserver']:>11} "
             f"{p['idle']['apiserver_rps']:>7} {pp(pr['reconcile_lag_s']) if 'reconcile_lag_s' in pr else '-':>15} "
             f"{pp(pr['message_to_start_turn_s']):>15} "
-            f"{pp(pr['message_to_completed_s']):>15} {pp(pr['steer_to_driver_s']):>15}"
+            f"{pp(pr['message_to_completed_s']):>15} {pp(pr['steer_to_driver_s']):>15} "
+            f"{p['events']['per_second'] if 'events' in p else '-':>9}"
         )
+    lines.append("")
+    for p in out["result"]["points"]:
+        ev = p.get("events")
+        if ev:
+            lat = ev["send_to_applied_s"] or {"p50": 0.0, "p99": 0.0}
+            lines.append(
+                f"events at {p['sessions']}: {ev['applied_within_window']} applied in {ev['seconds']:g} s from "
+                f"{ev['drivers']} drivers (window {ev['window']}), send → applied p50/p99 "
+                f"{lat['p50']:.3f}/{lat['p99']:.3f} s, {ev['unacknowledged_after_drain']} unacknowledged, "
+                f"{ev['lost_to_reconnects']} lost to reconnects; CPU % operator {ev['cpu_pct']['operator']}, "
+                f"apiserver {ev['cpu_pct']['kube-apiserver']}"
+            )
     lines.append("")
     for p in out["result"]["points"]:
         lines.append(f"apiserver requests/s while idle at {p['sessions']}: {p['idle']['apiserver_rps_top']}")
@@ -436,7 +481,7 @@ def plot(out: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
     runs = [("this run", out)] + ([(compare.get("label", "before"), compare)] if compare else [])
     for label, o in runs:
         pts = o["result"]["points"]
@@ -450,12 +495,16 @@ def plot(out: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> Non
         axes[2].plot(
             ns, [p["idle"]["cpu_pct"]["kube-apiserver"] for p in pts], "o--", label=f"{label}: apiserver"
         )
+        ev = [(p["sessions"], p["events"]["per_second"]) for p in pts if "events" in p]
+        if ev:
+            axes[3].plot([n for n, _ in ev], [r for _, r in ev], "o-", label=label)
     axes[0].axhline(1.0, color="grey", lw=0.8)
     axes[2].axhline(5.0, color="grey", lw=0.8)
     for ax, title, unit in (
         (axes[0], "reconcile lag: message POSTed → start_turn at the driver", "seconds"),
         (axes[1], "operator memory (RSS)", "MiB"),
         (axes[2], "idle CPU", "% of a core"),
+        (axes[3], "driver events applied (every driver sending)", "events per second"),
     ):
         ax.set_xscale("log")
         ax.set_xlabel("sessions (each a connected sandbox)")
@@ -476,6 +525,15 @@ def main() -> int:
     ap.add_argument("--counts", default="10,100,1000", help="session counts, ascending (default 10,100,1000)")
     ap.add_argument("--idle", type=float, default=30.0, help="idle window per count, seconds (default 30)")
     ap.add_argument("--probes", type=int, default=40, help="probes per count: half turns, half steers")
+    ap.add_argument(
+        "--events",
+        type=float,
+        default=10.0,
+        help="seconds of activity events per count (default 10; 0: none)",
+    )
+    ap.add_argument(
+        "--event-window", type=int, default=8, help="unacknowledged events per driver at most (default 8)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--save", type=Path, help="also write the JSON document here")
     ap.add_argument("--plot", type=Path, help="draw lag, memory and idle CPU against the count (PNG)")
@@ -485,7 +543,15 @@ def main() -> int:
     ap.add_argument("--load", type=Path, help="run nothing: print (and --plot) a --save file of a run")
     a = ap.parse_args()
     counts = sorted(int(x) for x in a.counts.split(","))
-    res = header({"counts": counts, "idle": a.idle, "probes": a.probes})
+    res = header(
+        {
+            "counts": counts,
+            "idle": a.idle,
+            "probes": a.probes,
+            "events": a.events,
+            "event_window": a.event_window,
+        }
+    )
     res["label"] = a.label
     if a.load:
         res = json.loads(a.load.read_text())
@@ -511,7 +577,7 @@ def main() -> int:
             )
             br.stack.start_operator()
             br.stack.start_api()
-            asyncio.run(run(br.cp, br.stack, counts, a.idle, a.probes, res, a.save))
+            asyncio.run(run(br.cp, br.stack, counts, a.idle, a.probes, res, a.save, a.events, a.event_window))
     except _Loaded:
         pass
     except KeyboardInterrupt:
