@@ -27,19 +27,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
+from _kube import NAMESPACE, Cluster
 from _stack import bench_run, header, print_result
 from _stats import log, summary
 from _swarm import Swarm
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, watch
 
 from hangar.devcluster import binaries
 from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack, environment_object
+from hangar.devcluster.stack import Stack
 
-NAMESPACE = "default"
 ENVIRONMENT = "bench-kwok"
 NODE = "kwok-bench-0"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -61,9 +61,10 @@ def rss_mib(pid: int) -> float:
 _REQ = re.compile(r"^apiserver_request_total\{([^}]*)\}\s+([0-9.e+]+)$")
 
 
-class Bench:
+class Bench(Cluster):
     def __init__(self, cp: ControlPlane, stack: Stack) -> None:
-        self.cp, self.stack = cp, stack
+        super().__init__(stack, cp.kubeconfig, http_timeout=60)
+        self.cp = cp
         self.pids = {
             "operator": stack.procs["operator"].pid,
             "api": stack.procs["api"].pid,
@@ -77,15 +78,8 @@ class Bench:
         self.turn_waiters: dict[str, asyncio.Future[float]] = {}
         self.tasks: list[asyncio.Task[None]] = []
 
-    async def __aenter__(self) -> Bench:
-        cfg = client.Configuration()
-        await config.load_kube_config(config_file=str(self.cp.kubeconfig), client_configuration=cfg)
-        self.kapi = client.ApiClient(cfg)
-        self.core = client.CoreV1Api(self.kapi)
-        self.custom = client.CustomObjectsApi(self.kapi)
-        self.http = httpx.AsyncClient(
-            base_url=self.stack.api_url, headers={"Authorization": f"Bearer {self.stack.token}"}, timeout=60
-        )
+    async def __aenter__(self) -> Self:
+        await super().__aenter__()
         self.tasks = [
             asyncio.create_task(self._watch(self._pods, self.core.list_namespaced_pod, NAMESPACE)),
             asyncio.create_task(
@@ -118,8 +112,7 @@ class Bench:
         for t in self.tasks:
             t.cancel()
         await self.swarm.stop()
-        await self.http.aclose()
-        await self.kapi.close()
+        await super().__aexit__(*exc)
 
     # -- watches -------------------------------------------------------------------------------------------
     async def _watch(self, handle: Any, fn: Any, *args: Any) -> None:
@@ -190,19 +183,9 @@ class Bench:
             "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]},
         }
         await self.core.create_node(node)
-        deadline = time.monotonic() + 60
-        while True:
-            n = await self.core.read_node(NODE)
-            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError("kwok node not Ready")
-            await asyncio.sleep(0.2)
+        await self.wait_node(NODE)
         overrides = {"nodeSelector": {"type": "kwok"}, "tolerations": [KWOK_TAINT]}
-        body = environment_object(ENVIRONMENT, podOverrides=overrides, idleSuspendSeconds=0)
-        await self.custom.create_namespaced_custom_object(
-            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
-        )
+        await self.create_environment(ENVIRONMENT, podOverrides=overrides, idleSuspendSeconds=0)
 
     async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """POST, again after a dropped connection (a keep-alive the API closed as it was reused): the second

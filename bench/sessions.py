@@ -10,9 +10,13 @@ and the local pod runner as processes) and a ScriptedModel that answers every mo
 both sides run the CLI alike. Everything it started is stopped on exit, Ctrl-C and SIGTERM included.
 
 **Connect latency** (N sessions, one after another, each deleted before the next so HANGAR_MAX_SANDBOXES never
-matters; one warm-up of each side first, not counted): ``POST /api/sessions`` (no message) → the session's ``sandbox.connected`` is true, polled through the
-REST API every 20 ms. Floor: a bare pod on the same control plane and node (``python3 -c 'import time;
-time.sleep(60)'``, no volumes), create → ``status.phase == Running``, polled on the apiserver every 20 ms.
+matters; one warm-up of each side first, not counted): ``POST /api/sessions`` (no message) → the session's
+``sandbox.connected`` is true, seen by a watch on the Session (``--ready poll``: polled through the REST API
+every ``--poll`` seconds, as before). Two floors on the same control plane and node: a bare pod
+(``python3 -c 'import time; time.sleep(60)'``, no volumes), create → ``status.phase == Running``, seen the same
+way (a watch, or a poll of the apiserver); and a pod like hangar's sandbox (``bench/_dial_floor.py``: the same
+Secret, PVC, volumes and init copy of the driver) whose ``python3 -c`` dials a listener of this bench, create
+of the Secret → the listener has its line (``--no-dial`` leaves it out).
 
 **Turn time** (M turns in one Claude session): ``POST /api/sessions/{name}/messages`` → the turn's phase is
 Completed, polled through the REST API every 20 ms. Floor: the same ``claude`` CLI run directly with the flags
@@ -43,38 +47,33 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-import httpx
+from _dial_floor import DialListener, dial_sample
+from _kube import NAMESPACE, TIMEOUT, Cluster, bare_pod
 from _stack import (  # bench/ is the script's directory, so on sys.path
     API_KEY,
     SYSTEM_PATH,
     bench_run,
+    claude_env,
     claude_missing,
     header,
     print_result,
     wall,
 )
 from _stats import log, summary
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio import client
 
 from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack, environment_object
+from hangar.devcluster.stack import Stack
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel, Step
-from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
 from hangar_driver.claude import live_command
 from hangar_driver.harness import TurnConfig
 
 POLL = 0.02  # seconds between polls, both sides (--poll)
 MODEL = "claude-sonnet-4-5"
 ENVIRONMENT = "bench-claude"
-NAMESPACE = "default"
-NODE = "hangar-local"
-# What the floor CLI runs with, and what the bench Environment gives hangar's agent too (same CLI behaviour).
-QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
-TIMEOUT = 120.0  # per sample
 
 
 def med(xs: list[float | None]) -> float | None:
@@ -208,7 +207,7 @@ class PodTimes:
 # -- the bench -----------------------------------------------------------------------------------------------------
 
 
-class Bench:
+class Bench(Cluster):
     def __init__(
         self,
         stack: Stack,
@@ -218,59 +217,36 @@ class Bench:
         work: Path,
         poll: float = POLL,
         cpu: CpuMeter | None = None,
+        ready: str = "watch",
     ) -> None:
+        super().__init__(stack, kubeconfig)
         self.poll = poll
+        self.ready = ready  # how both sides' "ready" is seen: "watch" or "poll" (every `poll` seconds)
         self.cpu = cpu or CpuMeter({})
-        self.stack = stack
-        self.kubeconfig = kubeconfig
         self.model = model
         self.stamps = stamps
         self.work = work
         self.children: list[Any] = []  # floor CLI runs, killed on the way out
+        self.dial = DialListener()
 
-    async def __aenter__(self) -> Bench:
-        cfg = client.Configuration()
-        await config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
-        self.kapi = client.ApiClient(cfg)
-        self.core = client.CoreV1Api(self.kapi)
-        self.custom = client.CustomObjectsApi(self.kapi)
-        self.http = httpx.AsyncClient(
-            base_url=self.stack.api_url,
-            headers={"Authorization": f"Bearer {self.stack.token}"},
-            timeout=30,
-        )
+    async def __aenter__(self) -> Self:
+        await super().__aenter__()
         self.pods = PodTimes(self.kapi)
         self.pods.start()
+        await self.dial.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         for p in self.children:
             _kill_group(p)
+        await self.dial.stop()
         await self.pods.stop()
-        await self.http.aclose()
-        await self.kapi.close()
+        await super().__aexit__(*exc)
 
     # -- setup -----------------------------------------------------------------------------------------------
 
-    async def wait_node(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                node = await self.core.read_node(NODE)
-                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
-                    return
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"node {NODE} not Ready after {timeout}s (see {self.stack.root}/runner.log)")
-
-    async def environment(self) -> None:
-        env = {"ANTHROPIC_BASE_URL": self.model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
-        body = environment_object(ENVIRONMENT, env)
-        await self.custom.create_namespaced_custom_object(
-            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
-        )
+    async def environment(self, name: str = ENVIRONMENT, **spec: Any) -> None:
+        await self.create_environment(name, claude_env(self.model), **spec)
 
     # -- hangar side -----------------------------------------------------------------------------------------
 
@@ -285,6 +261,18 @@ class Bench:
         return t0
 
     async def wait_connected(self, name: str, t0: float) -> dict[str, Any]:
+        """The session once its sandbox is connected (its status.sandbox; watched, or polled on the API)."""
+        if self.ready == "watch":
+
+            def connected(obj: dict[str, Any]) -> bool:
+                st = obj.get("status") or {}
+                if st.get("phase") == "Failed":
+                    raise RuntimeError(f"session {name} failed: {st.get('message')}")
+                return bool((st.get("sandbox") or {}).get("connected"))
+
+            left = max(1.0, TIMEOUT - (time.monotonic() - t0))
+            obj = await self.until_custom("hangar.dev", "v1alpha1", "sessions", name, connected, left)
+            return dict(obj["status"])
         while True:
             r = await self.http.get(f"/api/sessions/{name}")
             if r.status_code == 200:
@@ -302,19 +290,13 @@ class Bench:
         if r.status_code not in (202, 404):
             raise RuntimeError(f"DELETE /api/sessions/{name}: {r.status_code} {r.text}")
         # Gone for good (finalizers, the garbage collector, the runner stopping the pod) before the next sample.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            gone = await self._gone(
-                lambda: self.custom.get_namespaced_custom_object(
-                    "hangar.dev", "v1alpha1", NAMESPACE, "sessions", name
-                )
-            )
-            if gone and (
-                pod is None or await self._gone(lambda: self.core.read_namespaced_pod(pod, NAMESPACE))
-            ):
-                return
-            await asyncio.sleep(0.1)
-        log(f"warning: session {name} or its pod {pod} still there 60 s after the delete")
+        await self.wait_gone(
+            f"session {name} or its pod {pod}",
+            lambda: self.custom.get_namespaced_custom_object(
+                "hangar.dev", "v1alpha1", NAMESPACE, "sessions", name
+            ),
+            *([self.pod_gone(pod)] if pod else []),
+        )
 
     async def event_times(self, name: str, turn: str | None = None) -> dict[str, float]:
         """When the operator recorded each activity event (its `at`), first of each kind; read after timing."""
@@ -329,16 +311,6 @@ class Bench:
             if at is not None:
                 out.setdefault(e["kind"], at)
         return out
-
-    @staticmethod
-    async def _gone(read: Any) -> bool:
-        try:
-            await read()
-        except ApiException as e:
-            if e.status == 404:
-                return True
-            raise
-        return False
 
     async def connect_sample(self, i: int) -> dict[str, Any]:
         name = f"bench-c{i}"
@@ -415,40 +387,24 @@ class Bench:
 
     async def floor_pod(self, i: int) -> dict[str, Any]:
         name = f"bench-floor-{i}"
-        cwd = self.work / "floor-pods"  # under the stack root, so stop_all() reaches a leftover process
-        cwd.mkdir(parents=True, exist_ok=True)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": {"app": "hangar-bench-floor"}},
-            "spec": {
-                "restartPolicy": "Never",
-                "automountServiceAccountToken": False,
-                "enableServiceLinks": False,
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "python:3-slim",
-                        "command": ["python3", "-c", "import time; time.sleep(60)"],
-                        "workingDir": str(cwd),
-                    }
-                ],
-            },
-        }
+        # Its cwd is under the stack root, so stop_all() reaches a leftover process.
+        body = bare_pod(name, self.work / "floor-pods")
         c0 = self.cpu.snapshot()
         w0 = time.time()
         t0 = time.monotonic()
         await self.core.create_namespaced_pod(NAMESPACE, body)
-        while True:
-            pod = await self.core.read_namespaced_pod(name, NAMESPACE)
-            if pod.status and pod.status.phase == "Running":
-                break
-            if pod.status and pod.status.phase in ("Failed", "Succeeded"):
-                raise RuntimeError(f"floor pod {name} ended {pod.status.phase}: {pod.status.message}")
-            if time.monotonic() - t0 > TIMEOUT:
-                raise TimeoutError(f"floor pod {name} not Running after {TIMEOUT}s")
-            await asyncio.sleep(self.poll)
+        if self.ready == "watch":
+            await self.until_pod_running(name)
+        else:
+            while True:
+                pod = await self.core.read_namespaced_pod(name, NAMESPACE)
+                if pod.status and pod.status.phase == "Running":
+                    break
+                if pod.status and pod.status.phase in ("Failed", "Succeeded"):
+                    raise RuntimeError(f"floor pod {name} ended {pod.status.phase}: {pod.status.message}")
+                if time.monotonic() - t0 > TIMEOUT:
+                    raise TimeoutError(f"floor pod {name} not Running after {TIMEOUT}s")
+                await asyncio.sleep(self.poll)
         total = time.monotonic() - t0
         cpu = self.cpu.delta(c0, self.cpu.snapshot())
         pt = self.pods.of(name)
@@ -459,11 +415,14 @@ class Bench:
             "to_running": (pt["running"] - w0) if "running" in pt else None,
         }
         await self.core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not await self._gone(
-            lambda: self.core.read_namespaced_pod(name, NAMESPACE)
-        ):
-            await asyncio.sleep(0.1)
+        await self.wait_gone(f"floor pod {name}", self.pod_gone(name))
+        return sample
+
+    async def floor_dial(self, i: int) -> dict[str, Any]:
+        """A pod made like hangar's sandbox whose python dials the bench (``bench/_dial_floor.py``)."""
+        c0 = self.cpu.snapshot()
+        sample = await dial_sample(self, self.dial, f"bench-dial-{i}")
+        sample["cpu"] = self.cpu.delta(c0, self.cpu.snapshot())
         return sample
 
     async def floor_cli(self, k: int, home: Path, work: Path, conversation: str | None) -> dict[str, Any]:
@@ -555,19 +514,26 @@ class Bench:
 
     # -- the two measurements --------------------------------------------------------------------------------
 
-    async def connect(self, n: int) -> dict[str, Any]:
+    async def connect(self, n: int, dial: bool = True) -> dict[str, Any]:
         # One warm-up of each (first pod on the node, first driver start, cold caches), not counted.
         log("connect: warm-up (not counted)")
         await self.floor_pod(-1)
+        if dial:
+            await self.floor_dial(-1)
         await self.connect_sample(-1)
-        hangar, floor = [], []
+        hangar, floor, dialled = [], [], []
         for i in range(n):
             f = await self.floor_pod(i)
+            d = await self.floor_dial(i) if dial else None
             h = await self.connect_sample(i)
             floor.append(f)
             hangar.append(h)
-            log(f"connect {i + 1}/{n}: hangar {h['total']:.3f} s   bare pod {f['total']:.3f} s")
-        return {"hangar": hangar, "floor": floor}
+            line = f"connect {i + 1}/{n}: hangar {h['total']:.3f} s   bare pod {f['total']:.3f} s"
+            if d is not None:
+                dialled.append(d)
+                line += f"   pod like hangar's dialling {d['total']:.3f} s"
+            log(line)
+        return {"hangar": hangar, "floor": floor, **({"dial": dialled} if dial else {})}
 
     async def turns(self, m: int) -> dict[str, Any]:
         name = "bench-turns"
@@ -613,6 +579,8 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
         h = [x["total"] for x in res["connect"]["hangar"]]
         f = [x["total"] for x in res["connect"]["floor"]]
         out["figures"]["connect"] = {"hangar": summary(h), "floor": summary(f)}
+        if res["connect"].get("dial"):
+            out["figures"]["connect"]["dial"] = summary([x["total"] for x in res["connect"]["dial"]])
         H, F = res["connect"]["hangar"], res["connect"]["floor"]
         out["breakdown"]["connect"] = {
             "hangar: POST /api/sessions returned": med([x["post"] for x in H]),
@@ -628,6 +596,12 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
             "floor: bare pod Running (watch)": med([x["to_running"] for x in F]),
             "floor: bare pod Running (poll)": med([x["total"] for x in F]),
         }
+        if res["connect"].get("dial"):
+            D = res["connect"]["dial"]
+            out["breakdown"]["connect"] |= {
+                "dial floor: Secret, PVC and pod created": med([x["to_objects_created"] for x in D]),
+                "dial floor: the pod's line arrived": med([x["total"] for x in D]),
+            }
     if "turns" in res:
         h = [x["total"] for x in res["turns"]["hangar"]]
         f = [x["total"] for x in res["turns"]["floor"]]
@@ -674,7 +648,10 @@ def table(out: dict[str, Any]) -> str:
     hdr = f"{'figure (seconds)':46} {'p50':>7} {'p99':>7}   {'floor':34} {'p50':>7} {'p99':>7} {'x p50':>6} {'x p99':>6}"
     lines += [hdr, "-" * len(hdr)]
     rows = {
-        "connect": [("POST /api/sessions → sandbox.connected", "bare pod create → Running", "floor")],
+        "connect": [
+            ("POST /api/sessions → sandbox.connected", "bare pod create → Running", "floor"),
+            ("  (the same)", "hangar-like pod → dialled bench", "dial"),
+        ],
         "turn": [
             ("POST …/messages → turn Completed", "claude -p direct → result line", "floor"),
             ("  (the same)", "claude -p direct → process exit", "floor_to_exit"),
@@ -685,6 +662,8 @@ def table(out: dict[str, Any]) -> str:
         h = fig["hangar"]
         n.append(f"{key} n={h['n']}")
         for label, floor_label, fkey in rows[key]:
+            if fkey not in fig:
+                continue
             f = fig[fkey]
             lines.append(
                 f"{label:46} {h['p50']:7.3f} {h['p99']:7.3f}   {floor_label:34} {f['p50']:7.3f} {f['p99']:7.3f} "
@@ -728,11 +707,20 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=10, help="turn-time samples (default 10)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
+    ap.add_argument(
+        "--ready",
+        choices=("watch", "poll"),
+        default="watch",
+        help="how connected / Running is seen on both sides: a watch (default) or a poll every --poll s",
+    )
+    ap.add_argument("--no-dial", action="store_true", help="leave out the floor of a pod like hangar's")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
     a = ap.parse_args()
     if claude_missing():
         return 2
-    res = header({"sessions": a.sessions, "turns": a.turns, "poll": a.poll})
+    res = header(
+        {"sessions": a.sessions, "turns": a.turns, "poll": a.poll, "ready": a.ready, "dial": not a.no_dial}
+    )
     try:
         with bench_run(a.keep_logs) as br:
             cp, stack = br.start()
@@ -741,12 +729,19 @@ def main() -> int:
 
             async def run() -> None:
                 async with Bench(
-                    stack, cp.kubeconfig, model, stamps, br.root / "bench", a.poll, cpu_meter(stack, cp)
+                    stack,
+                    cp.kubeconfig,
+                    model,
+                    stamps,
+                    br.root / "bench",
+                    a.poll,
+                    cpu_meter(stack, cp),
+                    a.ready,
                 ) as b:
                     await b.wait_node()
                     await b.environment()
                     if a.sessions > 0:
-                        res["connect"] = await b.connect(a.sessions)
+                        res["connect"] = await b.connect(a.sessions, not a.no_dial)
                     if a.turns > 0:
                         res["turns"] = await b.turns(a.turns)
 
