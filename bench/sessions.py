@@ -46,8 +46,9 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from _dial_floor import DialListener, dial_sample
 from _kube import NAMESPACE, TIMEOUT, Cluster, bare_pod
@@ -701,26 +702,26 @@ def cpu_meter(stack: Stack, cp: ControlPlane) -> CpuMeter:
 # -- main ----------------------------------------------------------------------------------------------------------
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=20, help="connect-latency samples (default 20)")
-    ap.add_argument("--turns", type=int, default=10, help="turn-time samples (default 10)")
+def connect_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of this bench that warm_pool.py shares."""
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
     ap.add_argument(
         "--ready",
         choices=("watch", "poll"),
         default="watch",
-        help="how connected / Running is seen on both sides: a watch (default) or a poll every --poll s",
+        help="how connected / Running is seen on every side: a watch (default) or a poll every --poll s",
     )
     ap.add_argument("--no-dial", action="store_true", help="leave out the floor of a pod like hangar's")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
-    a = ap.parse_args()
-    if claude_missing():
-        return 2
-    res = header(
-        {"sessions": a.sessions, "turns": a.turns, "poll": a.poll, "ready": a.ready, "dial": not a.no_dial}
-    )
+
+
+B = TypeVar("B", bound=Bench)
+
+
+def with_bench(a: argparse.Namespace, kind: type[B], measure: Callable[[B], Awaitable[None]]) -> bool:
+    """``measure`` on a bench of ``kind`` over a started stack (its node Ready), all stopped after; False when
+    interrupted (Ctrl-C or SIGTERM)."""
     try:
         with bench_run(a.keep_logs) as br:
             cp, stack = br.start()
@@ -728,26 +729,39 @@ def main() -> int:
             model = br.model(ScriptedModel([Step(when=stamps, text="FINAL: ok", repeat=True, name="bench")]))
 
             async def run() -> None:
-                async with Bench(
-                    stack,
-                    cp.kubeconfig,
-                    model,
-                    stamps,
-                    br.root / "bench",
-                    a.poll,
-                    cpu_meter(stack, cp),
-                    a.ready,
-                ) as b:
+                work = br.root / "bench"
+                cpu = cpu_meter(stack, cp)
+                async with kind(stack, cp.kubeconfig, model, stamps, work, a.poll, cpu, a.ready) as b:
                     await b.wait_node()
-                    await b.environment()
-                    if a.sessions > 0:
-                        res["connect"] = await b.connect(a.sessions, not a.no_dial)
-                    if a.turns > 0:
-                        res["turns"] = await b.turns(a.turns)
+                    await measure(b)
 
             asyncio.run(run())
     except KeyboardInterrupt:
         log("interrupted: cleaned up")
+        return False
+    return True
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=20, help="connect-latency samples (default 20)")
+    ap.add_argument("--turns", type=int, default=10, help="turn-time samples (default 10)")
+    connect_flags(ap)
+    a = ap.parse_args()
+    if claude_missing():
+        return 2
+    res = header(
+        {"sessions": a.sessions, "turns": a.turns, "poll": a.poll, "ready": a.ready, "dial": not a.no_dial}
+    )
+
+    async def measure(b: Bench) -> None:
+        await b.environment()
+        if a.sessions > 0:
+            res["connect"] = await b.connect(a.sessions, not a.no_dial)
+        if a.turns > 0:
+            res["turns"] = await b.turns(a.turns)
+
+    if not with_bench(a, Bench, measure):
         return 130
     out = report(res)
     if a.json:

@@ -27,17 +27,14 @@ Turning a pool on from another benchmark is one Environment field: ``spec.warmPo
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from typing import Any
 
 from _kube import NAMESPACE
-from _stack import bench_run, claude_missing, header, print_result  # bench/ is on sys.path
+from _stack import claude_missing, header, print_result  # bench/ is on sys.path
 from _stats import log, summary
-from sessions import POLL, Bench, Stamps, cpu_meter, med
-
-from hangar.testing.model_server import ScriptedModel, Step
+from sessions import Bench, connect_flags, med, with_bench
 
 WARM, COLD = "bench-warm", "bench-cold"
 
@@ -161,16 +158,7 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=15, help="samples of each kind (default 15)")
     ap.add_argument("--size", type=int, default=2, help="the warm pool's size (default 2)")
     ap.add_argument("--no-cold", action="store_true", help="skip the sessions without a pool")
-    ap.add_argument("--no-dial", action="store_true", help="skip the floor of a pod like hangar's")
-    ap.add_argument(
-        "--ready",
-        choices=("watch", "poll"),
-        default="watch",
-        help="how connected / Running is seen on every side: a watch (default) or a poll every --poll s",
-    )
-    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
-    ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
+    connect_flags(ap)
     a = ap.parse_args()
     if claude_missing():
         return 2
@@ -184,32 +172,14 @@ def main() -> int:
             "ready": a.ready,
         }
     )
-    try:
-        with bench_run(a.keep_logs) as br:
-            cp, stack = br.start()
-            stamps = Stamps()
-            model = br.model(ScriptedModel([Step(when=stamps, text="FINAL: ok", repeat=True, name="bench")]))
 
-            async def run() -> None:
-                async with PoolBench(
-                    stack,
-                    cp.kubeconfig,
-                    model,
-                    stamps,
-                    br.root / "bench",
-                    a.poll,
-                    cpu_meter(stack, cp),
-                    a.ready,
-                ) as b:
-                    await b.wait_node()
-                    await b.environment(WARM, warmPool={"size": a.size, "maxAgeSeconds": 3600})
-                    await b.environment(COLD)
-                    res["samples"] = await b.run(a.sessions, not a.no_cold, not a.no_dial)
-                    res["connected_at_claim"] = b.connected_at_claim
+    async def measure(b: PoolBench) -> None:
+        await b.environment(WARM, warmPool={"size": a.size, "maxAgeSeconds": 3600})
+        await b.environment(COLD)
+        res["samples"] = await b.run(a.sessions, not a.no_cold, not a.no_dial)
+        res["connected_at_claim"] = b.connected_at_claim
 
-            asyncio.run(run())
-    except KeyboardInterrupt:
-        log("interrupted: cleaned up")
+    if not with_bench(a, PoolBench, measure):
         return 130
     out = report(res)
     if a.json:
