@@ -223,7 +223,10 @@ class Swarm:
 
     async def flood(self, seconds: float, window: int, drain: float = 60.0) -> dict[str, Any]:
         """Every connected client sends activity events for ``seconds``; then up to ``drain`` seconds for the
-        last ones to be acknowledged. Counted: the events acknowledged within the window, per second."""
+        last ones to be acknowledged. ``per_second``: the events applied ÷ the time from the first send to
+        the last acknowledgement (the rate the operator sustains, its backlog included: with many clients the
+        window's events are still being applied well after it); ``per_second_within_window``: only those
+        acknowledged within the window."""
         drivers = [d for d in self.drivers.values() if d.ready]
         for d in drivers:
             d.applied.clear()
@@ -237,6 +240,7 @@ class Swarm:
             await asyncio.sleep(0.1)
         applied = [a for d in drivers for a in d.applied]
         within = sum(1 for at, _ in applied if at <= until)
+        span = max((at for at, _ in applied), default=t0) - t0
         return {
             "seconds": seconds,
             "drivers": len(drivers),
@@ -246,7 +250,9 @@ class Swarm:
             "applied_within_window": within,
             "unacknowledged_after_drain": sum(len(d.sent_at) for d in drivers),
             "lost_to_reconnects": sum(d.lost for d in drivers),
-            "per_second": within / seconds,
+            "per_second": len(applied) / span if span > 0 else 0.0,
+            "per_second_within_window": within / seconds,
+            "first_to_last_s": span,
             "send_to_applied_s": [lat for _, lat in applied],
         }
 

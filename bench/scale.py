@@ -289,6 +289,8 @@ class Bench(Cluster):
         return {
             **flood,
             "per_second": round(flood["per_second"], 1),
+            "per_second_within_window": round(flood["per_second_within_window"], 1),
+            "first_to_last_s": round(flood["first_to_last_s"], 1),
             "send_to_applied_s": summary(lat) if lat else None,
             "cpu_pct": {k: round(100 * (cpu1[k] - cpu0[k]) / dt, 1) for k in cpu1},
         }
@@ -392,8 +394,9 @@ async def run(
                 ev = await b.events(events_s, event_window)
                 lat = ev["send_to_applied_s"] or {"p50": 0.0, "p99": 0.0}
                 log(
-                    f"{n} sessions: {ev['per_second']} events/s applied ({ev['applied_within_window']} in "
-                    f"{events_s:g} s from {ev['drivers']} drivers; send → applied p50 {lat['p50']:.3f} s, "
+                    f"{n} sessions: {ev['per_second']} events/s applied ({ev['applied']} in "
+                    f"{ev['first_to_last_s']:g} s, {ev['applied_within_window']} of them within the {events_s:g} s "
+                    f"window, from {ev['drivers']} drivers; send → applied p50 {lat['p50']:.3f} s, "
                     f"p99 {lat['p99']:.3f} s; CPU {ev['cpu_pct']})"
                 )
                 point["events"] = ev
@@ -446,7 +449,8 @@ def table(out: dict[str, Any]) -> str:
         if ev:
             lat = ev["send_to_applied_s"] or {"p50": 0.0, "p99": 0.0}
             lines.append(
-                f"events at {p['sessions']}: {ev['applied_within_window']} applied in {ev['seconds']:g} s from "
+                f"events at {p['sessions']}: {ev['applied']} applied in {ev.get('first_to_last_s', '?')} s "
+                f"({ev['applied_within_window']} within the {ev['seconds']:g} s window) from "
                 f"{ev['drivers']} drivers (window {ev['window']}), send → applied p50/p99 "
                 f"{lat['p50']:.3f}/{lat['p99']:.3f} s, {ev['unacknowledged_after_drain']} unacknowledged, "
                 f"{ev['lost_to_reconnects']} lost to reconnects; CPU % operator {ev['cpu_pct']['operator']}, "
