@@ -280,11 +280,12 @@ class Bench(Cluster):
 
     async def events(self, seconds: float, window: int) -> dict[str, Any]:
         """Events per second applied while every driver sends activity; operator and apiserver CPU meanwhile."""
-        cpu0 = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        pids = {**self.pids, "bench (the swarm)": os.getpid()}  # is the swarm keeping up with its sending?
+        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         t0 = time.monotonic()
         flood = await self.swarm.flood(seconds, window)
         dt = time.monotonic() - t0  # the window and the drain
-        cpu1 = {k: cpu_seconds(p) for k, p in self.pids.items()}
+        cpu1 = {k: cpu_seconds(p) for k, p in pids.items()}
         lat = flood.pop("send_to_applied_s")
         return {
             **flood,
