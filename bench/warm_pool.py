@@ -33,8 +33,8 @@ from typing import Any
 
 from _kube import NAMESPACE
 from _stack import claude_missing, header, print_result  # bench/ is on sys.path
-from _stats import log, summary
-from sessions import Bench, connect_flags, med, with_bench
+from _stats import log, med, summary
+from sessions import Bench, connect_flags, with_bench
 
 WARM, COLD = "bench-warm", "bench-cold"
 
