@@ -22,7 +22,8 @@ import time
 from typing import Any
 
 import httpx
-from _stack import bench_run, claude_missing, wall
+from _kube import bare_pod
+from _stack import bench_run, claude_missing, kubectl, wall
 from _stats import log, summary
 
 from hangar.devcluster import binaries, scripted_envs
@@ -124,25 +125,7 @@ class Resumes:
 
     def floor(self, i: int) -> dict[str, Any]:
         name = f"bench-floor-{i}"
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": {"app": "hangar-bench-floor"}},
-            "spec": {
-                "restartPolicy": "Never",
-                "automountServiceAccountToken": False,
-                "enableServiceLinks": False,
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "python:3-slim",
-                        "command": ["python3", "-c", "import time; time.sleep(60)"],
-                        "workingDir": str(self.work),
-                    }
-                ],
-            },
-        }
+        pod = bare_pod(name, self.work)
         t0 = time.monotonic()
         self.run("create", "-f", "-", input=json.dumps(pod))
         phase = "jsonpath={.status.phase}"
@@ -162,10 +145,10 @@ def resume_latency(n: int, keep_logs: bool) -> dict[str, Any]:
             log("resume: control plane, then a stack with Tower enforcing")
             bins = binaries.ensure()
             r.cp = ControlPlane(bins, r.cp_dir).start(crds=True)
-            kubectl = [str(bins.dir / "kubectl"), "--kubeconfig", str(r.cp.kubeconfig)]
+            kctl = kubectl(r.cp)
             secret = f"--from-literal=webhook-secret={SECRET.decode()}"
             subprocess.run(
-                [*kubectl, "create", "secret", "generic", "tower-webhook", secret],
+                [*kctl, "create", "secret", "generic", "tower-webhook", secret],
                 check=True,
                 capture_output=True,
             )
@@ -187,13 +170,13 @@ def resume_latency(n: int, keep_logs: bool) -> dict[str, Any]:
             tower.webhook_url = r.stack.api_url + "/api/governance/events"
             env = scripted_envs.environment(ENVIRONMENT, model.base_url, ("claude",))
             subprocess.run(
-                [*kubectl, "apply", "-f", "-"],
+                [*kctl, "apply", "-f", "-"],
                 input=json.dumps(env),
                 text=True,
                 check=True,
                 capture_output=True,
             )
-            bench = Resumes(r.stack, kubectl, tower, model)
+            bench = Resumes(r.stack, kctl, tower, model)
             log("resume: one warm-up of each side, not counted")
             bench.floor(-1)
             bench.sample(-1)

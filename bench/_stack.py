@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -23,9 +24,27 @@ from hangar.devcluster.controlplane import ControlPlane
 from hangar.devcluster.stack import Stack, install_crds
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel
+from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 API_KEY = "sk-ant-bench-not-a-real-key"
+# What a floor's Claude CLI runs with, and what a bench Environment gives hangar's agent too (same behaviour).
+QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
+
+
+def claude_env(model: ScriptedModel) -> dict[str, str]:
+    """A bench Environment's variables: Claude Code against the scripted model, quiet."""
+    return {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
+
+
+def kubectl(cp: ControlPlane) -> list[str]:
+    return [str(cp.bins.dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig)]
+
+
+def kube_apply(cp: ControlPlane, obj: dict[str, Any]) -> None:
+    subprocess.run(
+        [*kubectl(cp), "apply", "-f", "-"], input=json.dumps(obj), text=True, check=True, capture_output=True
+    )
 
 
 def wall(ts: str | None) -> float | None:

@@ -27,3 +27,8 @@ def summary(xs: list[float]) -> dict[str, float]:
         "min": min(xs),
         "max": max(xs),
     }
+
+
+def med(xs: list[float | None]) -> float | None:
+    ys = [x for x in xs if x is not None]
+    return statistics.median(ys) if ys else None

@@ -6,6 +6,12 @@ A client says hello, confirms the connection, reports ``driver_ready``, pings as
 answers commands: ``start_turn`` is acknowledged and answered with ``turn_started`` and ``turn_ended`` (a turn
 whose message starts with ``hold`` stays running until a steer arrives), ``steer`` with a ``steer`` event
 (delivered). It records when each command arrived (the bench's clock), so the bench can time the operator.
+
+``Swarm.flood`` makes the activity a running agent makes: every client sends ``text`` events (as the Claude
+adapter emits one per assistant text block: no ``turn`` in the payload, so the operator finds the session's
+current turn itself, as it does for a real driver), keeping at most ``window`` unacknowledged. The gateway
+acknowledges an event (``ack`` with the highest seq stored) only after the operator has applied it and stored
+it: an acknowledged event is an applied one, and the swarm times each from its send to its ack.
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ class FakeDriver:
         self.held: dict[str, str] = {}  # turn -> its start_turn command id, for a turn held until a steer
         self.seen: set[str] = set()
         self.task: asyncio.Task[None] | None = None
+        self.acked = 0  # the highest event seq the gateway acknowledged (applied and stored)
+        self.ack_changed = asyncio.Event()
+        self.sent_at: dict[int, float] = {}  # flood events not yet acknowledged: seq -> when sent
+        self.applied: list[tuple[float, float]] = []  # flood events: (acknowledged at, send → ack seconds)
+        self.ready = False  # welcomed on the current connection: events may go
+        self.lost = 0  # flood events sent on a connection that broke before they were acknowledged
 
     def _frame(self, ftype: str, body: dict[str, Any], seq: int = 0) -> bytes:
         return P.encode(P.sign(self.key, P.make_frame(self.run, P.D2G, ftype, body, seq=seq)))
@@ -72,8 +84,15 @@ class FakeDriver:
             frame = P.decode(await asyncio.wait_for(reader.readline(), 30))
             P.verify(self.key, frame, P.G2D, self.run)
             acked, nonce = frame["body"]["acked"], frame["body"]["nonce"]
-            self.seq = max(self.seq, acked)
+            self._acknowledged(int(acked))
+            # What the gateway has not stored is gone with the old connection (this client keeps no outbox,
+            # as the real driver does): number the next event after the stored ones, or the gateway would
+            # see a gap and close again.
+            self.lost += sum(1 for s in self.sent_at if s > acked)
+            self.sent_at = {s: t for s, t in self.sent_at.items() if s <= acked}
+            self.seq = int(acked)
             self._send(P.ACK, {"ids": [], "nonce": nonce})
+            self.ready = True
             if self.connected_at is None:
                 self.connected_at = time.time()
                 self.event(
@@ -90,12 +109,42 @@ class FakeDriver:
                     P.verify(self.key, frame, P.G2D, self.run)
                     if frame["type"] == P.COMMAND:
                         self._command(frame["id"], frame["body"])
+                    elif frame["type"] == P.ACK and isinstance(frame["body"].get("seq"), int):
+                        self._acknowledged(frame["body"]["seq"])
             finally:
                 pinger.cancel()
         finally:
+            self.ready = False
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _acknowledged(self, seq: int) -> None:
+        """The gateway has applied and stored every event up to ``seq`` (acks are cumulative)."""
+        if seq <= self.acked:
+            return
+        now = time.time()
+        for s in range(self.acked + 1, seq + 1):
+            sent = self.sent_at.pop(s, None)
+            if sent is not None:
+                self.applied.append((now, now - sent))
+        self.acked = seq
+        self.ack_changed.set()
+
+    async def flood(self, until: float, window: int) -> None:
+        """``text`` events until ``until`` (wall clock), at most ``window`` of them unacknowledged."""
+        n = 0
+        while time.time() < until:
+            if not self.ready or self.seq - self.acked >= window:
+                self.ack_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.ack_changed.wait(), 1.0)
+                continue
+            n += 1
+            self.event("text", {"text": f"bench activity {n}"})
+            self.sent_at[self.seq] = time.time()
+            if n % 64 == 0:
+                await asyncio.sleep(0)  # a window larger than the socket buffer: let the loop breathe
 
     async def _ping(self) -> None:
         await asyncio.sleep(random.uniform(0, PING_EVERY))  # spread 1,000 clients' pings over the interval
@@ -171,6 +220,41 @@ class Swarm:
         d = FakeDriver(run, key, self.host, self.port, self._on_command)
         d.task = asyncio.create_task(d.run_forever())
         self.drivers[run] = d
+
+    async def flood(self, seconds: float, window: int, drain: float = 60.0) -> dict[str, Any]:
+        """Every connected client sends activity events for ``seconds``; then up to ``drain`` seconds for the
+        last ones to be acknowledged. ``per_second``: the events applied ÷ the time from the first send to
+        the last acknowledgement (the rate the operator sustains, its backlog included: with many clients the
+        window's events are still being applied well after it); ``per_second_within_window``: only those
+        acknowledged within the window."""
+        drivers = [d for d in self.drivers.values() if d.ready]
+        for d in drivers:
+            d.applied.clear()
+            d.sent_at.clear()
+            d.lost = 0
+        t0 = time.time()
+        until = t0 + seconds
+        await asyncio.gather(*(d.flood(until, window) for d in drivers))
+        deadline = time.monotonic() + drain
+        while any(d.sent_at for d in drivers) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        applied = [a for d in drivers for a in d.applied]
+        within = sum(1 for at, _ in applied if at <= until)
+        span = max((at for at, _ in applied), default=t0) - t0
+        return {
+            "seconds": seconds,
+            "drivers": len(drivers),
+            "window": window,
+            "sent": len(applied) + sum(len(d.sent_at) + d.lost for d in drivers),
+            "applied": len(applied),
+            "applied_within_window": within,
+            "unacknowledged_after_drain": sum(len(d.sent_at) for d in drivers),
+            "lost_to_reconnects": sum(d.lost for d in drivers),
+            "per_second": len(applied) / span if span > 0 else 0.0,
+            "per_second_within_window": within / seconds,
+            "first_to_last_s": span,
+            "send_to_applied_s": [lat for _, lat in applied],
+        }
 
     async def stop(self) -> None:
         for d in self.drivers.values():

@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 
 import httpx
 import httpx2
-from _stack import API_KEY, bench_run, claude_missing, header, print_result, wall
+from _stack import bench_run, claude_env, claude_missing, header, kube_apply, print_result, wall
 from _stats import log, summary
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -48,13 +47,11 @@ from hangar.devcluster.controlplane import ControlPlane
 from hangar.devcluster.stack import Stack, environment_object
 from hangar.kube import Kube
 from hangar.testing.model_server import ScriptedModel, Step
-from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
 
 MODERN = "2026-07-28"
 ENVIRONMENT = "bench-mcp"
 SESSION = "bench-mcp"
 URI = f"hangar://sessions/{SESSION}"
-QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
 
 
 def rss_mb(pid: int) -> float:
@@ -209,11 +206,10 @@ async def burst_side(stack: Stack, cp: ControlPlane, changes: int) -> dict[str, 
 
 
 def run(stack: Stack, cp: ControlPlane, model: ScriptedModel, waiters: int, changes: int) -> dict[str, Any]:
-    stack_env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
     admin = httpx.Client(
         base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=60
     )
-    kube_apply(cp, environment_object(ENVIRONMENT, stack_env))
+    kube_apply(cp, environment_object(ENVIRONMENT, claude_env(model)))
     r = admin.post("/api/sessions", json={"name": SESSION, "environment": ENVIRONMENT, "message": "hold"})
     assert r.status_code == 201, r.text
     deadline = time.monotonic() + 180
@@ -231,13 +227,6 @@ def run(stack: Stack, cp: ControlPlane, model: ScriptedModel, waiters: int, chan
     log("burst: subscribing in both eras")
     res["burst"] = asyncio.run(burst_side(stack, cp, changes))
     return res
-
-
-def kube_apply(cp: ControlPlane, obj: dict[str, Any]) -> None:
-    kubectl = [str(cp.bins.dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig)]
-    subprocess.run(
-        [*kubectl, "apply", "-f", "-"], input=json.dumps(obj), text=True, check=True, capture_output=True
-    )
 
 
 def report(res: dict[str, Any], waiters: int) -> dict[str, Any]:

@@ -8,8 +8,8 @@ Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool
   in it has dialled the gateway and said a signed hello.
 - **agent-sandbox**: a ``Sandbox`` (v1beta1) whose pod runs ``python3 -c 'import time; time.sleep(600)'`` →
   its ``Ready`` condition is true (the controller made the pod and its Service; the runner ran the pod).
-- Both are polled on the apiserver every ``--poll`` seconds (default 0.02), one sample at a time, hangar and
-  agent-sandbox alternating so that a burst of load on the shared machine hits both alike. Each object is
+- Both are seen by a watch on the object (``--ready poll``: polled on the apiserver every ``--poll`` seconds,
+  default 0.02, as before), one sample at a time, hangar and agent-sandbox alternating so that a burst of load on the shared machine hits both alike. Each object is
   deleted, and gone with its pod, before the next sample. One warm-up of each is not counted.
 - ``--pools``: the same again from warm pools. agent-sandbox: a ``SandboxTemplate`` and a ``SandboxWarmPool``
   of ``--pool-size`` (default 2), each sample a ``SandboxClaim`` → its ``Ready`` condition (the pool refills
@@ -32,81 +32,41 @@ from pathlib import Path
 from typing import Any
 
 import _agent_sandbox
-import httpx
-from _stack import bench_run, header, print_result
+from _kube import NAMESPACE, TIMEOUT, Check, Cluster, bare_pod_spec, ready_condition
+from _stack import bench_run, claude_env, header, print_result
 from _stats import log, summary
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from hangar.devcluster.stack import Stack, environment_object
+from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
 
-NAMESPACE = "default"
-NODE = "hangar-local"
 ENVIRONMENT = "bench-compare"
 POOL_ENVIRONMENT = "bench-compare-warm"  # the same Environment with spec.warmPool (--hangar-pool)
 SB_GROUP, SB_VERSION = "agents.x-k8s.io", "v1beta1"
 EXT_GROUP = "extensions.agents.x-k8s.io"
-TIMEOUT = 120.0
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a is not None and b else None
 
 
-def ready(obj: dict[str, Any]) -> bool:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+ready = ready_condition
 
 
-class Compare:
-    def __init__(self, stack: Stack, kubeconfig: Path, work: Path, poll: float) -> None:
-        self.stack = stack
-        self.kubeconfig = kubeconfig
+class Compare(Cluster):
+    def __init__(self, stack: Stack, kubeconfig: Path, work: Path, poll: float, how: str = "watch") -> None:
+        super().__init__(stack, kubeconfig)
         self.work = work
         self.poll = poll
-
-    async def __aenter__(self) -> Compare:
-        cfg = client.Configuration()
-        await config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
-        self.kapi = client.ApiClient(cfg)
-        self.core = client.CoreV1Api(self.kapi)
-        self.custom = client.CustomObjectsApi(self.kapi)
-        self.http = httpx.AsyncClient(
-            base_url=self.stack.api_url, headers={"Authorization": f"Bearer {self.stack.token}"}, timeout=30
-        )
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.http.aclose()
-        await self.kapi.close()
-
-    async def wait_node(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                node = await self.core.read_node(NODE)
-                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
-                    return
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"node {NODE} not Ready after {timeout}s")
+        self.how = how  # how "ready" is seen, on both sides: "watch" or "poll" (every `poll` seconds)
 
     async def environment(self, model: ScriptedModel, name: str = ENVIRONMENT, **spec: Any) -> None:
-        env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-bench-not-a-key"}
-        body = environment_object(name, env, **spec)
-        await self.custom.create_namespaced_custom_object(
-            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
-        )
+        await self.create_environment(name, claude_env(model), **spec)
 
     async def hangar_pool_full(self, size: int) -> None:
-        async def full() -> bool:
-            e = await self._get("hangar.dev", "v1alpha1", "environments", POOL_ENVIRONMENT) or {}
+        def full(e: dict[str, Any]) -> bool:
             return int(((e.get("status") or {}).get("pool") or {}).get("ready") or 0) >= size
 
-        await self._until("hangar's warm pool", full)
+        await self._until("hangar.dev", "v1alpha1", "environments", POOL_ENVIRONMENT, full)
 
     async def hangar_claim(self, name: str, size: int) -> float:
         """A session from hangar's pool, the pool full first (as agent-sandbox's is before each claim)."""
@@ -114,45 +74,25 @@ class Compare:
         return await self.hangar(name, POOL_ENVIRONMENT)
 
     def pod_spec(self) -> dict[str, Any]:
-        cwd = self.work / "sandbox-pods"  # under the stack root, so stop_all() reaches a leftover process
-        cwd.mkdir(parents=True, exist_ok=True)
-        return {
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "python:3-slim",
-                    "command": ["python3", "-c", "import time; time.sleep(600)"],
-                    "workingDir": str(cwd),
-                }
-            ],
-        }
+        # Under the stack root, so stop_all() reaches a leftover process.
+        return bare_pod_spec(self.work / "sandbox-pods", 600)
 
-    # -- polling ---------------------------------------------------------------------------------------------
+    # -- ready: watched (or polled) ----------------------------------------------------------------------
 
-    async def _get(self, group: str, version: str, plural: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = await self.custom.get_namespaced_custom_object(group, version, NAMESPACE, plural, name)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return dict(obj)
-
-    async def _until(self, what: str, check: Any) -> None:
+    async def _until(self, group: str, version: str, plural: str, name: str, check: Check) -> None:
+        if self.how == "watch":
+            await self.until_custom(group, version, plural, name, check)
+            return
         t0 = time.monotonic()
-        while not await check():
+        while not check(await self.get_custom(group, version, plural, name) or {}):
             if time.monotonic() - t0 > TIMEOUT:
-                raise TimeoutError(f"{what} not ready after {TIMEOUT}s")
+                raise TimeoutError(f"{plural}/{name} not ready after {TIMEOUT}s")
             await asyncio.sleep(self.poll)
 
     async def _gone(self, group: str, version: str, plural: str, name: str) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if await self._get(group, version, plural, name) is None:
+            if await self.get_custom(group, version, plural, name) is None:
                 pods = await self.core.list_namespaced_pod(NAMESPACE)
                 if not any(name in (p.metadata.name or "") for p in pods.items):
                     return
@@ -169,11 +109,10 @@ class Compare:
         if r.status_code != 201:
             raise RuntimeError(f"POST /api/sessions: {r.status_code} {r.text}")
 
-        async def connected() -> bool:
-            s = await self._get("hangar.dev", "v1alpha1", "sessions", name)
-            return bool(s and ((s.get("status") or {}).get("sandbox") or {}).get("connected"))
+        def connected(s: dict[str, Any]) -> bool:
+            return bool(((s.get("status") or {}).get("sandbox") or {}).get("connected"))
 
-        await self._until(f"session {name}", connected)
+        await self._until("hangar.dev", "v1alpha1", "sessions", name, connected)
         took = time.monotonic() - t0
         await self.http.delete(f"/api/sessions/{name}")
         await self._gone("hangar.dev", "v1alpha1", "sessions", name)
@@ -189,10 +128,7 @@ class Compare:
         t0 = time.monotonic()
         await self.custom.create_namespaced_custom_object(SB_GROUP, SB_VERSION, NAMESPACE, "sandboxes", body)
 
-        async def is_ready() -> bool:
-            return ready(await self._get(SB_GROUP, SB_VERSION, "sandboxes", name) or {})
-
-        await self._until(f"sandbox {name}", is_ready)
+        await self._until(SB_GROUP, SB_VERSION, "sandboxes", name, ready)
         took = time.monotonic() - t0
         await self.custom.delete_namespaced_custom_object(SB_GROUP, SB_VERSION, NAMESPACE, "sandboxes", name)
         await self._gone(SB_GROUP, SB_VERSION, "sandboxes", name)
@@ -220,11 +156,10 @@ class Compare:
         await self.pool_full(size)
 
     async def pool_full(self, size: int) -> None:
-        async def full() -> bool:
-            p = await self._get(EXT_GROUP, SB_VERSION, "sandboxwarmpools", "bench-pool") or {}
+        def full(p: dict[str, Any]) -> bool:
             return int((p.get("status") or {}).get("readyReplicas") or 0) >= size
 
-        await self._until("the warm pool", full)
+        await self._until(EXT_GROUP, SB_VERSION, "sandboxwarmpools", "bench-pool", full)
 
     async def claim(self, name: str, size: int) -> float:
         body = {
@@ -238,10 +173,7 @@ class Compare:
             EXT_GROUP, SB_VERSION, NAMESPACE, "sandboxclaims", body
         )
 
-        async def is_ready() -> bool:
-            return ready(await self._get(EXT_GROUP, SB_VERSION, "sandboxclaims", name) or {})
-
-        await self._until(f"claim {name}", is_ready)
+        await self._until(EXT_GROUP, SB_VERSION, "sandboxclaims", name, ready)
         took = time.monotonic() - t0
         await self.custom.delete_namespaced_custom_object(
             EXT_GROUP, SB_VERSION, NAMESPACE, "sandboxclaims", name
@@ -305,6 +237,12 @@ def main() -> int:
         help="with --pools: hangar's side from its own warm pool (Environment spec.warmPool)",
     )
     ap.add_argument("--poll", type=float, default=0.02, help="seconds between polls, both sides")
+    ap.add_argument(
+        "--ready",
+        choices=("watch", "poll"),
+        default="watch",
+        help="how ready is seen on both sides: a watch (default) or a poll every --poll s",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
@@ -312,7 +250,7 @@ def main() -> int:
         print("--hangar-pool goes with --pools", file=sys.stderr)
         return 2
     _agent_sandbox.ensure()
-    res = header({"n": a.n, "pools": a.pools, "pool_size": a.pool_size, "poll": a.poll})
+    res = header({"n": a.n, "pools": a.pools, "pool_size": a.pool_size, "poll": a.poll, "ready": a.ready})
     try:
         with bench_run(a.keep_logs) as br:
             cp, stack = br.start()
@@ -322,7 +260,7 @@ def main() -> int:
             try:
 
                 async def run() -> None:
-                    async with Compare(stack, cp.kubeconfig, br.root / "compare", a.poll) as c:
+                    async with Compare(stack, cp.kubeconfig, br.root / "compare", a.poll, a.ready) as c:
                         await c.wait_node()
                         await c.environment(model)
                         res["cold"] = await c.interleaved(a.n, c.hangar, c.sandbox, "cold")

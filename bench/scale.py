@@ -6,8 +6,12 @@ the API and the apiserver do all of their real work while no agent runs. Per cou
 created → driver connected; the operator's RSS per session; over an idle window, operator and apiserver CPU
 (% of a core) and apiserver requests per second (its ``apiserver_request_total``); then probes through the
 REST API on sessions picked at random: a message → ``start_turn`` reaches the driver (the reconcile lag),
-→ the turn is Completed, and a steer → it reaches the driver. Sessions are added between counts, never
-deleted. ``--plot`` draws lag and memory against the session count.
+→ the turn is Completed, and a steer → it reaches the driver; last, for ``--events`` seconds, **events per
+second applied**: every driver of the swarm sends activity events at once (``text``, as the Claude adapter
+sends one per assistant text block, at most ``--event-window`` unacknowledged each), and an event counts as
+applied when the gateway acknowledges it, which it does only after the operator has applied its effect and
+stored it (``Swarm.flood``). Sessions are added between counts, never deleted. ``--plot`` draws lag, memory,
+idle CPU and events per second against the session count.
 """
 
 from __future__ import annotations
@@ -23,19 +27,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
+from _kube import NAMESPACE, Cluster
+from _scale_report import plot, table
 from _stack import bench_run, header, print_result
 from _stats import log, summary
 from _swarm import Swarm
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, watch
 
 from hangar.devcluster import binaries
 from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack, environment_object
+from hangar.devcluster.stack import Stack
 
-NAMESPACE = "default"
 ENVIRONMENT = "bench-kwok"
 NODE = "kwok-bench-0"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -57,9 +62,10 @@ def rss_mib(pid: int) -> float:
 _REQ = re.compile(r"^apiserver_request_total\{([^}]*)\}\s+([0-9.e+]+)$")
 
 
-class Bench:
+class Bench(Cluster):
     def __init__(self, cp: ControlPlane, stack: Stack) -> None:
-        self.cp, self.stack = cp, stack
+        super().__init__(stack, cp.kubeconfig, http_timeout=60)
+        self.cp = cp
         self.pids = {
             "operator": stack.procs["operator"].pid,
             "api": stack.procs["api"].pid,
@@ -73,15 +79,8 @@ class Bench:
         self.turn_waiters: dict[str, asyncio.Future[float]] = {}
         self.tasks: list[asyncio.Task[None]] = []
 
-    async def __aenter__(self) -> Bench:
-        cfg = client.Configuration()
-        await config.load_kube_config(config_file=str(self.cp.kubeconfig), client_configuration=cfg)
-        self.kapi = client.ApiClient(cfg)
-        self.core = client.CoreV1Api(self.kapi)
-        self.custom = client.CustomObjectsApi(self.kapi)
-        self.http = httpx.AsyncClient(
-            base_url=self.stack.api_url, headers={"Authorization": f"Bearer {self.stack.token}"}, timeout=60
-        )
+    async def __aenter__(self) -> Self:
+        await super().__aenter__()
         self.tasks = [
             asyncio.create_task(self._watch(self._pods, self.core.list_namespaced_pod, NAMESPACE)),
             asyncio.create_task(
@@ -114,8 +113,7 @@ class Bench:
         for t in self.tasks:
             t.cancel()
         await self.swarm.stop()
-        await self.http.aclose()
-        await self.kapi.close()
+        await super().__aexit__(*exc)
 
     # -- watches -------------------------------------------------------------------------------------------
     async def _watch(self, handle: Any, fn: Any, *args: Any) -> None:
@@ -186,19 +184,9 @@ class Bench:
             "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]},
         }
         await self.core.create_node(node)
-        deadline = time.monotonic() + 60
-        while True:
-            n = await self.core.read_node(NODE)
-            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError("kwok node not Ready")
-            await asyncio.sleep(0.2)
+        await self.wait_node(NODE)
         overrides = {"nodeSelector": {"type": "kwok"}, "tolerations": [KWOK_TAINT]}
-        body = environment_object(ENVIRONMENT, podOverrides=overrides, idleSuspendSeconds=0)
-        await self.custom.create_namespaced_custom_object(
-            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
-        )
+        await self.create_environment(ENVIRONMENT, podOverrides=overrides, idleSuspendSeconds=0)
 
     async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """POST, again after a dropped connection (a keep-alive the API closed as it was reused): the second
@@ -291,6 +279,24 @@ class Bench:
             "load_average": os.getloadavg()[0],
         }
 
+    async def events(self, seconds: float, window: int) -> dict[str, Any]:
+        """Events per second applied while every driver sends activity; operator and apiserver CPU meanwhile."""
+        pids = {**self.pids, "bench (the swarm)": os.getpid()}  # is the swarm keeping up with its sending?
+        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+        t0 = time.monotonic()
+        flood = await self.swarm.flood(seconds, window)
+        dt = time.monotonic() - t0  # the window and the drain
+        cpu1 = {k: cpu_seconds(p) for k, p in pids.items()}
+        lat = flood.pop("send_to_applied_s")
+        return {
+            **flood,
+            "per_second": round(flood["per_second"], 1),
+            "per_second_within_window": round(flood["per_second_within_window"], 1),
+            "first_to_last_s": round(flood["first_to_last_s"], 1),
+            "send_to_applied_s": summary(lat) if lat else None,
+            "cpu_pct": {k: round(100 * (cpu1[k] - cpu0[k]) / dt, 1) for k in cpu1},
+        }
+
     async def probe_turn(self, session: str, hold: bool = False) -> tuple[float, float | None, float]:
         """POST a message; (→ start_turn at the driver, → Completed or None while held, and the operator's
         reconcile lag: the Turn's creation seen by a watch (the bench's, beside the operator's) → start_turn)."""
@@ -358,6 +364,8 @@ async def run(
     probes: int,
     res: dict[str, Any],
     save: Path | None,
+    events_s: float = 0.0,
+    event_window: int = 8,
 ) -> dict[str, Any]:
     """The points, also written to ``save`` after each one: a run cut short keeps what it measured."""
     out: dict[str, Any] = {"points": []}
@@ -383,6 +391,17 @@ async def run(
             )
             probed = await b.probes(names, probes, 0.2)
             log(f"{n} sessions: probes {json.dumps({k: round(v['p50'], 3) for k, v in probed.items()})}")
+            point: dict[str, Any] = {}
+            if events_s > 0:
+                ev = await b.events(events_s, event_window)
+                lat = ev["send_to_applied_s"] or {"p50": 0.0, "p99": 0.0}
+                log(
+                    f"{n} sessions: {ev['per_second']} events/s applied ({ev['applied']} in "
+                    f"{ev['first_to_last_s']:g} s, {ev['applied_within_window']} of them within the {events_s:g} s "
+                    f"window, from {ev['drivers']} drivers; send → applied p50 {lat['p50']:.3f} s, "
+                    f"p99 {lat['p99']:.3f} s; CPU {ev['cpu_pct']})"
+                )
+                point["events"] = ev
             out["points"].append(
                 {
                     "sessions": n,
@@ -391,80 +410,12 @@ async def run(
                     "operator_mib_per_session": round((rss - rss0) / n, 3),
                     "idle": idle,
                     "probes": probed,
+                    **point,
                 }
             )
             if save:
                 save.write_text(json.dumps(res, indent=2))
     return out
-
-
-def table(out: dict[str, Any]) -> str:
-    lines = [f"{out['date']}  {out['machine']}  {out['args']}", ""]
-    b = out["result"]["baseline"]
-    lines.append(
-        f"0 sessions: operator {b['operator_rss_mib']} MiB; idle CPU % operator {b['idle']['cpu_pct']['operator']}"
-        f", apiserver {b['idle']['cpu_pct']['kube-apiserver']}; apiserver {b['idle']['apiserver_rps']} req/s"
-    )
-    hdr = (
-        f"{'sessions':>8} {'connect p50/p99 s':>18} {'RSS MiB':>8} {'MiB/sess':>8} {'op CPU%':>8} "
-        f"{'apisrv CPU%':>11} {'req/s':>7} {'lag p50/p99 s':>15} {'msg→start s':>15} {'done p50/p99 s':>15} "
-        f"{'steer p50/p99 s':>15}"
-    )
-    lines += ["", hdr]
-    for p in out["result"]["points"]:
-        c, pr = p["create_to_connected_s"], p["probes"]
-
-        def pp(s: dict[str, float]) -> str:
-            return f"{s['p50']:.3f}/{s['p99']:.3f}"
-
-        lines.append(
-            f"{p['sessions']:>8} {pp(c):>18} {p['operator_rss_mib']:>8} {p['operator_mib_per_session']:>8} "
-            f"{p['idle']['cpu_pct']['operator']:>8} {p['idle']['cpu_pct']['kube-apiserver']:>11} "
-            f"{p['idle']['apiserver_rps']:>7} {pp(pr['reconcile_lag_s']) if 'reconcile_lag_s' in pr else '-':>15} "
-            f"{pp(pr['message_to_start_turn_s']):>15} "
-            f"{pp(pr['message_to_completed_s']):>15} {pp(pr['steer_to_driver_s']):>15}"
-        )
-    lines.append("")
-    for p in out["result"]["points"]:
-        lines.append(f"apiserver requests/s while idle at {p['sessions']}: {p['idle']['apiserver_rps_top']}")
-    return "\n".join(lines)
-
-
-def plot(out: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    runs = [("this run", out)] + ([(compare.get("label", "before"), compare)] if compare else [])
-    for label, o in runs:
-        pts = o["result"]["points"]
-        ns = [p["sessions"] for p in pts]
-        if "reconcile_lag_s" in pts[0]["probes"]:  # probes one at a time (earlier runs fired them in a burst)
-            lag = [p["probes"]["message_to_start_turn_s"] for p in pts]
-            axes[0].plot(ns, [x["p99"] for x in lag], "o-", label=f"{label} p99")
-            axes[0].plot(ns, [x["p50"] for x in lag], "o--", label=f"{label} p50")
-        axes[1].plot(ns, [p["operator_rss_mib"] for p in pts], "o-", label=label)
-        axes[2].plot(ns, [p["idle"]["cpu_pct"]["operator"] for p in pts], "o-", label=f"{label}: operator")
-        axes[2].plot(
-            ns, [p["idle"]["cpu_pct"]["kube-apiserver"] for p in pts], "o--", label=f"{label}: apiserver"
-        )
-    axes[0].axhline(1.0, color="grey", lw=0.8)
-    axes[2].axhline(5.0, color="grey", lw=0.8)
-    for ax, title, unit in (
-        (axes[0], "reconcile lag: message POSTed → start_turn at the driver", "seconds"),
-        (axes[1], "operator memory (RSS)", "MiB"),
-        (axes[2], "idle CPU", "% of a core"),
-    ):
-        ax.set_xscale("log")
-        ax.set_xlabel("sessions (each a connected sandbox)")
-        ax.set_ylabel(unit)
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 class _Loaded(Exception):
@@ -476,6 +427,15 @@ def main() -> int:
     ap.add_argument("--counts", default="10,100,1000", help="session counts, ascending (default 10,100,1000)")
     ap.add_argument("--idle", type=float, default=30.0, help="idle window per count, seconds (default 30)")
     ap.add_argument("--probes", type=int, default=40, help="probes per count: half turns, half steers")
+    ap.add_argument(
+        "--events",
+        type=float,
+        default=10.0,
+        help="seconds of activity events per count (default 10; 0: none)",
+    )
+    ap.add_argument(
+        "--event-window", type=int, default=8, help="unacknowledged events per driver at most (default 8)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--save", type=Path, help="also write the JSON document here")
     ap.add_argument("--plot", type=Path, help="draw lag, memory and idle CPU against the count (PNG)")
@@ -485,7 +445,15 @@ def main() -> int:
     ap.add_argument("--load", type=Path, help="run nothing: print (and --plot) a --save file of a run")
     a = ap.parse_args()
     counts = sorted(int(x) for x in a.counts.split(","))
-    res = header({"counts": counts, "idle": a.idle, "probes": a.probes})
+    res = header(
+        {
+            "counts": counts,
+            "idle": a.idle,
+            "probes": a.probes,
+            "events": a.events,
+            "event_window": a.event_window,
+        }
+    )
     res["label"] = a.label
     if a.load:
         res = json.loads(a.load.read_text())
@@ -511,7 +479,7 @@ def main() -> int:
             )
             br.stack.start_operator()
             br.stack.start_api()
-            asyncio.run(run(br.cp, br.stack, counts, a.idle, a.probes, res, a.save))
+            asyncio.run(run(br.cp, br.stack, counts, a.idle, a.probes, res, a.save, a.events, a.event_window))
     except _Loaded:
         pass
     except KeyboardInterrupt:

@@ -10,9 +10,13 @@ and the local pod runner as processes) and a ScriptedModel that answers every mo
 both sides run the CLI alike. Everything it started is stopped on exit, Ctrl-C and SIGTERM included.
 
 **Connect latency** (N sessions, one after another, each deleted before the next so HANGAR_MAX_SANDBOXES never
-matters; one warm-up of each side first, not counted): ``POST /api/sessions`` (no message) → the session's ``sandbox.connected`` is true, polled through the
-REST API every 20 ms. Floor: a bare pod on the same control plane and node (``python3 -c 'import time;
-time.sleep(60)'``, no volumes), create → ``status.phase == Running``, polled on the apiserver every 20 ms.
+matters; one warm-up of each side first, not counted): ``POST /api/sessions`` (no message) → the session's
+``sandbox.connected`` is true, seen by a watch on the Session (``--ready poll``: polled through the REST API
+every ``--poll`` seconds, as before). Two floors on the same control plane and node: a bare pod
+(``python3 -c 'import time; time.sleep(60)'``, no volumes), create → ``status.phase == Running``, seen the same
+way (a watch, or a poll of the apiserver); and a pod like hangar's sandbox (``bench/_dial_floor.py``: the same
+Secret, PVC, volumes and init copy of the driver) whose ``python3 -c`` dials a listener of this bench, create
+of the Secret → the listener has its line (``--no-dial`` leaves it out).
 
 **Turn time** (M turns in one Claude session): ``POST /api/sessions/{name}/messages`` → the turn's phase is
 Completed, polled through the REST API every 20 ms. Floor: the same ``claude`` CLI run directly with the flags
@@ -38,177 +42,43 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import sys
-import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, TypeVar
 
-import httpx
+from _dial_floor import DialListener, dial_sample
+from _kube import NAMESPACE, TIMEOUT, Cluster, bare_pod
+from _observe import CpuMeter, PodTimes, Stamps, cpu_meter, find_driver
+from _sessions_report import report, table
 from _stack import (  # bench/ is the script's directory, so on sys.path
     API_KEY,
     SYSTEM_PATH,
     bench_run,
+    claude_env,
     claude_missing,
     header,
     print_result,
     wall,
 )
-from _stats import log, summary
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
+from _stats import log
 
-from hangar.devcluster.controlplane import ControlPlane
-from hangar.devcluster.stack import Stack, environment_object
+from hangar.devcluster.stack import Stack
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel, Step
-from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
 from hangar_driver.claude import live_command
 from hangar_driver.harness import TurnConfig
 
 POLL = 0.02  # seconds between polls, both sides (--poll)
 MODEL = "claude-sonnet-4-5"
 ENVIRONMENT = "bench-claude"
-NAMESPACE = "default"
-NODE = "hangar-local"
-# What the floor CLI runs with, and what the bench Environment gives hangar's agent too (same CLI behaviour).
-QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
-TIMEOUT = 120.0  # per sample
-
-
-def med(xs: list[float | None]) -> float | None:
-    ys = [x for x in xs if x is not None]
-    return statistics.median(ys) if ys else None
-
-
-# -- model request stamps ------------------------------------------------------------------------------------------
-
-
-class Stamps:
-    """Wall-clock arrival times of model requests (the only step's ``when`` records them; it always matches)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.items: list[float] = []
-
-    def __call__(self, req: Any) -> bool:
-        with self.lock:
-            self.items.append(time.time())
-        return True
-
-    def between(self, a: float, b: float) -> list[float]:
-        with self.lock:
-            return [t for t in self.items if a <= t <= b]
-
-
-# -- CPU time per process: who burns the two cores during a sample -------------------------------------------------
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_of(pid: int) -> tuple[float, float]:
-    """(own, reaped children) CPU seconds of a process, from /proc/<pid>/stat; (0, 0) when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0, 0.0
-    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-    return (utime + stime) / TICK, (cutime + cstime) / TICK
-
-
-class CpuMeter:
-    """CPU seconds each named process spent between two snapshots. ``name+children`` counts what it reaped:
-    for the sandbox driver that is the agent CLI it ran; for this bench, the floor CLI runs."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = dict(pids)
-
-    def snapshot(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for name, pid in self.pids.items():
-            own, children = cpu_of(pid)
-            out[name] = own
-            if name == "sandbox driver":
-                out["claude CLI (reaped by the driver)"] = children
-            elif name == "bench":
-                out["claude CLI (floor, reaped by the bench)"] = children
-        return out
-
-    @staticmethod
-    def delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-        return {k: b[k] - a.get(k, 0.0) for k in b}
-
-
-def find_driver(session: str) -> int | None:
-    """The sandbox driver process of ``session`` (the local runner runs it as a process on this machine)."""
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if b"hangar_driver" not in (d / "cmdline").read_bytes():
-                continue
-            if f"HANGAR_SESSION={session}".encode() in (d / "environ").read_bytes().split(b"\0"):
-                return int(d.name)
-        except OSError:
-            continue
-    return None
-
-
-# -- pod watch: when each pod was first seen created, bound to the node, Running -----------------------------------
-
-
-class PodTimes:
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.seen: dict[str, dict[str, float]] = {}
-        self.task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):
-                pass
-
-    async def _run(self) -> None:
-        from kubernetes_asyncio import watch
-
-        core = client.CoreV1Api(self.api)
-        while True:
-            w = watch.Watch()
-            try:
-                async with w.stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=300) as stream:
-                    async for ev in stream:
-                        now = time.time()
-                        pod = ev["raw_object"]
-                        d = self.seen.setdefault(pod["metadata"]["name"] + "/" + pod["metadata"]["uid"], {})
-                        d.setdefault("created", now)
-                        if pod.get("spec", {}).get("nodeName"):
-                            d.setdefault("bound", now)
-                        if (pod.get("status") or {}).get("phase") == "Running":
-                            d.setdefault("running", now)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a broken watch: re-watch
-                log(f"pod watch broke ({e}); re-watching")
-                await asyncio.sleep(0.5)
-
-    def of(self, name: str) -> dict[str, float]:
-        for k, v in self.seen.items():
-            if k.startswith(name + "/"):
-                return v
-        return {}
 
 
 # -- the bench -----------------------------------------------------------------------------------------------------
 
 
-class Bench:
+class Bench(Cluster):
     def __init__(
         self,
         stack: Stack,
@@ -218,59 +88,36 @@ class Bench:
         work: Path,
         poll: float = POLL,
         cpu: CpuMeter | None = None,
+        ready: str = "watch",
     ) -> None:
+        super().__init__(stack, kubeconfig)
         self.poll = poll
+        self.ready = ready  # how both sides' "ready" is seen: "watch" or "poll" (every `poll` seconds)
         self.cpu = cpu or CpuMeter({})
-        self.stack = stack
-        self.kubeconfig = kubeconfig
         self.model = model
         self.stamps = stamps
         self.work = work
         self.children: list[Any] = []  # floor CLI runs, killed on the way out
+        self.dial = DialListener()
 
-    async def __aenter__(self) -> Bench:
-        cfg = client.Configuration()
-        await config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
-        self.kapi = client.ApiClient(cfg)
-        self.core = client.CoreV1Api(self.kapi)
-        self.custom = client.CustomObjectsApi(self.kapi)
-        self.http = httpx.AsyncClient(
-            base_url=self.stack.api_url,
-            headers={"Authorization": f"Bearer {self.stack.token}"},
-            timeout=30,
-        )
+    async def __aenter__(self) -> Self:
+        await super().__aenter__()
         self.pods = PodTimes(self.kapi)
         self.pods.start()
+        await self.dial.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         for p in self.children:
             _kill_group(p)
+        await self.dial.stop()
         await self.pods.stop()
-        await self.http.aclose()
-        await self.kapi.close()
+        await super().__aexit__(*exc)
 
     # -- setup -----------------------------------------------------------------------------------------------
 
-    async def wait_node(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                node = await self.core.read_node(NODE)
-                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
-                    return
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"node {NODE} not Ready after {timeout}s (see {self.stack.root}/runner.log)")
-
-    async def environment(self) -> None:
-        env = {"ANTHROPIC_BASE_URL": self.model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
-        body = environment_object(ENVIRONMENT, env)
-        await self.custom.create_namespaced_custom_object(
-            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
-        )
+    async def environment(self, name: str = ENVIRONMENT, **spec: Any) -> None:
+        await self.create_environment(name, claude_env(self.model), **spec)
 
     # -- hangar side -----------------------------------------------------------------------------------------
 
@@ -285,6 +132,18 @@ class Bench:
         return t0
 
     async def wait_connected(self, name: str, t0: float) -> dict[str, Any]:
+        """The session once its sandbox is connected (its status.sandbox; watched, or polled on the API)."""
+        if self.ready == "watch":
+
+            def connected(obj: dict[str, Any]) -> bool:
+                st = obj.get("status") or {}
+                if st.get("phase") == "Failed":
+                    raise RuntimeError(f"session {name} failed: {st.get('message')}")
+                return bool((st.get("sandbox") or {}).get("connected"))
+
+            left = max(1.0, TIMEOUT - (time.monotonic() - t0))
+            obj = await self.until_custom("hangar.dev", "v1alpha1", "sessions", name, connected, left)
+            return dict(obj["status"])
         while True:
             r = await self.http.get(f"/api/sessions/{name}")
             if r.status_code == 200:
@@ -302,19 +161,13 @@ class Bench:
         if r.status_code not in (202, 404):
             raise RuntimeError(f"DELETE /api/sessions/{name}: {r.status_code} {r.text}")
         # Gone for good (finalizers, the garbage collector, the runner stopping the pod) before the next sample.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            gone = await self._gone(
-                lambda: self.custom.get_namespaced_custom_object(
-                    "hangar.dev", "v1alpha1", NAMESPACE, "sessions", name
-                )
-            )
-            if gone and (
-                pod is None or await self._gone(lambda: self.core.read_namespaced_pod(pod, NAMESPACE))
-            ):
-                return
-            await asyncio.sleep(0.1)
-        log(f"warning: session {name} or its pod {pod} still there 60 s after the delete")
+        await self.wait_gone(
+            f"session {name} or its pod {pod}",
+            lambda: self.custom.get_namespaced_custom_object(
+                "hangar.dev", "v1alpha1", NAMESPACE, "sessions", name
+            ),
+            *([self.pod_gone(pod)] if pod else []),
+        )
 
     async def event_times(self, name: str, turn: str | None = None) -> dict[str, float]:
         """When the operator recorded each activity event (its `at`), first of each kind; read after timing."""
@@ -331,16 +184,6 @@ class Bench:
             if e["kind"] == "turn_started" and e.get("prestarted"):
                 out.setdefault("prestarted", 1.0)  # its CLI was started ahead of it (live.py)
         return out
-
-    @staticmethod
-    async def _gone(read: Any) -> bool:
-        try:
-            await read()
-        except ApiException as e:
-            if e.status == 404:
-                return True
-            raise
-        return False
 
     async def connect_sample(self, i: int) -> dict[str, Any]:
         name = f"bench-c{i}"
@@ -418,40 +261,24 @@ class Bench:
 
     async def floor_pod(self, i: int) -> dict[str, Any]:
         name = f"bench-floor-{i}"
-        cwd = self.work / "floor-pods"  # under the stack root, so stop_all() reaches a leftover process
-        cwd.mkdir(parents=True, exist_ok=True)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": {"app": "hangar-bench-floor"}},
-            "spec": {
-                "restartPolicy": "Never",
-                "automountServiceAccountToken": False,
-                "enableServiceLinks": False,
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "python:3-slim",
-                        "command": ["python3", "-c", "import time; time.sleep(60)"],
-                        "workingDir": str(cwd),
-                    }
-                ],
-            },
-        }
+        # Its cwd is under the stack root, so stop_all() reaches a leftover process.
+        body = bare_pod(name, self.work / "floor-pods")
         c0 = self.cpu.snapshot()
         w0 = time.time()
         t0 = time.monotonic()
         await self.core.create_namespaced_pod(NAMESPACE, body)
-        while True:
-            pod = await self.core.read_namespaced_pod(name, NAMESPACE)
-            if pod.status and pod.status.phase == "Running":
-                break
-            if pod.status and pod.status.phase in ("Failed", "Succeeded"):
-                raise RuntimeError(f"floor pod {name} ended {pod.status.phase}: {pod.status.message}")
-            if time.monotonic() - t0 > TIMEOUT:
-                raise TimeoutError(f"floor pod {name} not Running after {TIMEOUT}s")
-            await asyncio.sleep(self.poll)
+        if self.ready == "watch":
+            await self.until_pod_running(name)
+        else:
+            while True:
+                pod = await self.core.read_namespaced_pod(name, NAMESPACE)
+                if pod.status and pod.status.phase == "Running":
+                    break
+                if pod.status and pod.status.phase in ("Failed", "Succeeded"):
+                    raise RuntimeError(f"floor pod {name} ended {pod.status.phase}: {pod.status.message}")
+                if time.monotonic() - t0 > TIMEOUT:
+                    raise TimeoutError(f"floor pod {name} not Running after {TIMEOUT}s")
+                await asyncio.sleep(self.poll)
         total = time.monotonic() - t0
         cpu = self.cpu.delta(c0, self.cpu.snapshot())
         pt = self.pods.of(name)
@@ -462,11 +289,14 @@ class Bench:
             "to_running": (pt["running"] - w0) if "running" in pt else None,
         }
         await self.core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not await self._gone(
-            lambda: self.core.read_namespaced_pod(name, NAMESPACE)
-        ):
-            await asyncio.sleep(0.1)
+        await self.wait_gone(f"floor pod {name}", self.pod_gone(name))
+        return sample
+
+    async def floor_dial(self, i: int) -> dict[str, Any]:
+        """A pod made like hangar's sandbox whose python dials the bench (``bench/_dial_floor.py``)."""
+        c0 = self.cpu.snapshot()
+        sample = await dial_sample(self, self.dial, f"bench-dial-{i}")
+        sample["cpu"] = self.cpu.delta(c0, self.cpu.snapshot())
         return sample
 
     async def floor_cli(self, k: int, home: Path, work: Path, conversation: str | None) -> dict[str, Any]:
@@ -558,19 +388,26 @@ class Bench:
 
     # -- the two measurements --------------------------------------------------------------------------------
 
-    async def connect(self, n: int) -> dict[str, Any]:
+    async def connect(self, n: int, dial: bool = True) -> dict[str, Any]:
         # One warm-up of each (first pod on the node, first driver start, cold caches), not counted.
         log("connect: warm-up (not counted)")
         await self.floor_pod(-1)
+        if dial:
+            await self.floor_dial(-1)
         await self.connect_sample(-1)
-        hangar, floor = [], []
+        hangar, floor, dialled = [], [], []
         for i in range(n):
             f = await self.floor_pod(i)
+            d = await self.floor_dial(i) if dial else None
             h = await self.connect_sample(i)
             floor.append(f)
             hangar.append(h)
-            log(f"connect {i + 1}/{n}: hangar {h['total']:.3f} s   bare pod {f['total']:.3f} s")
-        return {"hangar": hangar, "floor": floor}
+            line = f"connect {i + 1}/{n}: hangar {h['total']:.3f} s   bare pod {f['total']:.3f} s"
+            if d is not None:
+                dialled.append(d)
+                line += f"   pod like hangar's dialling {d['total']:.3f} s"
+            log(line)
+        return {"hangar": hangar, "floor": floor, **({"dial": dialled} if dial else {})}
 
     async def turns(self, m: int) -> dict[str, Any]:
         name = "bench-turns"
@@ -608,140 +445,29 @@ def _kill_group(p: Any) -> None:
         pass
 
 
-# -- report --------------------------------------------------------------------------------------------------------
-
-
-def report(res: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"date": res["date"], "machine": res["machine"], "figures": {}, "breakdown": {}}
-    if "connect" in res:
-        h = [x["total"] for x in res["connect"]["hangar"]]
-        f = [x["total"] for x in res["connect"]["floor"]]
-        out["figures"]["connect"] = {"hangar": summary(h), "floor": summary(f)}
-        H, F = res["connect"]["hangar"], res["connect"]["floor"]
-        out["breakdown"]["connect"] = {
-            "hangar: POST /api/sessions returned": med([x["post"] for x in H]),
-            "hangar: operator stamped sandbox.startedAt": med([x["to_status_started"] for x in H]),
-            "hangar: sandbox pod seen created": med([x["to_pod_created"] for x in H]),
-            "hangar: sandbox pod bound to the node": med([x["to_bound"] for x in H]),
-            "hangar: sandbox pod Running": med([x["to_running"] for x in H]),
-            "hangar: driver_connected recorded by the operator": med(
-                [x["to_driver_connected_event"] for x in H]
-            ),
-            "hangar: session sandbox.connected": med([x["total"] for x in H]),
-            "floor: bare pod bound to the node": med([x["to_bound"] for x in F]),
-            "floor: bare pod Running (watch)": med([x["to_running"] for x in F]),
-            "floor: bare pod Running (poll)": med([x["total"] for x in F]),
-        }
-    if "turns" in res:
-        h = [x["total"] for x in res["turns"]["hangar"]]
-        f = [x["total"] for x in res["turns"]["floor"]]
-        fx = [x["to_exit"] for x in res["turns"]["floor"]]
-        out["figures"]["turn"] = {"hangar": summary(h), "floor": summary(f), "floor_to_exit": summary(fx)}
-        H, F = res["turns"]["hangar"], res["turns"]["floor"]
-        out["breakdown"]["turn"] = {
-            "hangar: turn status.startedAt (operator sent start_turn)": med(
-                [x["to_turn_started"] for x in H]
-            ),
-            "hangar: driver's turn_started recorded": med([x["to_driver_turn_started_event"] for x in H]),
-            "hangar: first model request": med([x["to_first_model_request"] for x in H]),
-            "hangar: last model request": med([x["to_last_model_request"] for x in H]),
-            "hangar: first text event recorded": med([x["to_first_text_event"] for x in H]),
-            "hangar: driver's turn_ended recorded": med([x["to_turn_ended_event"] for x in H]),
-            "hangar: turn status.finishedAt (operator applied turn_ended)": med(
-                [x["to_turn_finished"] for x in H]
-            ),
-            "hangar: Completed seen through the API": med([x["total"] for x in H]),
-            "floor: first model request": med([x["to_first_model_request"] for x in F]),
-            "floor: last model request": med([x["to_last_model_request"] for x in F]),
-            "floor: result line": med([x["total"] for x in F]),
-            "floor: process exit": med([x["to_exit"] for x in F]),
-            "model requests per turn (hangar / floor)": [
-                med([x["model_requests"] for x in H]),
-                med([x["model_requests"] for x in F]),
-            ],
-            # Not a time: how many of the turns ran in a CLI started ahead of them, of all.
-            "turns whose CLI was pre-started (count / of)": [
-                sum(1 for x in H if x.get("prestarted")),
-                len(H),
-            ],
-        }
-    for key, src in (("connect", "connect"), ("turn", "turns")):
-        if src in res:
-            out.setdefault("cpu", {})[key] = {
-                side: cpu_medians([x["cpu"] for x in res[src][side]]) for side in ("hangar", "floor")
-            }
-    return out
-
-
-def cpu_medians(samples: list[dict[str, float]]) -> dict[str, float]:
-    keys = sorted({k for s in samples for k in s})
-    return {k: statistics.median([s.get(k, 0.0) for s in samples]) for k in keys}
-
-
-def table(out: dict[str, Any]) -> str:
-    lines = [f"hangar bench/sessions.py — {out['date']} — {out['machine']}", ""]
-    hdr = f"{'figure (seconds)':46} {'p50':>7} {'p99':>7}   {'floor':34} {'p50':>7} {'p99':>7} {'x p50':>6} {'x p99':>6}"
-    lines += [hdr, "-" * len(hdr)]
-    rows = {
-        "connect": [("POST /api/sessions → sandbox.connected", "bare pod create → Running", "floor")],
-        "turn": [
-            ("POST …/messages → turn Completed", "claude -p direct → result line", "floor"),
-            ("  (the same)", "claude -p direct → process exit", "floor_to_exit"),
-        ],
-    }
-    n = []
-    for key, fig in out["figures"].items():
-        h = fig["hangar"]
-        n.append(f"{key} n={h['n']}")
-        for label, floor_label, fkey in rows[key]:
-            f = fig[fkey]
-            lines.append(
-                f"{label:46} {h['p50']:7.3f} {h['p99']:7.3f}   {floor_label:34} {f['p50']:7.3f} {f['p99']:7.3f} "
-                f"{h['p50'] / f['p50']:5.2f}x {h['p99'] / f['p99']:5.2f}x"
-            )
-    lines.append(f"({', '.join(n)}; p99 is nearest-rank: below 100 samples it is the maximum)")
-    for key, bd in out["breakdown"].items():
-        lines += ["", f"where the time goes ({key}; medians, seconds since the request was sent):"]
-        for label, v in bd.items():
-            if isinstance(v, list):
-                lines.append(f"  {label:62} {' / '.join('-' if x is None else f'{x:g}' for x in v)}")
-            else:
-                lines.append(f"  {label:62} {'-' if v is None else f'{v:8.3f}'}")
-    for key, sides in (out.get("cpu") or {}).items():
-        lines += ["", f"CPU seconds per sample ({key}; medians; the bench itself includes its polling):"]
-        names = [
-            k for k in sides["hangar"] if sides["hangar"][k] >= 0.005 or sides["floor"].get(k, 0) >= 0.005
-        ]
-        lines.append(f"  {'process':42} {'hangar':>8} {'floor':>8}")
-        for k in names:
-            lines.append(f"  {k:42} {sides['hangar'][k]:8.3f} {sides['floor'].get(k, 0.0):8.3f}")
-        lines.append(
-            f"  {'total':42} {sum(sides['hangar'].values()):8.3f} {sum(sides['floor'].values()):8.3f}"
-        )
-    return "\n".join(lines)
-
-
-def cpu_meter(stack: Stack, cp: ControlPlane) -> CpuMeter:
-    pids = {p.name: p.popen.pid for p in cp.processes}
-    pids.update({f"hangar {n}": p.pid for n, p in stack.procs.items()})
-    pids["bench"] = os.getpid()
-    return CpuMeter(pids)
-
-
 # -- main ----------------------------------------------------------------------------------------------------------
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=20, help="connect-latency samples (default 20)")
-    ap.add_argument("--turns", type=int, default=10, help="turn-time samples (default 10)")
+def connect_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of this bench that warm_pool.py shares."""
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
+    ap.add_argument(
+        "--ready",
+        choices=("watch", "poll"),
+        default="watch",
+        help="how connected / Running is seen on every side: a watch (default) or a poll every --poll s",
+    )
+    ap.add_argument("--no-dial", action="store_true", help="leave out the floor of a pod like hangar's")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
-    a = ap.parse_args()
-    if claude_missing():
-        return 2
-    res = header({"sessions": a.sessions, "turns": a.turns, "poll": a.poll})
+
+
+B = TypeVar("B", bound=Bench)
+
+
+def with_bench(a: argparse.Namespace, kind: type[B], measure: Callable[[B], Awaitable[None]]) -> bool:
+    """``measure`` on a bench of ``kind`` over a started stack (its node Ready), all stopped after; False when
+    interrupted (Ctrl-C or SIGTERM)."""
     try:
         with bench_run(a.keep_logs) as br:
             cp, stack = br.start()
@@ -749,19 +475,39 @@ def main() -> int:
             model = br.model(ScriptedModel([Step(when=stamps, text="FINAL: ok", repeat=True, name="bench")]))
 
             async def run() -> None:
-                async with Bench(
-                    stack, cp.kubeconfig, model, stamps, br.root / "bench", a.poll, cpu_meter(stack, cp)
-                ) as b:
+                work = br.root / "bench"
+                cpu = cpu_meter(stack, cp)
+                async with kind(stack, cp.kubeconfig, model, stamps, work, a.poll, cpu, a.ready) as b:
                     await b.wait_node()
-                    await b.environment()
-                    if a.sessions > 0:
-                        res["connect"] = await b.connect(a.sessions)
-                    if a.turns > 0:
-                        res["turns"] = await b.turns(a.turns)
+                    await measure(b)
 
             asyncio.run(run())
     except KeyboardInterrupt:
         log("interrupted: cleaned up")
+        return False
+    return True
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=20, help="connect-latency samples (default 20)")
+    ap.add_argument("--turns", type=int, default=10, help="turn-time samples (default 10)")
+    connect_flags(ap)
+    a = ap.parse_args()
+    if claude_missing():
+        return 2
+    res = header(
+        {"sessions": a.sessions, "turns": a.turns, "poll": a.poll, "ready": a.ready, "dial": not a.no_dial}
+    )
+
+    async def measure(b: Bench) -> None:
+        await b.environment()
+        if a.sessions > 0:
+            res["connect"] = await b.connect(a.sessions, not a.no_dial)
+        if a.turns > 0:
+            res["turns"] = await b.turns(a.turns)
+
+    if not with_bench(a, Bench, measure):
         return 130
     out = report(res)
     if a.json:

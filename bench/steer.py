@@ -30,7 +30,6 @@ Progress goes to stderr; the table (or, with --json, one JSON document) to stdou
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import threading
@@ -41,11 +40,12 @@ from typing import Any
 
 import httpx
 from _stack import (  # bench/ is the script's directory, so on sys.path
-    API_KEY,
     SYSTEM_PATH,
     bench_run,
+    claude_env,
     claude_missing,
     header,
+    kube_apply,
     print_result,
     wall,
 )
@@ -57,13 +57,11 @@ from hangar.models.limits import STEERS_MAX
 from hangar.paths import cli_dir
 from hangar.testing.model_server import Request, ScriptedModel, Step
 from hangar_driver.adapters import make_harness
-from hangar_driver.claude import QUIET_ENV as CLAUDE_QUIET_ENV
 from hangar_driver.harness import TurnConfig
 
 MODEL = "claude-sonnet-4-5"
 ENVIRONMENT = "bench-steer"
 SESSION = "bench-steer"
-QUIET_ENV = dict.fromkeys(CLAUDE_QUIET_ENV, "1")
 TIMEOUT = 180.0
 
 
@@ -87,14 +85,7 @@ def script(hold: float) -> list[Step]:
 
 
 def hangar_side(stack: Stack, cp: ControlPlane, model: ScriptedModel, n: int, gap: float) -> dict[str, Any]:
-    env = {"ANTHROPIC_BASE_URL": model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
-    body = environment_object(ENVIRONMENT, env)
-    import subprocess
-
-    kubectl = [str(cp.bins.dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig)]
-    subprocess.run(
-        [*kubectl, "apply", "-f", "-"], input=json.dumps(body), text=True, check=True, capture_output=True
-    )
+    kube_apply(cp, environment_object(ENVIRONMENT, claude_env(model)))
     http = httpx.Client(
         base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=30
     )
@@ -200,9 +191,7 @@ def floor_side(work: Path, model: ScriptedModel, n: int, gap: float) -> dict[str
         "PATH": f"{claude.parent}:{SYSTEM_PATH}",
         "HOME": str(home),
         "LANG": "C.UTF-8",
-        "ANTHROPIC_BASE_URL": model.anthropic_base_url,
-        "ANTHROPIC_API_KEY": API_KEY,
-        **QUIET_ENV,
+        **claude_env(model),
     }
     turn = "floor-" + uuid.uuid4().hex[:6]
     try:

@@ -1,18 +1,24 @@
 """Warm sandbox pools: a session's connect latency from a warm pool, beside a bare pod and a cold session.
 
-Run: .venv/bin/python bench/warm_pool.py [--sessions N] [--size N] [--no-cold] [--json] [--poll S] [--keep-logs]
+Run: .venv/bin/python bench/warm_pool.py [--sessions N] [--size N] [--no-cold] [--no-dial] [--json]
+[--ready watch|poll] [--poll S] [--keep-logs]
 
 The same machinery as ``bench/sessions.py`` (a local control plane, a Stack, the scripted model; every
-sample polled every 20 ms). Three kinds of sample, interleaved (bare pod i, warm i, cold i) so load from
-elsewhere hits all alike; one warm-up of each first, not counted:
+sample's end seen by a watch, or with ``--ready poll`` polled every ``--poll`` seconds). Four kinds of sample,
+interleaved (bare pod i, dial i, warm i, cold i) so load from elsewhere hits all alike; one warm-up of each
+first, not counted:
 
 - **warm**: ``POST /api/sessions`` to an Environment with ``spec.warmPool: {size: N}`` → ``sandbox.connected``.
   Before each sample the bench waits until the pool has a ready member (status.pool.ready ≥ 1), so it
   measures a claim, not a refill.
 - **cold**: the same to an Environment without a pool (today's path: Secret, PVC, pod, driver start).
 - **floor**: a bare pod (``python3 -c 'import time; time.sleep(60)'``, no volumes), create → Running.
+- **dial**: the floor of a cold session (``bench/_dial_floor.py``): a Secret, a PVC and a pod made as hangar
+  makes a sandbox's (the same volumes, the init copy of the driver, the same storage class), whose
+  ``python3 -c`` dials a listener of this bench and sends one line; create of the Secret → the line arrives.
 
-Each session is deleted (and its pod gone) before the next sample. The issue's goal: warm / floor ≤ 1.0x.
+Each session is deleted (and its pod gone) before the next sample. The issue's goals: warm / floor ≤ 1.0x,
+cold / dial ≤ 1.3x.
 
 Turning a pool on from another benchmark is one Environment field: ``spec.warmPool: {size: N}`` (optional
 ``maxAgeSeconds``, ``harness``); wait for ``status.pool.ready`` before timing a claim.
@@ -21,17 +27,14 @@ Turning a pool on from another benchmark is one Environment field: ``spec.warmPo
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from typing import Any
 
-from _stack import API_KEY, bench_run, claude_missing, header, print_result  # bench/ is on sys.path
-from _stats import log, summary
-from sessions import NAMESPACE, POLL, QUIET_ENV, TIMEOUT, Bench, Stamps, cpu_meter, med
-
-from hangar.devcluster.stack import environment_object
-from hangar.testing.model_server import ScriptedModel, Step
+from _kube import NAMESPACE
+from _stack import claude_missing, header, print_result  # bench/ is on sys.path
+from _stats import log, med, summary
+from sessions import Bench, connect_flags, with_bench
 
 WARM, COLD = "bench-warm", "bench-cold"
 
@@ -48,13 +51,6 @@ class PoolBench(Bench):
             self.connected_at_claim += any("warm sandbox" in (e.message or "") for e in evs.items)
         await super().delete_session(name, pod)
 
-    async def make_environment(self, name: str, **spec: Any) -> None:
-        env = {"ANTHROPIC_BASE_URL": self.model.anthropic_base_url, "ANTHROPIC_API_KEY": API_KEY, **QUIET_ENV}
-        body = environment_object(name, env, **spec)
-        await self.custom.create_namespaced_custom_object(
-            "hangar.dev", "v1alpha1", NAMESPACE, "environments", body
-        )
-
     async def create_session(self, name: str, model: str | None = None) -> float:
         body: dict[str, Any] = {"name": name, "environment": self.env_name, "harness": "claude"}
         t0 = time.monotonic()
@@ -64,29 +60,23 @@ class PoolBench(Bench):
         return t0
 
     async def pool_ready(self, at_least: int = 1) -> None:
-        t0 = time.monotonic()
-        while True:
-            env = await self.custom.get_namespaced_custom_object(
-                "hangar.dev", "v1alpha1", NAMESPACE, "environments", WARM
-            )
-            if ((env.get("status") or {}).get("pool") or {}).get("ready", 0) >= at_least:
-                return
-            if time.monotonic() - t0 > TIMEOUT:
-                raise TimeoutError(
-                    f"the warm pool has no ready sandbox after {TIMEOUT}s: {env.get('status')}"
-                )
-            await asyncio.sleep(0.1)
+        def ready(env: dict[str, Any]) -> bool:
+            return int(((env.get("status") or {}).get("pool") or {}).get("ready") or 0) >= at_least
+
+        await self.until_custom("hangar.dev", "v1alpha1", "environments", WARM, ready)
 
     async def sample(self, kind: str, i: int) -> dict[str, Any]:
         if kind == "floor":
             return await self.floor_pod(i)
+        if kind == "dial":
+            return await self.floor_dial(i)
         self.env_name = WARM if kind == "warm" else COLD
         if kind == "warm":
             await self.pool_ready()
         return await self.connect_sample(i if kind == "warm" else 1000 + i)
 
-    async def run(self, n: int, cold: bool) -> dict[str, list[dict[str, Any]]]:
-        kinds = ["floor", "warm"] + (["cold"] if cold else [])
+    async def run(self, n: int, cold: bool, dial: bool = True) -> dict[str, list[dict[str, Any]]]:
+        kinds = ["floor"] + (["dial"] if dial else []) + ["warm"] + (["cold"] if cold else [])
         log("warm-up (not counted)")
         for k in kinds:
             await self.sample(k, -1 - kinds.index(k))
@@ -108,8 +98,11 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
     ratios = {
         f"{k} / floor": {"p50": f["p50"] / floor["p50"], "p99": f["p99"] / floor["p99"]}
         for k, f in figures.items()
-        if k != "floor"
+        if k not in ("floor", "dial")
     }
+    if "cold" in figures and "dial" in figures:  # the goal of a session without a pool: ≤ 1.3x
+        c, d = figures["cold"], figures["dial"]
+        ratios["cold / dial"] = {"p50": c["p50"] / d["p50"], "p99": c["p99"] / d["p99"]}
     W = samples["warm"]
     breakdown = {
         "warm: POST /api/sessions returned": med([x["post"] for x in W]),
@@ -121,6 +114,10 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
         "floor: bare pod Running (watch)": med([x["to_running"] for x in samples["floor"]]),
         "floor: bare pod Running (poll)": med([x["total"] for x in samples["floor"]]),
     }
+    if "dial" in samples:
+        breakdown["dial: Secret, PVC and pod created"] = med(
+            [x["to_objects_created"] for x in samples["dial"]]
+        )
     return {
         "date": res["date"],
         "machine": res["machine"],
@@ -137,6 +134,7 @@ def table(out: dict[str, Any]) -> str:
         "floor": "bare pod create → Running",
         "warm": "session from a warm pool → sandbox.connected",
         "cold": "session without a pool → sandbox.connected",
+        "dial": "pod like hangar's → dialled the bench",
     }
     lines.append(f"{'figure (seconds)':48} {'n':>3} {'p50':>7} {'p99':>7}")
     for k, f in out["figures"].items():
@@ -160,32 +158,28 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=15, help="samples of each kind (default 15)")
     ap.add_argument("--size", type=int, default=2, help="the warm pool's size (default 2)")
     ap.add_argument("--no-cold", action="store_true", help="skip the sessions without a pool")
-    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
-    ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
+    connect_flags(ap)
     a = ap.parse_args()
     if claude_missing():
         return 2
-    res = header({"sessions": a.sessions, "size": a.size, "cold": not a.no_cold, "poll": a.poll})
-    try:
-        with bench_run(a.keep_logs) as br:
-            cp, stack = br.start()
-            stamps = Stamps()
-            model = br.model(ScriptedModel([Step(when=stamps, text="FINAL: ok", repeat=True, name="bench")]))
+    res = header(
+        {
+            "sessions": a.sessions,
+            "size": a.size,
+            "cold": not a.no_cold,
+            "dial": not a.no_dial,
+            "poll": a.poll,
+            "ready": a.ready,
+        }
+    )
 
-            async def run() -> None:
-                async with PoolBench(
-                    stack, cp.kubeconfig, model, stamps, br.root / "bench", a.poll, cpu_meter(stack, cp)
-                ) as b:
-                    await b.wait_node()
-                    await b.make_environment(WARM, warmPool={"size": a.size, "maxAgeSeconds": 3600})
-                    await b.make_environment(COLD)
-                    res["samples"] = await b.run(a.sessions, not a.no_cold)
-                    res["connected_at_claim"] = b.connected_at_claim
+    async def measure(b: PoolBench) -> None:
+        await b.environment(WARM, warmPool={"size": a.size, "maxAgeSeconds": 3600})
+        await b.environment(COLD)
+        res["samples"] = await b.run(a.sessions, not a.no_cold, not a.no_dial)
+        res["connected_at_claim"] = b.connected_at_claim
 
-            asyncio.run(run())
-    except KeyboardInterrupt:
-        log("interrupted: cleaned up")
+    if not with_bench(a, PoolBench, measure):
         return 130
     out = report(res)
     if a.json:

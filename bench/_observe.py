@@ -1,0 +1,153 @@
+"""What a bench observes on the way, besides its figures: when model requests arrived, the CPU each process
+spent, the sandbox driver's process, and when each pod was first seen created, bound and Running."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _kube import NAMESPACE
+from _stats import log
+from kubernetes_asyncio import client
+
+from hangar.devcluster.controlplane import ControlPlane
+from hangar.devcluster.stack import Stack
+
+# -- model request stamps ------------------------------------------------------------------------------------------
+
+
+class Stamps:
+    """Wall-clock arrival times of model requests (the only step's ``when`` records them; it always matches)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: list[float] = []
+
+    def __call__(self, req: Any) -> bool:
+        with self.lock:
+            self.items.append(time.time())
+        return True
+
+    def between(self, a: float, b: float) -> list[float]:
+        with self.lock:
+            return [t for t in self.items if a <= t <= b]
+
+
+# -- CPU time per process: who burns the two cores during a sample -------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int) -> tuple[float, float]:
+    """(own, reaped children) CPU seconds of a process, from /proc/<pid>/stat; (0, 0) when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime) / TICK, (cutime + cstime) / TICK
+
+
+class CpuMeter:
+    """CPU seconds each named process spent between two snapshots. ``name+children`` counts what it reaped:
+    for the sandbox driver that is the agent CLI it ran; for this bench, the floor CLI runs."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = dict(pids)
+
+    def snapshot(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            own, children = cpu_of(pid)
+            out[name] = own
+            if name == "sandbox driver":
+                out["claude CLI (reaped by the driver)"] = children
+            elif name == "bench":
+                out["claude CLI (floor, reaped by the bench)"] = children
+        return out
+
+    @staticmethod
+    def delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+        return {k: b[k] - a.get(k, 0.0) for k in b}
+
+
+def find_driver(session: str) -> int | None:
+    """The sandbox driver process of ``session`` (the local runner runs it as a process on this machine)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if b"hangar_driver" not in (d / "cmdline").read_bytes():
+                continue
+            if f"HANGAR_SESSION={session}".encode() in (d / "environ").read_bytes().split(b"\0"):
+                return int(d.name)
+        except OSError:
+            continue
+    return None
+
+
+# -- pod watch: when each pod was first seen created, bound to the node, Running -----------------------------------
+
+
+class PodTimes:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.seen: dict[str, dict[str, float]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def _run(self) -> None:
+        from kubernetes_asyncio import watch
+
+        core = client.CoreV1Api(self.api)
+        while True:
+            w = watch.Watch()
+            try:
+                async with w.stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=300) as stream:
+                    async for ev in stream:
+                        now = time.time()
+                        pod = ev["raw_object"]
+                        d = self.seen.setdefault(pod["metadata"]["name"] + "/" + pod["metadata"]["uid"], {})
+                        d.setdefault("created", now)
+                        if pod.get("spec", {}).get("nodeName"):
+                            d.setdefault("bound", now)
+                        if (pod.get("status") or {}).get("phase") == "Running":
+                            d.setdefault("running", now)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a broken watch: re-watch
+                log(f"pod watch broke ({e}); re-watching")
+                await asyncio.sleep(0.5)
+
+    def of(self, name: str) -> dict[str, float]:
+        for k, v in self.seen.items():
+            if k.startswith(name + "/"):
+                return v
+        return {}
+
+
+def cpu_meter(stack: Stack, cp: ControlPlane) -> CpuMeter:
+    pids = {p.name: p.popen.pid for p in cp.processes}
+    pids.update({f"hangar {n}": p.pid for n, p in stack.procs.items()})
+    pids["bench"] = os.getpid()
+    return CpuMeter(pids)
+
+
+def cpu_medians(samples: list[dict[str, float]]) -> dict[str, float]:
+    keys = sorted({k for s in samples for k in s})
+    return {k: statistics.median([s.get(k, 0.0) for s in samples]) for k in keys}
