@@ -19,7 +19,9 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from . import plain
 from .paths import (
+    MAYBE_SECRET,
     UNKNOWN,
     Where,
     credential,
@@ -29,6 +31,7 @@ from .paths import (
     is_sandbox_host,
     locate,
     normalize,
+    relative_safe,
     render,
     turn_places,
     within,
@@ -83,6 +86,7 @@ _PYTHON = re.compile(r"^python[0-9.]*$")
 _TEXT = ("lit", "glob")  # the kinds of Part that are plain text
 # The programs write_targets() knows the output files of.
 _WRITERS = frozenset({"tee", "cp", "mv", "ln", "install", "touch", "mkdir", "truncate", "dd"}) | DOWNLOADERS
+_FD = re.compile(r"[0-9]+-?|-")  # the target of >& or <& that is a file descriptor, not a file
 
 
 @dataclass(frozen=True)
@@ -404,6 +408,8 @@ class ShellAnalysis:
         # Redirection targets (rendered, written to) whose checks found nothing: they depend on the target
         # and the turn's places alone, so the next command redirecting there needs no second look.
         self.quiet_targets: set[tuple[str, bool]] = set()
+        self.clean: set[str] = set()  # plain words known to name no secret (ShellAnalysis.plain)
+        self.relative_safe = relative_safe(where)  # most words need no credential check (secret_kind)
 
     def add(self, rule: str, what: str) -> None:
         taint = rule.startswith("taint-")
@@ -429,8 +435,9 @@ class ShellAnalysis:
                 "nesting", f"shells nested more than {MAX_DEPTH} levels deep, which hangar does not follow"
             )
             return frozenset()
+        plain_pipelines = plain.read(src)
         try:
-            pipelines = parse(src).pipelines
+            pipelines = parse(src).pipelines if plain_pipelines is None else []
         except ShellSyntaxError:
             # Best effort: what is open is closed at the end, and, in case the parser misread where a
             # quote starts, every token is scanned once more with the quote characters taken out.
@@ -439,6 +446,8 @@ class ShellAnalysis:
             pipelines += parse(re.sub(r"[\"'`]", " ", src), lenient=True).pipelines
         self.stack.append(set())
         try:
+            if plain_pipelines is not None:
+                self.plain(plain_pipelines, depth)
             for pipeline in pipelines:
                 self.pipeline(pipeline, depth)
         finally:
@@ -447,6 +456,79 @@ class ShellAnalysis:
         if self.stack:
             self.stack[-1].update(names)
         return names
+
+    def plain(self, pipelines: list[list[plain.PlainCommand]], depth: int) -> None:
+        """Walk a plain script (``plain.py``): a pipeline whose commands no rule can flag is done with its
+        words as strings, in one pass; any other is made into the parser's objects and walked as such.
+
+        No rule can flag a command when it runs a program no rule or interpreter looks at (not in
+        ``_PLAIN_SKIPS``, nor a wrapper), none of its words names a secret and each redirection is quiet
+        (:meth:`quiet_redirect`): the walk of :meth:`pipeline` would find nothing in it but its name. So
+        the findings, in their order, are what walking every pipeline would give."""
+        secrets = self.secrets
+        clean = self.clean
+        quiet = self.quiet_targets
+        for stages in pipelines:
+            names: list[str] = []
+            for assigns, words, redirects in stages:
+                if words:
+                    # The first word is never an assignment: the parser took those as the command's assigns.
+                    name = words[0].rpartition("/")[2]
+                    if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
+                        break
+                    names.append(name)
+                    if not clean.issuperset(words) and not self.no_secret(words):
+                        break
+                if assigns and not self.no_secret(assigns):
+                    break
+                for op, _, target in redirects:
+                    if secrets.get(target, "") is None and (target, op in WRITE_OPS) in quiet:
+                        continue  # the same redirection as before in this script (`>> log.txt`)
+                    if not self.quiet_redirect(op, target):
+                        break
+                else:
+                    continue
+                break
+            else:
+                self.names.update(names)
+                self.stack[-1].update(names)
+                continue
+            self.pipeline(plain.pipeline(stages), depth)
+
+    def no_secret(self, words: list[str]) -> bool:
+        """None of these plain words names a secret (the checks cached in ``secrets``)."""
+        secrets = self.secrets
+        for w in words:
+            kind = secrets.get(w, "")
+            if kind == "":
+                kind = secrets[w] = self.secret_kind(w)
+            if kind is not None:
+                return False
+            self.clean.add(w)
+        return True
+
+    def quiet_redirect(self, op: str, target: str) -> bool:
+        """A plain redirection that :meth:`files` finds nothing in (False: it may, and it is to look)."""
+        if op in ("<<<", "<<", "<<-") or (op in (">&", "<&") and _FD.fullmatch(target)):
+            return True
+        kind = self.secrets.get(target, "")
+        if kind == "":
+            kind = self.secrets[target] = self.secret_kind(target)
+        if kind is not None:
+            return False
+        key = (target, op in WRITE_OPS)
+        if key in self.quiet_targets:
+            return True
+        path = locate(target, self.where)
+        dev = dev_kind(path) if path is not None else None
+        if dev == "network":
+            return False
+        if op in WRITE_OPS and (
+            path is None or dev == "device" or (dev is None and not writable(path, self.where))
+        ):
+            return False
+        self.quiet_targets.add(key)
+        return True
 
     def pipeline(self, pipeline: Pipeline, depth: int) -> None:
         cmds: list[Cmd] = []
@@ -697,7 +779,7 @@ class ShellAnalysis:
         for r in cmd.redirects:
             if r.target is None or r.op in ("<<", "<<-", "<<<"):
                 continue
-            if r.op in (">&", "<&") and re.fullmatch(r"[0-9]+-?|-", r.target.text):
+            if r.op in (">&", "<&") and _FD.fullmatch(r.target.text):
                 continue  # 2>&1, >&-: a file descriptor, not a file
             rendered = render(r.target, self.where)
             self.secret(rendered, cmd)
@@ -723,6 +805,8 @@ class ShellAnalysis:
             self.add("credentials", f"reads or writes {kind}: `{cmd.shown()}`")
 
     def secret_kind(self, rendered: str) -> str | None:
+        if self.relative_safe and MAYBE_SECRET.search(rendered) is None:
+            return None  # a relative path with no way up, below a working directory clear of secrets
         candidates = [rendered]
         if "=" in rendered:
             candidates.append(expand_string(rendered.partition("=")[2], self.where))
@@ -855,6 +939,21 @@ class ShellAnalysis:
             self.add(
                 "taint-network", f"a connection to {host or 'a host hangar cannot tell'} (`{cmd.shown()}`)"
             )
+
+
+# The programs a plain command may run and still be done without the parser's objects (ShellAnalysis.plain):
+# all but those some rule or interpreter looks at (with any name starting "mkfs" or "python", checked apart).
+_PLAIN_SKIPS = (
+    SHELLS
+    | DOWNLOADERS
+    | PRIVILEGE
+    | _SYSTEM
+    | _NETCAT
+    | _WRITERS
+    | frozenset(_WRAPPERS)
+    | {"perl", "ruby", "node", "nodejs", "php", "eval", "source", ".", "find", "init", "telinit", "systemctl"}
+    | {"rm", "git", "gh"}
+)
 
 
 def writable(path: str, where: Where) -> bool:
