@@ -36,6 +36,7 @@ from .paths import (
     turn_places,
     within,
 )
+from .plain import PlainCommand
 from .shell import (
     _ASSIGN as _ASSIGNMENT_START,
 )
@@ -408,7 +409,7 @@ class ShellAnalysis:
         # Redirection targets (rendered, written to) whose checks found nothing: they depend on the target
         # and the turn's places alone, so the next command redirecting there needs no second look.
         self.quiet_targets: set[tuple[str, bool]] = set()
-        self.clean: set[str] = set()  # plain words known to name no secret (ShellAnalysis.plain)
+        self.clean: set[str] = set()  # plain words known to name no secret (ShellAnalysis.harmless)
         self.relative_safe = relative_safe(where)  # most words need no credential check (secret_kind)
 
     def add(self, rule: str, what: str) -> None:
@@ -447,7 +448,7 @@ class ShellAnalysis:
         self.stack.append(set())
         try:
             if plain_pipelines is not None:
-                self.plain(plain_pipelines, depth)
+                self.plain_script(plain_pipelines, depth)
             for pipeline in pipelines:
                 self.pipeline(pipeline, depth)
         finally:
@@ -457,43 +458,48 @@ class ShellAnalysis:
             self.stack[-1].update(names)
         return names
 
-    def plain(self, pipelines: list[list[plain.PlainCommand]], depth: int) -> None:
-        """Walk a plain script (``plain.py``): a pipeline whose commands no rule can flag is done with its
-        words as strings, in one pass; any other is made into the parser's objects and walked as such.
+    def plain_script(self, pipelines: list[list[PlainCommand]], depth: int) -> None:
+        """Walk a plain script (``plain.py``): each pipeline :meth:`harmless` clears is done with its words
+        as strings; any other is made into the parser's objects and walked as such."""
+        for stages in pipelines:
+            if not self.harmless(stages):
+                self.walk(plain.pipeline(stages), depth)
+
+    def pipeline(self, pipeline: Pipeline, depth: int) -> None:
+        stages = plain.stages(pipeline)  # its words as strings, when all of them are plain text
+        if stages is None or not self.harmless(stages):
+            self.walk(pipeline, depth)
+
+    def harmless(self, stages: list[PlainCommand]) -> bool:
+        """Whether no rule can flag this pipeline of plain commands; if so, its programs are recorded.
 
         No rule can flag a command when it runs a program no rule or interpreter looks at (not in
         ``_PLAIN_SKIPS``, nor a wrapper), none of its words names a secret and each redirection is quiet
-        (:meth:`quiet_redirect`): the walk of :meth:`pipeline` would find nothing in it but its name. So
-        the findings, in their order, are what walking every pipeline would give."""
+        (:meth:`quiet_redirect`): :meth:`walk` would find nothing in it but its name. So the findings, in
+        their order, are what walking every pipeline would give."""
         secrets = self.secrets
         clean = self.clean
         quiet = self.quiet_targets
-        for stages in pipelines:
-            names: list[str] = []
-            for assigns, words, redirects in stages:
-                if words:
-                    # The first word is never an assignment: the parser took those as the command's assigns.
-                    name = words[0].rpartition("/")[2]
-                    if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
-                        break
-                    names.append(name)
-                    if not clean.issuperset(words) and not self.no_secret(words):
-                        break
-                if assigns and not self.no_secret(assigns):
-                    break
-                for op, _, target in redirects:
-                    if secrets.get(target, "") is None and (target, op in WRITE_OPS) in quiet:
-                        continue  # the same redirection as before in this script (`>> log.txt`)
-                    if not self.quiet_redirect(op, target):
-                        break
-                else:
-                    continue
-                break
-            else:
-                self.names.update(names)
-                self.stack[-1].update(names)
-                continue
-            self.pipeline(plain.pipeline(stages), depth)
+        names: list[str] = []
+        for assigns, words, redirects in stages:
+            if words:
+                # The first word is never an assignment: the parser took those as the command's assigns.
+                name = words[0].rpartition("/")[2]
+                if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
+                    return False
+                names.append(name)
+                if not clean.issuperset(words) and not self.no_secret(words):
+                    return False
+            if assigns and not self.no_secret(assigns):
+                return False
+            for op, _, target in redirects:
+                if secrets.get(target, "") is None and (target, op in WRITE_OPS) in quiet:
+                    continue  # the same redirection as before in this script (`>> log.txt`)
+                if not self.quiet_redirect(op, target):
+                    return False
+        self.names.update(names)
+        self.stack[-1].update(names)
+        return True
 
     def no_secret(self, words: list[str]) -> bool:
         """None of these plain words names a secret (the checks cached in ``secrets``)."""
@@ -530,7 +536,7 @@ class ShellAnalysis:
         self.quiet_targets.add(key)
         return True
 
-    def pipeline(self, pipeline: Pipeline, depth: int) -> None:
+    def walk(self, pipeline: Pipeline, depth: int) -> None:
         cmds: list[Cmd] = []
         for command in pipeline.commands:
             self.nested(command, depth)
@@ -941,7 +947,7 @@ class ShellAnalysis:
             )
 
 
-# The programs a plain command may run and still be done without the parser's objects (ShellAnalysis.plain):
+# The programs a plain command may run and still be done without the parser's objects (ShellAnalysis.harmless):
 # all but those some rule or interpreter looks at (with any name starting "mkfs" or "python", checked apart).
 _PLAIN_SKIPS = (
     SHELLS

@@ -3,10 +3,12 @@
 A script with no quote, escape, expansion, here-document, process substitution, comment or ``~`` at a
 word's start (``make test && pytest -q >> log.txt; git status``, a long generated chain of them) is
 read here by two C scans (``re.split`` on the operator runs, ``str.split`` on each run of words) into
-pipelines of :class:`PlainCommand` — strings, not the ``Word``/``Part``/``Command`` objects of
+pipelines of :data:`PlainCommand` — strings, not the ``Word``/``Part``/``Command`` objects of
 ``shell.parse`` — so that the rules can look at a command's words without building anything
-(``commands.ShellAnalysis.plain``). :func:`read` returns None for anything else, and for anything
-``shell.parse`` would refuse (a redirection without a target), and the caller parses as before.
+(``commands.ShellAnalysis.harmless``). :func:`read` returns None for anything else, and for anything
+``shell.parse`` would refuse (a redirection without a target); the caller parses as before.
+:func:`stages` writes a parsed pipeline the same way when all its words are plain text once quotes are
+removed, for the same check.
 
 What :func:`read` returns is exactly ``shell.parse(src)`` written in strings: :func:`pipeline` makes the
 parser's objects again, and ``tests/unit/test_shell_plain.py`` holds the two equal on generated scripts.
@@ -176,3 +178,31 @@ def command(cmd: PlainCommand) -> Command:
 def pipeline(stages: list[PlainCommand]) -> Pipeline:
     """The parser's ``Pipeline`` for a plain pipeline."""
     return Pipeline([command(c) for c in stages])
+
+
+def _text(word: Word) -> str | None:
+    """The word's value when it is plain text (quoted or not), else None."""
+    parts = word.parts
+    if len(parts) == 1:
+        part = parts[0]
+        return part.text if part.kind == "glob" or part.kind == "lit" else None
+    return word.literal
+
+
+def stages(pipe: Pipeline) -> list[PlainCommand] | None:
+    """A parsed pipeline in strings, when every word and redirection target in it is plain text (quotes
+    removed) and it has no here-document; else None."""
+    out: list[PlainCommand] = []
+    for cmd in pipe.commands:
+        assigns = [_text(w) for w in cmd.assigns]
+        words = [_text(w) for w in cmd.words]
+        redirects: list[tuple[str, str | None, str]] = []
+        for r in cmd.redirects:
+            target = None if r.heredoc is not None or r.target is None else _text(r.target)
+            if target is None:
+                return None
+            redirects.append((r.op, r.fd, target))
+        if None in assigns or None in words:
+            return None
+        out.append((assigns, words, redirects))  # type: ignore[arg-type]  # no None in them: checked
+    return out
