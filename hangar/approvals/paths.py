@@ -153,8 +153,8 @@ def credential(path: str, where: Where) -> str | None:
 
 
 # What a rendered word must hold to possibly name a secret when it is a relative path below a working
-# directory that relative_safe() clears: an absolute start, an option's "=value", an unknown expansion, a way up
-# (".."), or the name of a secret anywhere (.ssh, .netrc, _netrc, .git-credentials).
+# directory that relative_safe() clears: an absolute start, an option's "=value", an unknown expansion, a
+# way up (".."), or the name of a secret anywhere (.ssh, .netrc, _netrc, .git-credentials).
 MAYBE_SECRET = re.compile(r"\A/|=|\x00|\.\.|\.ssh|netrc|\.git-credentials")
 
 
