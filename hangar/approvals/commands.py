@@ -123,7 +123,8 @@ class ShellAnalysis(ProgramRules):
                 name = words[0].rpartition("/")[2]
                 if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
                     return False
-                names.append(name)
+                if name:  # "" (a word of nothing, `""`): command() records no name either
+                    names.append(name)
                 if not clean.issuperset(words) and not self.no_secret(words):
                     return False
             if assigns and not self.no_secret(assigns):

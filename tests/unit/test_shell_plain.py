@@ -4,7 +4,7 @@ credential check's shortcut for relative words (``paths.relative_safe``, ``paths
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hangar.approvals import POLICIES, ToolCall, assess, commands, decide, plain, shell
@@ -37,7 +37,7 @@ SEPS = [
     " ( ", " ) ", ";;", ";&", ";;&", "\n\n", "&&\n",
 ]  # fmt: skip
 # What sends a script to the parser (quotes, expansions, here-documents, comments, a tilde, odd blanks).
-ODD = ["'q'", '"q"', "$X", "`x`", "\\ ", " <<EOF\nx\nEOF\n", " #c", "~/x", "<(x)", ">(x)", "\r", "\x0b", "\xa0"]  # fmt: skip
+ODD = ["'q'", '"q"', '""', "$X", "`x`", "\\ ", " <<EOF\nx\nEOF\n", " #c", "~/x", "<(x)", ">(x)", "\r", "\x0b", "\xa0"]  # fmt: skip
 
 
 # Every program some rule or interpreter looks at (commands._PLAIN_SKIPS and the prefixes checked apart),
@@ -194,3 +194,23 @@ def test_where_the_shortcut_holds() -> None:
     safe = {w.cwd for w in PLACES if relative_safe(w)}
     assert safe == {CWD, "/workspace/repo"}  # not HOME, /, /etc, /proc, .ssh, io/, ~/.aws, ~/.config…
     assert relative_safe(Where("/srv/.netrc", HOME, IO)) is False
+
+
+@SETTINGS
+@given(scripts(odd=True))
+@example('"" x; ls')  # a word of nothing names no program
+def test_the_programs_a_script_runs_as_the_full_walk_finds_them(src: str) -> None:
+    """What ``script()`` returns (the programs run; ``downloads()`` reads it) and its findings, against the
+    walk of every parsed pipeline through ``walk()``, the path that makes every object."""
+    where = Where(CWD, HOME, IO)
+    try:
+        pipelines = shell.parse(src).pipelines
+    except shell.ShellSyntaxError:
+        return
+    full = commands.ShellAnalysis(where, True)
+    full.stack.append(set())
+    for p in pipelines:
+        full.walk(p, 0)
+    fast = commands.ShellAnalysis(where, True)
+    assert fast.script(src) == frozenset(full.stack[-1])
+    assert fast.findings == full.findings
