@@ -52,7 +52,7 @@ class ShellAnalysis(ProgramRules):
         self.unparsed = False  # some of it could only be scanned token by token
         self.walked: dict[str, frozenset[str]] = {}  # source → the programs it runs
         self.stack: list[set[str]] = []  # the programs of each source being walked
-        self.clean: set[str] = set()  # plain words known to name no secret (ShellAnalysis.harmless)
+        self.clean: set[str] = set()  # plain words known to name no secret (unclear())
 
     # walking
 
@@ -95,48 +95,60 @@ class ShellAnalysis(ProgramRules):
         return names
 
     def plain_script(self, pipelines: list[list[PlainCommand]], depth: int) -> None:
-        """Walk a plain script (``plain.py``): each pipeline :meth:`harmless` clears is done with its words
-        as strings; any other is made into the parser's objects and walked as such."""
-        for stages in pipelines:
-            if not self.harmless(stages):
-                self.walk(plain.pipeline(stages), depth)
+        """Walk a plain script (``plain.py``): the pipelines :meth:`unclear` cannot clear are made into the
+        parser's objects and walked as such; the others are done."""
+        for k in self.unclear(pipelines):
+            self.walk(plain.pipeline(pipelines[k]), depth)
 
     def pipeline(self, pipeline: Pipeline, depth: int) -> None:
         stages = plain.stages(pipeline)  # its words as strings, when all of them are plain text
-        if stages is None or not self.harmless(stages):
+        if stages is None or self.unclear([stages]):
             self.walk(pipeline, depth)
 
-    def harmless(self, stages: list[PlainCommand]) -> bool:
-        """Whether no rule can flag this pipeline of plain commands; if so, its programs are recorded.
+    def unclear(self, pipelines: list[list[PlainCommand]]) -> list[int]:
+        """Which of these pipelines of plain commands some rule might flag (their indices, in order); the
+        programs the others run are recorded.
 
         No rule can flag a command when it runs a program no rule or interpreter looks at (not in
         ``_PLAIN_SKIPS``, nor a wrapper), none of its words names a secret and each redirection is quiet
-        (:meth:`quiet_redirect`): :meth:`walk` would find nothing in it but its name. So the findings, in
-        their order, are what walking every pipeline would give."""
+        (:meth:`quiet_redirect`): :meth:`walk` would find nothing in it but its name. Walking only the
+        unclear pipelines, in order, gives the findings, in their order, that walking all would; the checks
+        here only fill caches. One loop over every command, not a call per pipeline: a long script has
+        thousands."""
         secrets = self.secrets
         clean = self.clean
         quiet = self.quiet_targets
+        # The names of every command not taken off as a wrapper are recorded: those in unclear pipelines
+        # too, since walk() records the same name for them (argv is the words as written).
         names: list[str] = []
-        for assigns, words, redirects in stages:
-            if words:
-                # The first word is never an assignment: the parser took those as the command's assigns.
-                name = words[0].rpartition("/")[2]
-                if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
-                    return False
-                if name:  # "" (a word of nothing, `""`): command() records no name either
-                    names.append(name)
-                if not clean.issuperset(words) and not self.no_secret(words):
-                    return False
-            if assigns and not self.no_secret(assigns):
-                return False
-            for op, _, target in redirects:
-                if secrets.get(target, "") is None and (target, op in WRITE_OPS) in quiet:
-                    continue  # the same redirection as before in this script (`>> log.txt`)
-                if not self.quiet_redirect(op, target):
-                    return False
+        out: list[int] = []
+        for k, stages in enumerate(pipelines):
+            for assigns, words, redirects in stages:
+                if words:
+                    # The first word is never an assignment: the parser took those as the command's assigns.
+                    name = words[0].rpartition("/")[2]
+                    if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
+                        break
+                    if name:  # "" (a word of nothing, `""`): command() records no name either
+                        names.append(name)
+                    if not clean.issuperset(words) and not self.no_secret(words):
+                        break
+                if assigns and not self.no_secret(assigns):
+                    break
+                for op, _, target in redirects:
+                    if secrets.get(target, "") is None and (target, op in WRITE_OPS) in quiet:
+                        continue  # the same redirection as before in this script (`>> log.txt`)
+                    if not self.quiet_redirect(op, target):
+                        break
+                else:
+                    continue
+                break
+            else:
+                continue
+            out.append(k)
         self.names.update(names)
         self.stack[-1].update(names)
-        return True
+        return out
 
     def no_secret(self, words: list[str]) -> bool:
         """None of these plain words names a secret (the checks cached in ``secrets``)."""
@@ -266,7 +278,7 @@ class ShellAnalysis(ProgramRules):
             self.add("pipe-to-shell", piped)
 
 
-# The programs a plain command may run and still be done without the parser's objects (``harmless``): all
+# The programs a plain command may run and still be done without the parser's objects (``unclear``): all
 # but those some rule or interpreter looks at (with any name starting "mkfs" or "python", checked apart).
 _PLAIN_SKIPS = (
     SHELLS

@@ -5,7 +5,7 @@ word's start (``make test && pytest -q >> log.txt; git status``, a long generate
 read here by two C scans (``re.split`` on the operator runs, ``str.split`` on each run of words) into
 pipelines of :data:`PlainCommand` — strings, not the ``Word``/``Part``/``Command`` objects of
 ``shell.parse`` — so that the rules can look at a command's words without building anything
-(``commands.ShellAnalysis.harmless``). :func:`read` returns None for anything else, and for anything
+(``commands.ShellAnalysis.unclear``). :func:`read` returns None for anything else, and for anything
 ``shell.parse`` would refuse (a redirection without a target); the caller parses as before.
 :func:`stages` writes a parsed pipeline the same way when all its words are plain text once quotes are
 removed, for the same check.
