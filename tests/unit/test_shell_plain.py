@@ -219,3 +219,9 @@ def test_the_programs_a_script_runs_as_the_full_walk_finds_them(src: str) -> Non
     fast = commands.ShellAnalysis(where, True)
     assert fast.script(src) == frozenset(full.stack[-1])
     assert fast.findings == full.findings
+
+
+def test_every_blank_str_split_splits_on_but_the_shell_does_not_sends_a_script_to_the_parser() -> None:
+    splits = [c for c in map(chr, range(0x110000)) if len(f"a{c}b".split()) > 1 and c not in " \t\n"]
+    assert len(splits) >= 20  # \x0b, \r, \xa0, \u2028 …
+    assert [hex(ord(c)) for c in splits if plain.read(f"ls a{c}b") is not None] == []
