@@ -105,16 +105,21 @@ def bench_engine(n: int) -> dict[str, Any]:
     for c in calls:  # warm-up, and every call parses
         decide("deny-risky", c)
     times: list[float] = []
+    cpu: list[float] = []
     denied = 0
     for i in range(n):
         c = calls[i % len(calls)]
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         v = decide("deny-risky", c)
+        cpu.append((time.thread_time_ns() - c0) / 1000.0)
         times.append((time.perf_counter_ns() - t0) / 1000.0)
         denied += v.decision == "deny"
     is_long = [len(str(calls[i % len(calls)].command or "")) > 10000 for i in range(n)]
     long_times = [t for t, x in zip(times, is_long, strict=True) if x]
     usual = [t for t, x in zip(times, is_long, strict=True) if not x]
+    # This thread's CPU time per call: what a decision costs, whatever else the loaded cores run.
+    usual_cpu = [t for t, x in zip(cpu, is_long, strict=True) if not x]
+    long_cpu = [t for t, x in zip(cpu, is_long, strict=True) if x]
     return {
         "corpus": len(calls),
         "calls": n,
@@ -122,6 +127,8 @@ def bench_engine(n: int) -> dict[str, Any]:
         "micros": summary(usual),
         "micros_all": summary(times),
         "micros_20k_command": summary(long_times) if long_times else None,
+        "cpu_micros": summary(usual_cpu),
+        "cpu_micros_20k_command": summary(long_cpu) if long_cpu else None,
     }
 
 
@@ -138,6 +145,23 @@ def chained(length: int) -> str:
     return " && ".join(parts)
 
 
+def mixed(length: int) -> str:
+    """A script as an agent writes one, about ``length`` characters: quotes, expansions, a substitution,
+    pipes, redirections of stderr, a different command on each line — what the plain reader leaves to the
+    lexer, so the rules' walk over the parser's objects is measured too."""
+    lines: list[str] = []
+    size = i = 0
+    while size < length:
+        line = (
+            f"echo \"step {i}: $(date +%s)\" >> log.txt && grep -n 'retry' src/mod{i}.py | head -5\n"
+            f"FOO=1 make -j2 test-{i} 2>&1 | tail -3; ls -la build/{i} || true"
+        )
+        lines.append(line)
+        size += len(line) + 1
+        i += 1
+    return "\n".join(lines)
+
+
 def heredoc(length: int) -> str:
     """``cat > gen.py <<'EOF'`` with a body of ``length`` characters: how an agent writes a file by shell."""
     line = "    value = compute(value, 'x') + 1  # a line of code\n"
@@ -152,7 +176,7 @@ def bench_scaling(repeat: int) -> list[dict[str, Any]]:
     """One decision on commands of each length, both shapes: the time per call and per 1,000 characters."""
     out = []
     for length in SCALING:
-        for shape, make in (("chained", chained), ("heredoc", heredoc)):
+        for shape, make in (("chained", chained), ("mixed", mixed), ("heredoc", heredoc)):
             command = make(length)
             call = ToolCall("Bash", {"command": command}, command, CWD, HOME, IO)
             verdict = decide("deny-risky", call)
@@ -372,6 +396,16 @@ def table(out: dict[str, Any]) -> str:
             lines.append(
                 f"  the 20,000-character command alone: p50 {m['p50']:.0f} µs, p99 {m['p99']:.0f} µs"
             )
+        if e.get("cpu_micros"):
+            m, long = e["cpu_micros"], e.get("cpu_micros_20k_command")
+            lines.append(
+                f"  CPU time of this thread: the usual calls p50 {m['p50']:.0f} µs, p99 {m['p99']:.0f} µs; "
+                + (
+                    f"the 20,000-character command min {long['min']:.0f} µs, p50 {long['p50']:.0f} µs"
+                    if long
+                    else ""
+                )
+            )
     rows = out.get("scaling")
     if rows:
         lines.append(
@@ -381,7 +415,8 @@ def table(out: dict[str, Any]) -> str:
             m = r["ms"]
             lines.append(
                 f"  {r['shape']:8} {r['chars']:>9,} chars: p50 {m['p50']:8.3f} ms, p99 {m['p99']:8.3f} ms, "
-                f"CPU p50 {r['cpu_ms']['p50']:8.3f} ms, {r['us_per_kchar']:6.1f} µs per 1,000 chars "
+                f"CPU min {r['cpu_ms']['min']:8.3f} p50 {r['cpu_ms']['p50']:8.3f} ms, "
+                f"{r['us_per_kchar']:6.1f} µs per 1,000 chars "
                 f"(n={m['n']}) -> {r['verdict']}"
             )
     a = out.get("ask")

@@ -4,9 +4,9 @@ Pure logic, standard library only. See ``rules.py`` for the policies and rules, 
 for the user's view.
 """
 
-from .commands import RULE_ORDER, Finding
 from .display import DISPLAY_LIMIT, args_hash, canonical_json, display_command
 from .handback import is_handback
+from .program_rules import RULE_ORDER, Finding
 from .rules import (
     POLICIES,
     Assessment,

@@ -152,6 +152,32 @@ def credential(path: str, where: Where) -> str | None:
     return None
 
 
+# What a rendered word must hold to possibly name a secret when it is a relative path below a working
+# directory that relative_safe() clears: an absolute start, an option's "=value", an unknown expansion, a
+# way up (".."), or the name of a secret anywhere (.ssh, .netrc, _netrc, .git-credentials).
+MAYBE_SECRET = re.compile(r"\A/|=|\x00|\.\.|\.ssh|netrc|\.git-credentials")
+
+
+@functools.lru_cache(maxsize=64)
+def relative_safe(where: Where) -> bool:
+    """Whether :func:`credential` can find a secret in a relative path with no ".." only by the path's own
+    names: the working directory is neither inside nor above any place it knows (HOME's stores, ~/.hangar,
+    the driver's io/, /proc, /etc/shadow), holds no ``.ssh`` and is not named as a secret file. Then a word
+    that :data:`MAYBE_SECRET` does not match is no secret, and the rules skip the check of most words."""
+    places = turn_places(where)
+    cwd = places.cwd
+    if not cwd.startswith("/") or UNKNOWN in cwd:
+        return False
+    names = cwd.split("/")
+    if ".ssh" in names or names[-1] in (".git-credentials", ".netrc", "_netrc"):
+        return False
+    known = (places.io_dir, places.git_credentials, places.hangar, *(under for _, under in places.stores))
+    for place in (*known, "/proc", "/etc/shadow", "/etc/gshadow"):
+        if place and (within(cwd, place) or within(place, cwd)):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Places:
     """What :func:`credential` and the write rules compare a path with ("": nothing)."""

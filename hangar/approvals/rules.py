@@ -15,7 +15,7 @@ Policies (spec "Tool approvals"):
 - ``governed``: what the rules flag waits for Tower (decision ``ask``, ``governed`` set); the rest is
   allowed at once.
 
-The rules (:data:`~hangar.approvals.commands.RULE_ORDER`, ids in brackets): force-pushes [force-push] and
+The rules (:data:`~hangar.approvals.program_rules.RULE_ORDER`, ids in brackets): force-pushes [force-push] and
 remote branch deletion [branch-delete]; sudo, su, doas [sudo]; a download piped into a shell
 [pipe-to-shell]; recursive deletes of the working tree or anything outside it [rm-recursive]; system
 commands such as mkfs, ``dd of=/dev/…``, shutdown, or a redirection onto a device [system]; reading or
@@ -48,9 +48,10 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
-from .commands import MAX_COMMAND, Finding, ShellAnalysis, first, writable
+from .commands import MAX_COMMAND, ShellAnalysis
 from .handback import is_handback
 from .paths import Where, credential, expand_string, locate, normalize
+from .program_rules import Finding, first, writable
 
 Policy = Literal["auto", "ask", "deny-risky", "governed"]
 Decision = Literal["allow", "deny", "ask"]

@@ -1,0 +1,208 @@
+"""The common shell script read without the lexer: plain words, blanks and operators.
+
+A script with no quote, escape, expansion, here-document, process substitution, comment or ``~`` at a
+word's start (``make test && pytest -q >> log.txt; git status``, a long generated chain of them) is
+read here by two C scans (``re.split`` on the operator runs, ``str.split`` on each run of words) into
+pipelines of :data:`PlainCommand` — strings, not the ``Word``/``Part``/``Command`` objects of
+``shell.parse`` — so that the rules can look at a command's words without building anything
+(``commands.ShellAnalysis.unclear``). :func:`read` returns None for anything else, and for anything
+``shell.parse`` would refuse (a redirection without a target); the caller parses as before.
+:func:`stages` writes a parsed pipeline the same way when all its words are plain text once quotes are
+removed, for the same check.
+
+What :func:`read` returns is exactly ``shell.parse(src)`` written in strings: :func:`pipeline` makes the
+parser's objects again, and ``tests/unit/test_shell_plain.py`` holds the two equal on generated scripts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .shell import _ASSIGN, _OP, _SKIP, _SKIP_CLAUSE, REDIRECT_OPS, Command, Part, Pipeline, Word, _redirect
+
+# A simple command of plain words, ``shell.Command`` with strings for words: (assignments, words,
+# redirections as (operator, IO number, target)). A tuple: a long script makes one per command.
+PlainCommand = tuple[list[str], list[str], list[tuple[str, str | None, str]]]
+
+
+# Any of these sends a script to the lexer. Each is one C scan of the text (``in``), cheaper than one
+# regex search that tries several alternatives at every character.
+_NOT_PLAIN = ("\\", "'", '"', "`", "$", "<(", ">(")
+# A comment or a tilde expansion starts only at a word's start: looked for only when "#" or "~" is there.
+_WORD_START_MARK = re.compile(r"(?:^|[ \t\n;&|()<>])[#~]")
+# What str.split() splits on besides the blanks the shell splits on (space, tab; a newline is an operator).
+_ODD_SPACE = re.compile(r"[\x0b\x0c\r\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+_RUNS = re.compile(r"([;&|()<>\n]+)")  # a run of operator characters
+_HEREDOC = frozenset({"<<", "<<-"})
+_PIPE = frozenset({"|", "|&"})
+_CLAUSES = _SKIP | _SKIP_CLAUSE  # the reserved words shell.parse skips at a command's start
+
+# A run of operator characters: its operators (longest first at each step, as the lexer takes them), and
+# what the run is when it is one operator, the usual case: a redirection, a pipe or a separator.
+_OTHER, _REDIRECTION, _PIPED, _SEPARATOR = range(4)
+_RUN_OPS: dict[str, tuple[tuple[str, ...], int]] = {}
+
+
+def _ops(run: str) -> tuple[tuple[str, ...], int]:
+    out: list[str] = []
+    i = 0
+    while i < len(run):
+        if run[i] == "\n":
+            out.append("\n")
+            i += 1
+            continue
+        m = _OP.match(run, i)
+        assert m is not None  # every character of a run starts an operator
+        out.append(m.group())
+        i = m.end()
+    ops = tuple(out)
+    kind = _OTHER
+    if len(ops) == 1:
+        op = ops[0]
+        if op in REDIRECT_OPS:
+            kind = _OTHER if op in _HEREDOC else _REDIRECTION
+        else:
+            kind = _PIPED if op in _PIPE else _SEPARATOR
+    if len(_RUN_OPS) < 512:  # runs are few (" && ", ">>", ";"): a script of odd ones cannot grow it
+        _RUN_OPS[run] = (ops, kind)
+    return ops, kind
+
+
+def read(src: str) -> list[list[PlainCommand]] | None:
+    """The pipelines of a plain script (see the module's docstring), or None when it needs the parser."""
+    for mark in _NOT_PLAIN:
+        if mark in src:
+            return None
+    if ("#" in src or "~" in src) and _WORD_START_MARK.search(src) is not None:
+        return None
+    if _ODD_SPACE.search(src) is not None:
+        return None
+    pieces = _RUNS.split(src)  # words, operators, words, …: runs of words at the even places
+    pieces.append("\n")  # so that every run of words has operators after it; a newline at the end is none
+    pipelines: list[list[PlainCommand]] = []
+    stages: list[PlainCommand] = []
+    assigns: list[str] = []
+    words: list[str] = []
+    redirects: list[tuple[str, str | None, str]] = []
+    skipping: str | None = None  # as shell.parse: inside a clause that runs nothing
+    pending: tuple[str, str | None, bool] | None = None  # a redirection whose target is the next word
+    run_ops = _RUN_OPS
+    it = iter(pieces)
+    for text, run in zip(it, it, strict=True):
+        ws = text.split()
+        ops, kind = run_ops.get(run) or _ops(run)
+        fd: str | None = None
+        if ws and run[0] in "<>" and text[-1] not in " \t" and ws[-1].isdigit():
+            fd = ws.pop()  # an IO number (2>/dev/null): the lexer's word ran into the redirection
+        if pending is not None:
+            if not ws:
+                return None  # a redirection without a target: the parser refuses it
+            if pending[2]:
+                redirects.append((pending[0], pending[1], ws[0]))
+            pending = None
+            del ws[0]
+        if ws:
+            if skipping is None and (words or ("=" not in ws[0] and (assigns or ws[0] not in _CLAUSES))):
+                # The usual case: a command's name and arguments, or more arguments of one that has begun.
+                if words:
+                    words += ws
+                else:
+                    words = ws
+            else:
+                for w in ws:
+                    if skipping is not None:
+                        if (skipping == "[[" and w == "]]") or skipping == "function":
+                            skipping = None
+                        continue
+                    if not words:
+                        if _ASSIGN.match(w):
+                            assigns.append(w)
+                            continue
+                        if not assigns and w in _SKIP:
+                            continue
+                        if not assigns and w in _SKIP_CLAUSE:
+                            skipping = w
+                            continue
+                    words.append(w)
+        if kind == _REDIRECTION:
+            pending = (ops[0], fd, skipping is None)
+            continue
+        if kind == _SEPARATOR:
+            if skipping != "[[":
+                skipping = None
+                if assigns or words or redirects:
+                    stages.append((assigns, words, redirects))
+                    assigns, words, redirects = [], [], []
+                if stages:
+                    pipelines.append(stages)
+                    stages = []
+            continue
+        for j, op in enumerate(ops):
+            if op in REDIRECT_OPS:
+                if op in _HEREDOC or j != len(ops) - 1:
+                    return None  # a here-document, or a redirection whose next token is an operator
+                pending = (op, fd, skipping is None)  # an IO number is before a run's first operator
+                continue
+            if skipping == "[[":
+                continue
+            skipping = None
+            if assigns or words or redirects:
+                stages.append((assigns, words, redirects))
+                assigns, words, redirects = [], [], []
+            if op not in _PIPE and stages:
+                pipelines.append(stages)
+                stages = []
+    if pending is not None:
+        return None
+    if assigns or words or redirects:
+        stages.append((assigns, words, redirects))
+    if stages:
+        pipelines.append(stages)
+    return pipelines
+
+
+def _word(text: str) -> Word:
+    return Word((Part("glob", text),))
+
+
+def command(cmd: PlainCommand) -> Command:
+    """The parser's ``Command`` for a plain command."""
+    assigns, words, redirects = cmd
+    return Command(
+        [_word(w) for w in assigns],
+        [_word(w) for w in words],
+        [_redirect(op, fd, _word(t), None) for op, fd, t in redirects],
+    )
+
+
+def pipeline(stages: list[PlainCommand]) -> Pipeline:
+    """The parser's ``Pipeline`` for a plain pipeline."""
+    return Pipeline([command(c) for c in stages])
+
+
+def _text(word: Word) -> str | None:
+    """The word's value when it is plain text (quoted or not), else None."""
+    parts = word.parts
+    if len(parts) == 1:
+        part = parts[0]
+        return part.text if part.kind == "glob" or part.kind == "lit" else None
+    return word.literal
+
+
+def stages(pipe: Pipeline) -> list[PlainCommand] | None:
+    """A parsed pipeline in strings, when every word and redirection target in it is plain text (quotes
+    removed) and it has no here-document; else None."""
+    out: list[PlainCommand] = []
+    for cmd in pipe.commands:
+        assigns = [_text(w) for w in cmd.assigns]
+        words = [_text(w) for w in cmd.words]
+        redirects: list[tuple[str, str | None, str]] = []
+        for r in cmd.redirects:
+            target = None if r.heredoc is not None or r.target is None else _text(r.target)
+            if target is None:
+                return None
+            redirects.append((r.op, r.fd, target))
+        if None in assigns or None in words:
+            return None
+        out.append((assigns, words, redirects))  # type: ignore[arg-type]  # no None in them: checked
+    return out
