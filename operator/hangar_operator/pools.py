@@ -103,6 +103,8 @@ class Pools:
         self.seen: dict[str, Obj] = {}  # member run id -> its pod as this process last wrote it
         self.adopting: dict[str, str] = {}  # session run id -> member run id it was claimed from
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # Pools below their size for want of a slot: a freed slot wakes them (wake_short), not the backstop.
+        self.short: set[tuple[str, str]] = set()
         self.wakeups: Wakeups | None = None
         self.on_slot_freed: Callable[[], None] | None = None
         # Seams for the unit rig, whose gateway is never started: is a run's driver connected, and the time.
@@ -114,6 +116,11 @@ class Pools:
     def wake(self, ns: str, env: str, when: float = 0.0) -> None:
         if self.wakeups is not None:
             self.wakeups.at(f"pools/{ns}/{env}", when, lambda: self.reconcile(ns, env))
+
+    def wake_short(self) -> None:
+        """A slot freed (Sweeper.fill_slots, after the waiting sessions had theirs): the short pools refill."""
+        for ns, env in sorted(self.short):
+            self.wake(ns, env)
 
     def make_room(self) -> None:
         """A session waits for a slot: every pool with members looks again (and gives members back)."""
@@ -187,6 +194,10 @@ class Pools:
                 raise
             made += 1
         ready = sum(1 for m, _ in live if self._is_ready(m))
+        if env_obj is not None and len(live) + made < size:
+            self.short.add((ns, env))
+        else:
+            self.short.discard((ns, env))
         if env_obj is not None:
             await self._status(ns, env_obj, size, ready, len(live) + made - ready)
         if size:
@@ -317,9 +328,12 @@ class Pools:
             self.ctx.gateway.forget(member_run)
 
     # --- claiming ---------------------------------------------------------------------------------------
-    async def claim(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> Obj | None:
+    async def claim(
+        self, ns: str, s_obj: Obj, env: EnvironmentSpec, extra: dict[str, Any] | None = None
+    ) -> Obj | None:
         """Gives the session a ready member of its Environment's pool, or None (it starts a fresh sandbox).
-        Returns the session as written. Caller holds the session's lock."""
+        Returns the session as written (with ``extra``, more status fields, in the same write). Caller
+        holds the session's lock."""
         s = Session.model_validate(s_obj)
         if not pool_of(env) or env.warm_pool is None or s.spec.harness != env.warm_pool.harness:
             return None
@@ -338,7 +352,7 @@ class Pools:
             self.ctx.pool_members.pop((ns, m.name), None)
             self.wake(ns, m.env)  # refill
             try:
-                return await self._adopt(s_obj, m, run)
+                return await self._adopt(s_obj, m, run, extra or {})
             except BaseException:
                 # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
                 await kube.delete_core("pods", m.name, grace_period_seconds=0)
@@ -366,7 +380,7 @@ class Pools:
             pod = None  # another claim, a retirement, or only a status write: read it again
         return False
 
-    async def _adopt(self, s_obj: Obj, m: Member, run: Any) -> Obj:
+    async def _adopt(self, s_obj: Obj, m: Member, run: Any, extra: dict[str, Any]) -> Obj:
         kube = self.ctx.kube_in(m.namespace)
         s = Session.model_validate(s_obj)
         pool_key = self.keys.pop(m.run_id, None)
@@ -403,6 +417,7 @@ class Pools:
         counters.sandboxes += 1
         phase = move(SESSION, s.status.phase, "sandbox_created")
         patch: dict[str, Any] = {
+            **extra,
             "phase": move(SESSION, phase, "connected") if connected else phase,
             "reason": "",
             "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
@@ -411,10 +426,16 @@ class Pools:
             "counters": counters.dump(),
         }
         written = await patch_status(kube, "sessions", s_obj, patch)
-        if connected:
-            await self.ctx.events.emit(
+        # After the write, side by side: the Event, and the pool's key Secret (its key is dead already:
+        # key_for_run refuses a claimed member, and a crash before the delete leaves only an Environment-owned
+        # Secret that the Environment's deletion takes).
+        await asyncio.gather(
+            kube.delete_core("secrets", m.key_secret),
+            self.ctx.events.emit(
                 kube, written, "Normal", "SandboxConnected", f"warm sandbox {m.name} connected as {run.pod}"
             )
-        await kube.delete_core("secrets", m.key_secret)  # the pool's key is dead from here
+            if connected
+            else asyncio.sleep(0),
+        )
         log.info("session %s/%s took warm sandbox %s", m.namespace, s.name, m.name)
         return written
