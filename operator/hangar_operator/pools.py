@@ -77,6 +77,13 @@ def _created(pod: Obj) -> float:
         return 0.0
 
 
+def _rv(obj: Obj) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except ValueError:  # opaque by contract: then the one this process wrote is kept
+        return 0
+
+
 def _env_spec(env_obj: Obj | None) -> EnvironmentSpec | None:
     if env_obj is None or env_obj["metadata"].get("deletionTimestamp"):
         return None
@@ -315,6 +322,16 @@ class Pools:
             m = Member(parsed[0], str((pod["metadata"].get("labels") or {}).get(L.POOL)), parsed[1])
             self.ready[run_id] = m
             self.wake(m.namespace, m.env)
+
+    def pod_seen(self, ns: str, pod: Obj) -> None:
+        """A member's pod as its watch event shows it: a claim's compare-and-set is made at the newest version
+        known (a status write by the kubelet since this process wrote would cost it a 409 and a read)."""
+        m = Member(ns, "", str(pod["metadata"].get("name") or ""))
+        old = self.seen.get(m.run_id)
+        if old is None or m.run_id not in self.ready:
+            return  # only a ready member is claimed at a remembered version
+        if _rv(pod) > _rv(old):
+            self.seen[m.run_id] = pod
 
     def member_disconnected(self, run_id: str) -> None:
         m = self.ready.pop(run_id, None)

@@ -168,3 +168,23 @@ async def test_fill_slots_wakes_the_short_pools_only_with_slots_left_after_the_w
     assert woken == [1]  # no slot free: the waiting session comes first anyway
     await asyncio.sleep(0)
     rig.c.wakeups.stop()
+
+
+async def test_a_claim_is_made_at_the_member_version_its_watch_showed_last(tmp_path: Path) -> None:
+    """The kubelet moved the pod after it was ready; its watch event told the pool: one compare-and-set,
+    no 409 and no read. A stale or unknown version is never taken over a newer one."""
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    await make_ready(rig, name)
+    older = rig.get("pods", name)
+    moved = rig.kube.set_status("pods", name, {"conditions": [{"type": "Ready", "status": "True"}]})
+    rig.c.pools.pod_seen("default", moved)
+    rig.c.pools.pod_seen("default", older)  # a late event: ignored
+    rig.kube.fail_next("get_core", "pods", 500, name=name, times=10)  # no read of the member
+    await rig.session("s1")
+    start = len(rig.kube.writes)
+    await rig.reconcile("s1")
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+    cas = [w for w in rig.kube.writes[start:] if w.verb == "patch_core" and w.name == name]
+    assert len(cas) == 1 and cas[0].error is None
