@@ -443,6 +443,7 @@ class Pools:
             "counters": counters.dump(),
         }
         written = await patch_status(kube, "sessions", s_obj, patch)
+        log.info("session %s/%s took warm sandbox %s (connected: %s)", m.namespace, s.name, m.name, connected)
         # After the write, side by side: the Event, and the pool's key Secret (its key is dead already:
         # key_for_run refuses a claimed member, and a crash before the delete leaves only an Environment-owned
         # Secret that the Environment's deletion takes).
@@ -454,5 +455,4 @@ class Pools:
             if connected
             else asyncio.sleep(0),
         )
-        log.info("session %s/%s took warm sandbox %s", m.namespace, s.name, m.name)
         return written
