@@ -150,6 +150,7 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     pools = Pools(ctx, lambda: sandboxes.in_use("", ""))
     pools.wakeups = wakeups
     pools.on_slot_freed = lambda: wakeups.now("slots", sweeper.fill_slots)
+    sweeper.wake_pools = pools.wake_short
     sandboxes.pools = pools
     sessions.wakeups = wakeups
     sweeper.failed = sessions.failed

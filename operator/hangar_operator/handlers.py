@@ -183,3 +183,5 @@ async def pool_member_event(event: kopf.RawEvent, namespace: str | None, memo: A
     env = ((pod.get("metadata") or {}).get("labels") or {}).get(L.POOL)
     if env and (event["type"] == "DELETED" or pod_status(pod).phase in ("Failed", "Succeeded")):
         _c(memo).pools.wake(namespace, env)
+    elif env:
+        _c(memo).pools.pod_seen(namespace, pod)

@@ -77,6 +77,13 @@ def _created(pod: Obj) -> float:
         return 0.0
 
 
+def _rv(obj: Obj) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except ValueError:  # opaque by contract: then the one this process wrote is kept
+        return 0
+
+
 def _env_spec(env_obj: Obj | None) -> EnvironmentSpec | None:
     if env_obj is None or env_obj["metadata"].get("deletionTimestamp"):
         return None
@@ -103,6 +110,8 @@ class Pools:
         self.seen: dict[str, Obj] = {}  # member run id -> its pod as this process last wrote it
         self.adopting: dict[str, str] = {}  # session run id -> member run id it was claimed from
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # Pools below their size for want of a slot: a freed slot wakes them (wake_short), not the backstop.
+        self.short: set[tuple[str, str]] = set()
         self.wakeups: Wakeups | None = None
         self.on_slot_freed: Callable[[], None] | None = None
         # Seams for the unit rig, whose gateway is never started: is a run's driver connected, and the time.
@@ -114,6 +123,11 @@ class Pools:
     def wake(self, ns: str, env: str, when: float = 0.0) -> None:
         if self.wakeups is not None:
             self.wakeups.at(f"pools/{ns}/{env}", when, lambda: self.reconcile(ns, env))
+
+    def wake_short(self) -> None:
+        """A slot freed (Sweeper.fill_slots, after the waiting sessions had theirs): the short pools refill."""
+        for ns, env in sorted(self.short):
+            self.wake(ns, env)
 
     def make_room(self) -> None:
         """A session waits for a slot: every pool with members looks again (and gives members back)."""
@@ -187,6 +201,10 @@ class Pools:
                 raise
             made += 1
         ready = sum(1 for m, _ in live if self._is_ready(m))
+        if env_obj is not None and len(live) + made < size:
+            self.short.add((ns, env))
+        else:
+            self.short.discard((ns, env))
         if env_obj is not None:
             await self._status(ns, env_obj, size, ready, len(live) + made - ready)
         if size:
@@ -305,6 +323,16 @@ class Pools:
             self.ready[run_id] = m
             self.wake(m.namespace, m.env)
 
+    def pod_seen(self, ns: str, pod: Obj) -> None:
+        """A member's pod as its watch event shows it: a claim's compare-and-set is made at the newest version
+        known (a status write by the kubelet since this process wrote would cost it a 409 and a read)."""
+        m = Member(ns, "", str(pod["metadata"].get("name") or ""))
+        old = self.seen.get(m.run_id)
+        if old is None or m.run_id not in self.ready:
+            return  # only a ready member is claimed at a remembered version
+        if _rv(pod) > _rv(old):
+            self.seen[m.run_id] = pod
+
     def member_disconnected(self, run_id: str) -> None:
         m = self.ready.pop(run_id, None)
         if m is not None:
@@ -317,9 +345,12 @@ class Pools:
             self.ctx.gateway.forget(member_run)
 
     # --- claiming ---------------------------------------------------------------------------------------
-    async def claim(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> Obj | None:
+    async def claim(
+        self, ns: str, s_obj: Obj, env: EnvironmentSpec, extra: dict[str, Any] | None = None
+    ) -> Obj | None:
         """Gives the session a ready member of its Environment's pool, or None (it starts a fresh sandbox).
-        Returns the session as written. Caller holds the session's lock."""
+        Returns the session as written (with ``extra``, more status fields, in the same write). Caller
+        holds the session's lock."""
         s = Session.model_validate(s_obj)
         if not pool_of(env) or env.warm_pool is None or s.spec.harness != env.warm_pool.harness:
             return None
@@ -338,7 +369,7 @@ class Pools:
             self.ctx.pool_members.pop((ns, m.name), None)
             self.wake(ns, m.env)  # refill
             try:
-                return await self._adopt(s_obj, m, run)
+                return await self._adopt(s_obj, m, run, extra or {})
             except BaseException:
                 # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
                 await kube.delete_core("pods", m.name, grace_period_seconds=0)
@@ -366,7 +397,7 @@ class Pools:
             pod = None  # another claim, a retirement, or only a status write: read it again
         return False
 
-    async def _adopt(self, s_obj: Obj, m: Member, run: Any) -> Obj:
+    async def _adopt(self, s_obj: Obj, m: Member, run: Any, extra: dict[str, Any]) -> Obj:
         kube = self.ctx.kube_in(m.namespace)
         s = Session.model_validate(s_obj)
         pool_key = self.keys.pop(m.run_id, None)
@@ -403,6 +434,7 @@ class Pools:
         counters.sandboxes += 1
         phase = move(SESSION, s.status.phase, "sandbox_created")
         patch: dict[str, Any] = {
+            **extra,
             "phase": move(SESSION, phase, "connected") if connected else phase,
             "reason": "",
             "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
@@ -411,10 +443,16 @@ class Pools:
             "counters": counters.dump(),
         }
         written = await patch_status(kube, "sessions", s_obj, patch)
-        if connected:
-            await self.ctx.events.emit(
+        log.info("session %s/%s took warm sandbox %s (connected: %s)", m.namespace, s.name, m.name, connected)
+        # After the write, side by side: the Event, and the pool's key Secret (its key is dead already:
+        # key_for_run refuses a claimed member, and a crash before the delete leaves only an Environment-owned
+        # Secret that the Environment's deletion takes).
+        await asyncio.gather(
+            kube.delete_core("secrets", m.key_secret),
+            self.ctx.events.emit(
                 kube, written, "Normal", "SandboxConnected", f"warm sandbox {m.name} connected as {run.pod}"
             )
-        await kube.delete_core("secrets", m.key_secret)  # the pool's key is dead from here
-        log.info("session %s/%s took warm sandbox %s", m.namespace, s.name, m.name)
+            if connected
+            else asyncio.sleep(0),
+        )
         return written

@@ -9,7 +9,9 @@ state, so a run key that is gone can no longer say hello.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -29,13 +31,20 @@ from .lifecycle import SESSION, after, move
 from .pool_objects import parse_pool_run
 from .pools import Pools
 from .runs import Run, parse_run
-from .sandbox_objects import run_key_secret, sandbox_pod
-from .snapshots import Snapshots
+from .sandbox_objects import run_key_secret, sandbox_pod, workspace_pvc
+from .snapshots import Snapshots, Workspace
 from .status import patch_status
 from .turns.ending import failed
 from .turns.outcomes import TurnOutcomes
 
 log = logging.getLogger("hangar.operator.sandboxes")
+
+
+def first_volume(s: Session) -> bool:
+    """The session's first run makes its workspace volume, empty: nothing to look for or restore first."""
+    st = s.status
+    return st.counters.sandboxes == 0 and not st.checkpoints and not s.spec.fork_of and not st.workspace
+
 
 # (namespace, session): look at the session again (its sandbox changed).
 Reconcile = Callable[[str, str], Awaitable[None]]
@@ -49,6 +58,16 @@ class Sandboxes:
         self.snapshots = Snapshots(ctx)
         self.reconcile_session: Reconcile | None = None
         self.pools: Pools | None = None  # warm sandboxes (pools.py), set in controllers.py
+
+    async def read_session(self, ns: str, name: str) -> Obj | None:
+        """The session as the operator's cache holds it (at least as new as the watch event or the operator's
+        own write that brought the caller here: no apiserver round trip on the way to a sandbox), or read
+        while the cache is not primed or lacks it. A copy: callers may change what they get."""
+        cache = self.ctx.cache
+        cached = cache.get("sessions", ns, name) if cache.primed else None
+        if cached is not None:
+            return copy.deepcopy(cached)
+        return await self.ctx.kube_in(ns).get("sessions", name)
 
     # --- the gateway's view -----------------------------------------------------------------------------
     async def key_for_run(self, run_id: str) -> bytes | None:
@@ -73,7 +92,7 @@ class Sandboxes:
     async def connected(self, ns: str, session: str, run_pod: str, hello: dict[str, Any]) -> bool:
         """The run's driver said hello: the session is ready for turns. Caller holds the session's lock."""
         kube = self.ctx.kube_in(ns)
-        s_obj = await kube.get("sessions", session)
+        s_obj = await self.read_session(ns, session)
         if s_obj is None:
             return False
         st = Session.model_validate(s_obj).status
@@ -121,29 +140,37 @@ class Sandboxes:
             + sum(1 for x in found if (status_of(x).get("sandbox") or {}).get("pod"))
         )
 
-    async def start_warm(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> bool:
+    async def start_warm(
+        self, ns: str, s_obj: Obj, env: EnvironmentSpec, extra: dict[str, Any] | None = None
+    ) -> bool:
         """A new session's first sandbox (not a fork's: its volume is a clone) from its Environment's warm
         pool, if it keeps one ready: True when the session took one. Its volume comes with it, so there is
-        no workspace to look for first. Caller holds the session's lock."""
+        no workspace to look for first. ``extra``: more status fields for the claim's one status write.
+        Caller holds the session's lock."""
         s = Session.model_validate(s_obj)
         st = s.status
         if self.pools is None or st.sandbox.pod or st.counters.sandboxes:
             return False
         if s.spec.fork_of or s.spec.stopped or st.resuming or st.checkpoints or st.suspended:
             return False
-        written = await self.pools.claim(ns, s_obj, env)
+        written = await self.pools.claim(ns, s_obj, env, extra or {})
         if written is None:
             return False
         metrics.SANDBOXES_STARTED.inc()
         pod = str(Session.model_validate(written).status.sandbox.pod)
-        await self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True})
-        await self.ctx.events.emit(
-            self.ctx.kube_in(ns), written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
+        await asyncio.gather(
+            self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True}),
+            self.ctx.events.emit(
+                self.ctx.kube_in(ns), written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
+            ),
         )
         return True
 
-    async def start(self, ns: str, s_obj: Obj, env: EnvironmentSpec) -> None:
+    async def start(
+        self, ns: str, s_obj: Obj, env: EnvironmentSpec, extra: dict[str, Any] | None = None
+    ) -> None:
         """Start the session's next run, or wait (Pending, NoSandboxSlot) while every slot is taken.
+        ``extra``: more status fields (the policy) for whichever status write this makes.
 
         The slot lock covers counting and reserving a slot only, not the apiserver calls that make the run:
         a burst of new sessions starts their sandboxes side by side, and a reserved slot counts as held
@@ -151,19 +178,21 @@ class Sandboxes:
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
-        if await self.start_warm(ns, s_obj, env):
+        extra = extra or {}
+        if await self.start_warm(ns, s_obj, env, extra):
             return
         # The workspace volume first: a lost one is made again from its newest ready snapshot, or waited for.
-        ws = await self.snapshots.workspace(ns, s_obj)
+        # A new session's first (not a fork's: cloned already) is made without looking (_make_run checks).
+        fresh = first_volume(s)
+        ws = Workspace(claim=workspace_pvc(s_obj, self.ctx.settings)) if fresh else None
+        ws = ws or await self.snapshots.workspace(ns, s_obj)
         if ws.wait:
-            if st.message != ws.wait:
-                phase = move(SESSION, st.phase, "wait")
-                await patch_status(
-                    kube,
-                    "sessions",
-                    s_obj,
-                    {"phase": phase, "reason": "RestoringWorkspace", "message": ws.wait},
-                )
+            wait = {
+                "phase": move(SESSION, st.phase, "wait"),
+                "reason": "RestoringWorkspace",
+                "message": ws.wait,
+            }
+            await patch_status(kube, "sessions", s_obj, {**extra, **(wait if st.message != ws.wait else {})})
             return
         async with self.ctx.slot_lock:
             in_use = await self.in_use(ns, name)
@@ -174,16 +203,13 @@ class Sandboxes:
             msg = f"waiting for a sandbox slot ({in_use} of {limit} in use)"
             if st.reason != "NoSandboxSlot":  # once per wait: the Event, and the status's first word
                 await self.ctx.events.emit(kube, s_obj, "Normal", "WaitingForSlot", msg)
-            if st.message != msg:
-                phase = move(SESSION, st.phase, "wait")
-                await patch_status(
-                    kube, "sessions", s_obj, {"phase": phase, "reason": "NoSandboxSlot", "message": msg}
-                )
+            wait = {"phase": move(SESSION, st.phase, "wait"), "reason": "NoSandboxSlot", "message": msg}
+            await patch_status(kube, "sessions", s_obj, {**extra, **(wait if st.message != msg else {})})
             if self.pools is not None:  # after the write: the pools count the sessions that wait
                 self.pools.make_room()  # warm sandboxes give their slots to waiting sessions
             return
         try:
-            run, written = await self._make_run(ns, s_obj, env, ws.claim)
+            run, written = await self._make_run(ns, s_obj, env, ws.claim, fresh, extra)
         finally:
             self.ctx.reserved.discard((ns, name))
         metrics.SANDBOXES_STARTED.inc()
@@ -201,10 +227,17 @@ class Sandboxes:
         )
 
     async def _make_run(
-        self, ns: str, s_obj: Obj, env: EnvironmentSpec, claim: Obj | None
+        self,
+        ns: str,
+        s_obj: Obj,
+        env: EnvironmentSpec,
+        claim: Obj | None,
+        fresh: bool = False,
+        extra: dict[str, Any] | None = None,
     ) -> tuple[Run, Obj]:
-        """The run's key Secret, the workspace volume (``claim``: None when it exists) and the Pod, then the
-        status that holds the slot."""
+        """The run's key Secret and the workspace volume (``claim``: None when it exists) side by side, then
+        the Pod (its volumes exist: the scheduler and the kubelet find them at once), then the status that
+        holds the slot. ``fresh``: ``claim`` was made without looking whether the volume exists."""
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
@@ -224,12 +257,18 @@ class Sandboxes:
             else None
         )
         secret, key = run_key_secret(s_obj, run, pre)
-        if await kube.create_core("secrets", secret):
-            self.ctx.run_keys[run.id] = key.encode()
-        # (an earlier attempt made it: its key is read on the driver's hello)
-        # A fork's volume exists already: it was cloned when the fork was recorded.
-        if claim is not None:
-            await kube.create_core("persistentvolumeclaims", claim)
+
+        async def make_secret() -> None:
+            if await kube.create_core("secrets", secret):
+                self.ctx.run_keys[run.id] = key.encode()
+            # (an earlier attempt made it: its key is read on the driver's hello)
+
+        async def make_volume() -> None:
+            # A fork's volume exists already: it was cloned when the fork was recorded.
+            if claim is not None and not await kube.create_core("persistentvolumeclaims", claim) and fresh:
+                await self._own_volume(ns, s_obj, str(claim["metadata"]["name"]))
+
+        await asyncio.gather(make_secret(), make_volume())
         await kube.create_core(
             "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
         )
@@ -240,6 +279,7 @@ class Sandboxes:
             "sessions",
             s_obj,
             {
+                **(extra or {}),
                 "phase": move(SESSION, st.phase, "sandbox_created"),
                 "reason": "",
                 "message": f"starting sandbox {run.pod}",
@@ -250,6 +290,17 @@ class Sandboxes:
             },
         )
         return run, written
+
+    async def _own_volume(self, ns: str, s_obj: Obj, volume: str) -> None:
+        """A first volume that was there already (an earlier attempt made it) is used only if it is this
+        session's and not going: fail closed rather than mount another session's (a deleted namesake's) data."""
+        pvc = await self.ctx.kube_in(ns).get_core("persistentvolumeclaims", volume)
+        meta = (pvc or {}).get("metadata") or {}
+        uid = s_obj["metadata"].get("uid")
+        if pvc is None or meta.get("deletionTimestamp"):
+            raise RuntimeError(f"the workspace volume {volume} is being deleted: the sandbox starts later")
+        if not any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or []):
+            raise RuntimeError(f"the workspace volume {volume} belongs to another session")
 
     # --- releasing --------------------------------------------------------------------------------------
     async def release(self, ns: str, name: str, why: str, event: str = "sandbox_released") -> None:
@@ -356,9 +407,10 @@ class Sandboxes:
             await self.outcomes.finish(ns, session, obj, failed("refused", reason))
 
     async def check(self, ns: str, name: str) -> None:
-        """After a restart, or periodically: a sandbox whose pod is gone, ended or never connected is released."""
+        """After a restart, or periodically: a sandbox whose pod is gone, ended or never connected is released.
+        The pod is read (a release acts on what is gone); the session comes from the cache."""
         kube = self.ctx.kube_in(ns)
-        s_obj = await kube.get("sessions", name)
+        s_obj = await self.read_session(ns, name)
         if s_obj is None:
             return
         st = Session.model_validate(s_obj).status

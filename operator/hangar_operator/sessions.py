@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from hangar.bodies import Body, BodyMissing, resolve
 from hangar.kube import Obj
@@ -100,7 +101,7 @@ class Sessions:
 
     async def _reconcile(self, ns: str, name: str) -> None:
         kube = self.ctx.kube_in(ns)
-        s_obj = await kube.get("sessions", name)
+        s_obj = await self.sandboxes.read_session(ns, name)
         if s_obj is None or s_obj["metadata"].get("deletionTimestamp"):
             self.ctx.drop_lock(ns, name)
             return
@@ -156,13 +157,24 @@ class Sessions:
         policy = s.spec.approvals or inherited or env.approvals or self.ctx.settings.approvals or "auto"
         if await self.tainting.sync_spec_taint(ns, s_obj):
             st.taint.tainted = True
-        if st.sandbox.pod is None and await self.sandboxes.start_warm(ns, s_obj, env):
+        # The policy rides on the status write that starts (or claims) a first sandbox: one write, and one
+        # watch event and reconcile fewer, on the way to it.
+        policy_patch = (
+            {"policy": policy} if st.policy != policy or st.observed_generation != s.generation else {}
+        )
+        if st.sandbox.pod is None and await self.sandboxes.start_warm(ns, s_obj, env, policy_patch):
             # A warm sandbox first, before this reconcile's other writes: its driver's hello brings the next
-            # reconcile, which records the policy and starts the first turn as for any sandbox.
+            # reconcile, which starts the first turn as for any sandbox.
             return
-        if st.policy != policy or st.observed_generation != s.generation:
-            s_obj = await patch_status(kube, "sessions", s_obj, {"policy": policy})
-            st.policy = policy
+        first = st.sandbox.pod is None and st.counters.sandboxes == 0  # starts whatever turns there are
+        if policy_patch and not first:
+            s_obj = await patch_status(kube, "sessions", s_obj, policy_patch)
+            st.policy, policy_patch = policy, {}
+        if first and not s.spec.prompt:
+            # Nothing to read before a first sandbox: its driver's hello brings the reconcile that counts the
+            # turns and starts the first queued one.
+            await self._start_sandbox(ns, s_obj, env, policy_patch)
+            return
         selector = L.session_selector(name)
         if s.spec.prompt and st.counters.turns == 0 and not st.current_turn:
             if not await kube.list("turns", label_selector=selector):
@@ -177,10 +189,7 @@ class Sessions:
         s_obj = await self._sync_counters(ns, s_obj, turns)
         if st.sandbox.pod is None:
             if st.counters.sandboxes == 0 or queued:
-                await self.sandboxes.start(ns, s_obj, env)
-                # Its connect deadline (if it waits for a slot instead, the look finds nothing to do).
-                due = time.time() + self.ctx.settings.connect_timeout + 0.5
-                self._wake_at(ns, name, "connect", due, check=True)
+                await self._start_sandbox(ns, s_obj, env, policy_patch)
             return
         await prepare_first_turn(self.ctx, ns, s_obj, turns, policy, env)  # the first turn's CLI, ahead
         if st.sandbox.connected and st.current_turn is None and queued:
@@ -188,6 +197,12 @@ class Sessions:
         elif await self.idle.maybe_suspend(ns, s_obj, env, bool(queued)):
             await self.suspensions.advance(ns, name)  # checkpoint, then release (suspension.py)
             self._wake_at(ns, name, "suspending", time.time() + SUSPENDING_POLL)
+
+    async def _start_sandbox(self, ns: str, s_obj: Obj, env: EnvironmentSpec, extra: dict[str, Any]) -> None:
+        await self.sandboxes.start(ns, s_obj, env, extra)
+        # Its connect deadline (if it waits for a slot instead, the look finds nothing to do).
+        due = time.time() + self.ctx.settings.connect_timeout + 0.5
+        self._wake_at(ns, str(s_obj["metadata"]["name"]), "connect", due, check=True)
 
     @staticmethod
     def _wait_phase(phase: str) -> str:

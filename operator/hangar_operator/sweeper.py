@@ -99,6 +99,7 @@ class Sweeper:
         self.reconcile: Reconcile | None = None  # Sessions.reconcile
         self.check: Reconcile | None = None  # Sandboxes.check
         self.recount: Reconcile | None = None  # Environments.reconcile
+        self.wake_pools: Callable[[], None] | None = None  # Pools.wake_short: slots left after the sessions
         self.failed: set[Key] = set()  # sessions whose last reconcile raised
         self.task: asyncio.Task[None] | None = None
         self.sweeps = 0
@@ -181,6 +182,8 @@ class Sweeper:
         )
         for _, (ns, name) in waiting[: max(0, free)]:
             self.wake(ns, name)
+        if free > len(waiting) and self.wake_pools is not None:
+            self.wake_pools()  # waiting sessions first; a pool counts them again before it refills
 
     # --- the sweeper --------------------------------------------------------------------------------------
     def start(self) -> None:
