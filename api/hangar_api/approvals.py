@@ -9,6 +9,7 @@ policy gets a 409 and nothing changes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
@@ -16,7 +17,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import GROUP, VERSION, Approval, ApprovalStatus, Session, Turn
+from hangar.models import GROUP, VERSION, Approval, ApprovalStatus, Session, SessionStatus, Turn
 from hangar.models.limits import bounded
 from hangar.store import Database
 
@@ -134,12 +135,19 @@ async def list_approvals(
     ref: SessionRef, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> dict[str, Any]:
     """The running turn's policy (else the session's), the approvals the agent waits on, and recent ones."""
-    st = Session.model_validate(await get_session(k, ref)).status
-    policy = st.policy
-    if st.current_turn:
-        turn = await k.get("turns", st.current_turn)
-        policy = (Turn.model_validate(turn).status.policy if turn else None) or policy
-    pending, recent = pending_and_recent(await session_approvals(k, ref), limit)
+
+    async def session_and_policy() -> tuple[SessionStatus, str | None]:
+        st = Session.model_validate(await get_session(k, ref)).status
+        policy = st.policy
+        if st.current_turn:
+            turn = await k.get("turns", st.current_turn)
+            policy = (Turn.model_validate(turn).status.policy if turn else None) or policy
+        return st, policy
+
+    # The listing does not depend on the session's reads: both at once (a person or a client polls this
+    # while an agent waits). A session that is not there is still a 404: gather raises its error.
+    (st, policy), items = await asyncio.gather(session_and_policy(), session_approvals(k, ref))
+    pending, recent = pending_and_recent(items, limit)
     return {
         "session": ref,
         "policy": policy or "auto",

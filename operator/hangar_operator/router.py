@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -155,6 +156,7 @@ class Router:
         run = self._run(run_id)
         if run is None:
             return
+        received = datetime.now(UTC)
         if await self.ctx.db.driver_acked(run_id) >= seq:
             return
         ns, session = run.namespace, run.session
@@ -162,7 +164,7 @@ class Router:
         async with self.ctx.lock(ns, session):
             turn = turn or await self._current_turn(ns, session)
             try:
-                await self._apply(run, name, payload, turn)
+                await self._apply(run, name, payload, turn, received)
             except Exception as e:
                 why = refused(e)
                 if why is None:
@@ -199,10 +201,12 @@ class Router:
         s_obj = await self.ctx.kube_in(ns).get("sessions", session)
         return Session.model_validate(s_obj).status.current_turn if s_obj else None
 
-    async def _apply(self, run: Run, name: str, p: dict[str, Any], turn: str | None) -> None:
+    async def _apply(
+        self, run: Run, name: str, p: dict[str, Any], turn: str | None, received: datetime | None = None
+    ) -> None:
         ns, session = run.namespace, run.session
         if name in APPROVAL_EVENTS:
-            await self.approvals.on_event(ns, session, run.id, name, p, turn)
+            await self.approvals.on_event(ns, session, run.id, name, p, turn, received)
         if name in STEERING_EVENTS:
             await self.steering.on_event(ns, session, name, p, turn)
         if name == "conversation" and p.get("id"):
