@@ -181,8 +181,17 @@ async def decide_approval(
 ) -> dict[str, Any]:
     """Decide a pending approval: allow, deny (the message reaches the agent) or allow_always (calls like
     this one for the rest of the turn). 409 when it can't take a decision any more; nothing changes then."""
-    await get_session(k, ref)
-    return await decide(k, d, who, [ref], approval, body, f"session {ref!r}", session=ref)
+    where = f"session {ref!r}"
+    # Both reads at once (an agent waits on this decision); a session that is not there is said first.
+    looks: tuple[Obj | BaseException, Obj | BaseException] = await asyncio.gather(
+        get_session(k, ref), approval_in(k, [ref], approval, where), return_exceptions=True
+    )
+    for look in looks:
+        if isinstance(look, BaseException):
+            raise look
+    found = looks[1]
+    assert isinstance(found, dict)
+    return await decide(k, d, who, [ref], approval, body, where, first=found, session=ref)
 
 
 async def decide(
@@ -193,11 +202,13 @@ async def decide(
     approval: str,
     body: DecisionBody,
     where: str,
+    first: Obj | None = None,
     **audit: Any,
 ) -> dict[str, Any]:
-    """Decide ``approval``, which must belong to one of ``sessions`` (404 naming ``where`` otherwise)."""
+    """Decide ``approval``, which must belong to one of ``sessions`` (404 naming ``where`` otherwise).
+    ``first``: the Approval as the caller just read it (the first look; the write is a compare-and-set)."""
     for _ in range(10):
-        a = await approval_in(k, sessions, approval, where)
+        a, first = first or await approval_in(k, sessions, approval, where), None
         why = refusal(a)
         if why:
             raise HTTPException(409, why)
