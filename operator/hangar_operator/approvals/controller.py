@@ -225,9 +225,12 @@ class Approvals:
                 if phase != "Withdrawn" and ap.status.delivered_at is None:
                     await self._resend(ns, obj)
                 return
-            # One read of the session serves both questions (is its sandbox gone? is it held for Tower?).
-            s_obj = await kube.get("sessions", session)
+            # One look at the session serves both questions (is its sandbox gone? is it held for Tower?).
+            s_obj, cached = await self._session(ns, session)
             gone = _gone_reason(s_obj, ap)
+            if gone and cached:  # the cache only says where to look: what is gone is read before acting
+                s_obj, cached = await kube.get("sessions", session), False
+                gone = _gone_reason(s_obj, ap)
             if gone:
                 if await self._withdraw(ns, obj, gone):
                     return
@@ -251,6 +254,17 @@ class Approvals:
             if deadline is not None:
                 self.arm(ns, name, session, deadline)
             return
+
+    async def _session(self, ns: str, session: str) -> tuple[Obj | None, bool]:
+        """The session as the operator's cache holds it (True), else as read (False). Under the session's
+        lock the cache is current for what this asks (its sandbox's run, its suspension): only the
+        operator writes them, and every write it makes is put in the cache (``cache.py``)."""
+        cache = self.ctx.cache
+        if cache.primed:
+            cached = cache.get("sessions", ns, session)
+            if cached is not None:
+                return cached, True
+        return await self.ctx.kube_in(ns).get("sessions", session), False
 
     def _run_id(self, ns: str, ap: Approval) -> str:
         run = self.ctx.run_of(ns, ap.labels.get(L.RUN))
