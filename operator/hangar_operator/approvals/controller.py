@@ -123,8 +123,10 @@ class Approvals:
         drop: str | None = None,
         count: bool = False,
     ) -> None:
-        """Add to or drop from the session's pendingApprovals (and count a new approval), in one patch."""
-        s_obj = await kube.get("sessions", session)
+        """Add to or drop from the session's pendingApprovals (and count a new approval), in one patch.
+        Read from the operator's cache when it is primed: only the operator writes these fields, and each
+        write it makes is put in the cache, so the cache is as current as a read would be."""
+        s_obj, _ = await self._session(kube.namespace, session)
         if s_obj is None:
             return
         st = Session.model_validate(s_obj).status
@@ -368,13 +370,30 @@ class Approvals:
         ap = Approval.model_validate(obj)
         session = ap.spec.session or ""
         self._disarm(ns, ap.name)
-        await self.set_pending(self.ctx.kube_in(ns), session, drop=ap.name)
         metrics.APPROVALS.labels(policy=ap.spec.policy, outcome=decision, resolver=resolver).inc()
         if ap.status.requested_at is not None:
             metrics.APPROVAL_PENDING_SECONDS.labels(resolver=resolver).observe(
                 max(0.0, (at - ap.status.requested_at).total_seconds())
             )
         person = resolver in ("person", "tower")
+        # The session's record and the activity event at once: two stores, and the session's next
+        # driver event (the agent's next call) waits for this lock.
+        await asyncio.gather(
+            self.set_pending(self.ctx.kube_in(ns), session, drop=ap.name),
+            self._decided_event(ns, obj, ap, session, decision, resolver, person, by),
+        )
+
+    async def _decided_event(
+        self,
+        ns: str,
+        obj: Obj,
+        ap: Approval,
+        session: str,
+        decision: str,
+        resolver: str,
+        person: bool,
+        by: str | None,
+    ) -> None:
         await self.ctx.activity(
             ns,
             session,
