@@ -208,3 +208,31 @@ async def test_a_steer_sent_whose_sending_write_failed_is_withdrawn_through_the_
     await rig.event("s1", "steer", turn=turn, steer_id="a", status="delivered")
     a = states(rig, turn, "steers")["a"]
     assert a["status"] == "delivered" and a["withdraw"] == "too_late"
+
+
+async def test_an_event_already_stored_is_not_applied_again_before_or_after_a_reconnect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router knows the last event it stored for a connected run (no database read per event); after a
+    disconnect it asks the database again."""
+    rig = await make_rig(tmp_path)
+    rig.env()
+    turn = await rig.running("s1")
+    run = rig.run_id("s1")
+    applied: list[int] = []
+    apply = rig.c.router._apply
+
+    async def counted(r: Any, name: str, p: dict[str, Any], t: str | None, received: Any = None) -> None:
+        applied.append(len(applied))
+        await apply(r, name, p, t, received)
+
+    monkeypatch.setattr(rig.c.router, "_apply", counted)
+    await rig.c.router.on_event(run, 1, "text", {"turn": turn, "text": "hi"})
+    await rig.c.router.on_event(run, 1, "text", {"turn": turn, "text": "hi"})
+    assert len(applied) == 1 and await rig.ctx.db.driver_acked(run) == 1
+    await rig.c.router.on_disconnect(run)
+    assert run not in rig.c.router.stored
+    await rig.c.router.on_event(run, 1, "text", {"turn": turn, "text": "hi"})
+    assert len(applied) == 1
+    await rig.c.router.on_event(run, 2, "text", {"turn": turn, "text": "more"})
+    assert len(applied) == 2 and rig.c.router.stored[run] == 2
