@@ -43,6 +43,7 @@ from .policy import (
     resource_reader,
     untrusted_source,
 )
+from .session_state import field_manager, gone_reason, held_by
 from .taint import Tainting
 
 log = logging.getLogger("hangar.operator.approvals")
@@ -187,11 +188,9 @@ class Approvals:
     async def reconcile(self, ns: str, name: str, seen: Obj | None = None) -> None:
         """Deliver a decision, expire, or re-arm the timer (a raw event, a timer, the listing at start-up).
 
-        ``seen`` is the Approval as the watch event showed it: it names the session, and when it shows a
-        decision waiting to be delivered it is the first look of :meth:`_reconcile` (a person waits on it:
-        one read fewer). It may be stale by the time the lock is held, so every write made from it is a
-        compare-and-set on its resourceVersion; any other state is read afresh (a stale one would re-send
-        an answer already confirmed)."""
+        ``seen``: the Approval in the watch event. It names the session, and one showing a decision to
+        deliver is the first look (a person waits: one read fewer; a stale one loses its compare-and-set).
+        Any other state is read afresh (a stale one would re-send an answer already confirmed)."""
         obj = seen if seen is not None else await self.ctx.kube_in(ns).get("approvals", name)
         if obj is None:
             self._disarm(ns, name)
@@ -209,7 +208,7 @@ class Approvals:
     async def held(self, kube: Kube, session: str, name: str) -> bool:
         """Is ``session`` suspended on this approval (its call was paused, the sandbox given back)? Such an
         approval waits for Tower past its turn and its sandbox: it is neither withdrawn nor expired."""
-        return _held(await kube.get("sessions", session), name)
+        return held_by(await kube.get("sessions", session), name)
 
     async def _reconcile(self, ns: str, session: str, name: str, seen: Obj | None = None) -> None:
         kube = self.ctx.kube_in(ns)
@@ -229,17 +228,17 @@ class Approvals:
                 return
             # One look at the session serves both questions (is its sandbox gone? is it held for Tower?).
             s_obj, cached = await self._session(ns, session)
-            gone = _gone_reason(s_obj, ap)
+            gone = gone_reason(s_obj, ap)
             if gone and cached:  # the cache only says where to look: what is gone is read before acting
                 s_obj, cached = await kube.get("sessions", session), False
-                gone = _gone_reason(s_obj, ap)
+                gone = gone_reason(s_obj, ap)
             if gone:
                 if await self._withdraw(ns, obj, gone):
                     return
                 continue
-            held = _held(s_obj, name)
+            held = held_by(s_obj, name)
             if ap.spec.decision is not None:
-                by = ap.spec.decided_by or _manager(obj) or "unknown"
+                by = ap.spec.decided_by or field_manager(obj) or "unknown"
                 # Tower's decision comes through the webhook (decidedBy tower:<who>) like a person's.
                 resolver = "tower" if by.startswith("tower:") else "person"
                 if await self._decide(ns, obj, ap.spec.decision, by, ap.spec.message, resolver, held):
@@ -258,9 +257,8 @@ class Approvals:
             return
 
     async def _session(self, ns: str, session: str) -> tuple[Obj | None, bool]:
-        """The session as the operator's cache holds it (True), else as read (False). Under the session's
-        lock the cache is current for what this asks (its sandbox's run, its suspension): only the
-        operator writes them, and every write it makes is put in the cache (``cache.py``)."""
+        """The session as the operator's cache holds it (True), else as read (False): current for its
+        sandbox and suspension, which only the operator writes, each write put in the cache (``cache.py``)."""
         cache = self.ctx.cache
         if cache.primed:
             cached = cache.get("sessions", ns, session)
@@ -380,34 +378,23 @@ class Approvals:
         # driver event (the agent's next call) waits for this lock.
         await asyncio.gather(
             self.set_pending(self.ctx.kube_in(ns), session, drop=ap.name),
-            self._decided_event(ns, obj, ap, session, decision, resolver, person, by),
-        )
-
-    async def _decided_event(
-        self,
-        ns: str,
-        obj: Obj,
-        ap: Approval,
-        session: str,
-        decision: str,
-        resolver: str,
-        person: bool,
-        by: str | None,
-    ) -> None:
-        await self.ctx.activity(
-            ns,
-            session,
-            "approval_decided",
-            {
-                "approval": ap.name,
-                "tool": ap.spec.tool,
-                "command": ap.spec.command,
-                "decision": decision,
-                "resolved_by": resolver,
-                "by": (by or ap.spec.decided_by or _manager(obj) or "unknown") if person else "hangar",
-                "message": ap.spec.message if person else ap.status.message,
-            },
-            ap.spec.turn,
+            self.ctx.activity(
+                ns,
+                session,
+                "approval_decided",
+                {
+                    "approval": ap.name,
+                    "tool": ap.spec.tool,
+                    "command": ap.spec.command,
+                    "decision": decision,
+                    "resolved_by": resolver,
+                    "by": (by or ap.spec.decided_by or field_manager(obj) or "unknown")
+                    if person
+                    else "hangar",
+                    "message": ap.spec.message if person else ap.status.message,
+                },
+                ap.spec.turn,
+            ),
         )
 
     async def tower_decided(self, ns: str, name: str, decision: str, by: str, reason: str | None) -> bool:
@@ -511,32 +498,3 @@ class Approvals:
             return None
         env = await kube.get("environments", Session.model_validate(s_obj).spec.environment)
         return EnvironmentSpec.model_validate(env["spec"]) if env else None
-
-
-def _held(s_obj: Obj | None, name: str) -> bool:
-    """Is this session suspended on approval ``name``, its call waiting for Tower (see :meth:`held`)?"""
-    if s_obj is None:
-        return False
-    sus = Session.model_validate(s_obj).status.suspended
-    return sus is not None and sus.approval == name and sus.decision is None
-
-
-def _gone_reason(s_obj: Obj | None, ap: Approval) -> str | None:
-    """Why a pending approval can no longer be answered (its sandbox is gone), or None."""
-    if s_obj is None:
-        return "the session is gone"
-    st = Session.model_validate(s_obj).status
-    if st.suspended is not None and st.suspended.approval == ap.name and st.suspended.decision is None:
-        return None  # the session gave its sandbox back while Tower decides: the call still waits
-    if st.sandbox.run != ap.labels.get(L.RUN):
-        return "the sandbox that asked is gone"
-    return None  # a turn that ended withdrew its approvals when its turn_ended was applied
-
-
-def _manager(obj: Obj) -> str | None:
-    """Who set spec.decision when the writer didn't say (kubectl patch): the field manager."""
-    for entry in obj["metadata"].get("managedFields") or []:
-        fields = (entry.get("fieldsV1") or {}).get("f:spec") or {}
-        if "f:decision" in fields and entry.get("manager"):
-            return f"{entry['manager']} (field manager)"
-    return None
