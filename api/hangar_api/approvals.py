@@ -9,6 +9,7 @@ policy gets a 409 and nothing changes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
@@ -16,7 +17,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import GROUP, VERSION, Approval, ApprovalStatus, Session, Turn
+from hangar.models import GROUP, VERSION, Approval, ApprovalStatus, Session, SessionStatus, Turn
 from hangar.models.limits import bounded
 from hangar.store import Database
 
@@ -134,12 +135,19 @@ async def list_approvals(
     ref: SessionRef, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> dict[str, Any]:
     """The running turn's policy (else the session's), the approvals the agent waits on, and recent ones."""
-    st = Session.model_validate(await get_session(k, ref)).status
-    policy = st.policy
-    if st.current_turn:
-        turn = await k.get("turns", st.current_turn)
-        policy = (Turn.model_validate(turn).status.policy if turn else None) or policy
-    pending, recent = pending_and_recent(await session_approvals(k, ref), limit)
+
+    async def session_and_policy() -> tuple[SessionStatus, str | None]:
+        st = Session.model_validate(await get_session(k, ref)).status
+        policy = st.policy
+        if st.current_turn:
+            turn = await k.get("turns", st.current_turn)
+            policy = (Turn.model_validate(turn).status.policy if turn else None) or policy
+        return st, policy
+
+    # The listing does not depend on the session's reads: both at once (a person or a client polls this
+    # while an agent waits). A session that is not there is still a 404: gather raises its error.
+    (st, policy), items = await asyncio.gather(session_and_policy(), session_approvals(k, ref))
+    pending, recent = pending_and_recent(items, limit)
     return {
         "session": ref,
         "policy": policy or "auto",
@@ -173,8 +181,17 @@ async def decide_approval(
 ) -> dict[str, Any]:
     """Decide a pending approval: allow, deny (the message reaches the agent) or allow_always (calls like
     this one for the rest of the turn). 409 when it can't take a decision any more; nothing changes then."""
-    await get_session(k, ref)
-    return await decide(k, d, who, [ref], approval, body, f"session {ref!r}", session=ref)
+    where = f"session {ref!r}"
+    # Both reads at once (an agent waits on this decision); a session that is not there is said first.
+    looks: tuple[Obj | BaseException, Obj | BaseException] = await asyncio.gather(
+        get_session(k, ref), approval_in(k, [ref], approval, where), return_exceptions=True
+    )
+    for look in looks:
+        if isinstance(look, BaseException):
+            raise look
+    found = looks[1]
+    assert isinstance(found, dict)
+    return await decide(k, d, who, [ref], approval, body, where, first=found, session=ref)
 
 
 async def decide(
@@ -185,11 +202,13 @@ async def decide(
     approval: str,
     body: DecisionBody,
     where: str,
+    first: Obj | None = None,
     **audit: Any,
 ) -> dict[str, Any]:
-    """Decide ``approval``, which must belong to one of ``sessions`` (404 naming ``where`` otherwise)."""
+    """Decide ``approval``, which must belong to one of ``sessions`` (404 naming ``where`` otherwise).
+    ``first``: the Approval as the caller just read it (the first look; the write is a compare-and-set)."""
     for _ in range(10):
-        a = await approval_in(k, sessions, approval, where)
+        a, first = first or await approval_in(k, sessions, approval, where), None
         why = refusal(a)
         if why:
             raise HTTPException(409, why)

@@ -122,8 +122,9 @@ async def approval_event(event: kopf.RawEvent, namespace: str | None, memo: Any,
     if event["type"] == "DELETED":
         return
     c = _c(memo)
-    name = event["object"]["metadata"]["name"]
-    await c.retry.run(f"approvals/{namespace}/{name}", lambda: c.approvals.reconcile(namespace, name))
+    seen: dict[str, Any] = dict(event["object"])
+    name = seen["metadata"]["name"]
+    await c.retry.run(f"approvals/{namespace}/{name}", lambda: c.approvals.reconcile(namespace, name, seen))
 
 
 @kopf.on.resume(GROUP, VERSION, "jobs")

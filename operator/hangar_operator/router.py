@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -97,6 +98,9 @@ class Router:
         self.approvals = approvals
         self.requests = requests
         self.suspensions = suspensions
+        # run id -> the highest event seq this process stored for it while connected: the next event of a
+        # run needs no database read to know it is new (each event waits on the one before it).
+        self.stored: dict[str, int] = {}
         # A job's verify/deliver answer goes to the Job controller (set in controllers.py: jobs sit above).
         self.on_job_result: Callable[[str, str, dict[str, Any]], Awaitable[None]] | None = None
 
@@ -141,6 +145,7 @@ class Router:
         if self.pools is not None and parse_pool_run(run_id) is not None:
             self.pools.member_disconnected(run_id)
             return
+        self.stored.pop(run_id, None)
         run = self._run(run_id)
         if run is None:
             return
@@ -155,19 +160,22 @@ class Router:
         run = self._run(run_id)
         if run is None:
             return
-        if await self.ctx.db.driver_acked(run_id) >= seq:
+        received = datetime.now(UTC)
+        known = self.stored.get(run_id)
+        if (known if known is not None else await self.ctx.db.driver_acked(run_id)) >= seq:
             return
         ns, session = run.namespace, run.session
         turn = payload.get("turn") if isinstance(payload.get("turn"), str) else None
         async with self.ctx.lock(ns, session):
             turn = turn or await self._current_turn(ns, session)
             try:
-                await self._apply(run, name, payload, turn)
+                await self._apply(run, name, payload, turn, received)
             except Exception as e:
                 why = refused(e)
                 if why is None:
                     raise  # the apiserver away, a conflict: not acknowledged, the driver sends it again
                 await self._failed(run, seq, name, turn, why)
+                self._stored(run_id, seq)
                 return
         if name in SHOWN:
             await self.ctx.db.record_driver_event(
@@ -175,8 +183,12 @@ class Router:
             )
         else:
             await self.ctx.db.mark_driver_event(run_id, seq)
+        self._stored(run_id, seq)
         if name in RECONCILE_AFTER or (name == "command_result" and payload.get("op") == "start_turn"):
             await self.sessions.reconcile(ns, session)
+
+    def _stored(self, run_id: str, seq: int) -> None:
+        self.stored[run_id] = max(self.stored.get(run_id, 0), seq)
 
     async def _failed(self, run: Run, seq: int, name: str, turn: str | None, why: str) -> None:
         """An event the apiserver refused to apply: recorded as failed with the reason and acknowledged, so
@@ -206,10 +218,12 @@ class Router:
             s_obj = await self.ctx.kube_in(ns).get("sessions", session)
         return Session.model_validate(s_obj).status.current_turn if s_obj else None
 
-    async def _apply(self, run: Run, name: str, p: dict[str, Any], turn: str | None) -> None:
+    async def _apply(
+        self, run: Run, name: str, p: dict[str, Any], turn: str | None, received: datetime | None = None
+    ) -> None:
         ns, session = run.namespace, run.session
         if name in APPROVAL_EVENTS:
-            await self.approvals.on_event(ns, session, run.id, name, p, turn)
+            await self.approvals.on_event(ns, session, run.id, name, p, turn, received)
         if name in STEERING_EVENTS:
             await self.steering.on_event(ns, session, name, p, turn)
         if name == "conversation" and p.get("id"):

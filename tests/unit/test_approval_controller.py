@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
+from hangar.kube import Obj
+from hangar.testing.fake_kube import FakeKube
 from hangar_operator.approvals import approval_name
 from tests.unit.operator_rig import Rig, make_rig
 
@@ -76,3 +81,101 @@ async def test_deny_risky_answers_at_once_and_records_a_denial(tmp_path: Path) -
     st = rig.status("approvals", name)
     assert st["phase"] == "Denied" and st["resolvedBy"] == "policy"
     assert f"answer-{name}" in rig.commands("s1-r1")
+
+
+async def test_a_decision_seen_in_its_event_is_delivered_with_one_read_of_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch event's Approval is the first look (a person waits on the answer): the Approval is not read
+    again, the session once (sandbox gone? held for Tower?), and the answer goes out once."""
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    seen = await rig.kube.patch("approvals", name, {"spec": {"decision": "deny", "decidedBy": "ann"}})
+    reads: list[str] = []
+    get = FakeKube.get
+
+    async def counted(self: FakeKube, plural: str, n: str) -> Obj | None:
+        reads.append(plural)
+        return await get(self, plural, n)
+
+    monkeypatch.setattr(FakeKube, "get", counted)
+    await rig.c.approvals.reconcile("default", name, seen)
+    assert reads.count("approvals") == 0 and reads.count("sessions") <= 2  # the second: _resolved's
+    st = rig.status("approvals", name)
+    assert st["phase"] == "Denied" and st["by"] == "ann" and st["resolvedBy"] == "person"
+    assert rig.commands("s1-r1").count(f"answer-{name}") == 1
+    # A later event showing the Approval decided is read afresh: nothing is sent or written again.
+    writes = len(rig.kube.writes)
+    await rig.c.approvals.reconcile("default", name, rig.get("approvals", name))
+    assert len(rig.kube.writes) == writes and rig.commands("s1-r1").count(f"answer-{name}") == 1
+
+
+async def test_delivered_at_is_when_the_drivers_word_arrived_not_when_the_lock_came_free(
+    tmp_path: Path,
+) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    await rig.kube.patch("approvals", name, {"spec": {"decision": "allow", "decidedBy": "ann"}})
+    await rig.c.approvals.reconcile("default", name)
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def busy() -> None:  # the operator still writing under the session's lock
+        async with rig.ctx.lock("default", "s1"):
+            holding.set()
+            await release.wait()
+
+    task = asyncio.create_task(busy())
+    await holding.wait()
+    arrived = datetime.now(UTC)
+    confirm = asyncio.create_task(
+        rig.event("s1", "command_result", op="answer", ok=True, command_id=f"answer-{name}")
+    )
+    await asyncio.sleep(0.5)
+    release.set()
+    await asyncio.gather(task, confirm)
+    delivered = datetime.fromisoformat(rig.status("approvals", name)["deliveredAt"])
+    assert arrived <= delivered + timedelta(milliseconds=1) < arrived + timedelta(milliseconds=400)
+
+
+async def test_a_decision_looks_at_the_cached_session_and_reads_it_only_to_confirm_a_gone_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    await rig.ctx.resync_cache()
+    assert rig.ctx.cache.primed
+    seen = await rig.kube.patch("approvals", name, {"spec": {"decision": "allow", "decidedBy": "ann"}})
+    # The cache (wrongly) says the sandbox that asked is gone: the session is read before anything is
+    # withdrawn, and the decision is delivered.
+    stale = rig.get("sessions", "s1")
+    stale["status"]["sandbox"]["run"] = "someone-else"
+    rig.ctx.cache.objs["sessions"][("default", "s1")] = stale
+    reads: list[str] = []
+    get = FakeKube.get
+
+    async def counted(self: FakeKube, plural: str, n: str) -> Obj | None:
+        reads.append(plural)
+        return await get(self, plural, n)
+
+    monkeypatch.setattr(FakeKube, "get", counted)
+    await rig.c.approvals.reconcile("default", name, seen)
+    st = rig.status("approvals", name)
+    assert st["phase"] == "Allowed" and st["resolvedBy"] == "person"
+    assert rig.commands("s1-r1").count(f"answer-{name}") == 1
+    assert reads[:1] == ["sessions"]  # the confirming read, before the decision
+    # Cached as it is: no read of the session before the answer goes out.
+    name2 = approval_name(rig.run_id("s1"), "r2")
+    await rig.event("s1", "permission_request", turn="s1-1", request_id="r2", tool="Bash", command="rm -rf y")
+    seen2 = await rig.kube.patch("approvals", name2, {"spec": {"decision": "deny", "decidedBy": "ann"}})
+    reads.clear()
+    sent_before: list[str] = []
+
+    async def watched_answer(*args: object, **kw: object) -> None:
+        sent_before.extend(reads)
+        await answer(*args, **kw)  # type: ignore[arg-type]
+
+    answer = rig.c.approvals.answer
+    monkeypatch.setattr(rig.c.approvals, "answer", watched_answer)
+    await rig.c.approvals.reconcile("default", name2, seen2)
+    assert rig.status("approvals", name2)["phase"] == "Denied"
+    assert "sessions" not in sent_before and "approvals" not in sent_before

@@ -6,6 +6,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from hangar.kube import ApiException
 from tests.unit.operator_rig import Rig, make_rig
 
 
@@ -178,3 +181,58 @@ async def test_a_lost_conversation_restarts_the_turn_once(tmp_path: Path) -> Non
     assert t["phase"] == "Running" and t["restarted"]  # requeued, and started again at once
     await rig.event("s1", "turn_ended", turn=turn, outcome="failed", error=err)
     assert rig.status("turns", turn)["phase"] == "Failed"
+
+
+async def test_a_steer_sent_whose_sending_write_failed_is_withdrawn_through_the_driver(
+    tmp_path: Path,
+) -> None:
+    """The steer goes to the driver before "sending" is written: if that write fails and a withdrawal comes
+    before the retry, the steer is on its way all the same, so the driver arbitrates (never "cancelled"
+    here while the agent may have it)."""
+    rig = await make_rig(tmp_path)
+    rig.env()
+    turn = await rig.running("s1")
+    await steer(rig, turn, "a", "also count them")
+    rig.kube.fail_next("patch_status", "turns", 500, name=turn)
+    with pytest.raises(ApiException):
+        await deliver(rig, turn)
+    assert f"steer-{turn}-a" in rig.commands("s1-r1") and "a" not in states(rig, turn, "steers")
+    steers = rig.get("turns", turn)["spec"]["steers"]
+    steers[0]["withdrawn"] = True
+    await rig.kube.patch("turns", turn, {"spec": {"steers": steers}})
+    await deliver(rig, turn)
+    a = states(rig, turn, "steers")["a"]
+    assert a["status"] == "sending" and a["withdraw"] == "requested"
+    assert f"withdraw-{turn}-a" in rig.commands("s1-r1")
+    await rig.event("s1", "command_result", turn=turn, op="withdraw", ok=True, steer_id="a", withdrawn=False)
+    await rig.event("s1", "steer", turn=turn, steer_id="a", status="delivered")
+    a = states(rig, turn, "steers")["a"]
+    assert a["status"] == "delivered" and a["withdraw"] == "too_late"
+
+
+async def test_an_event_already_stored_is_not_applied_again_before_or_after_a_reconnect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router knows the last event it stored for a connected run (no database read per event); after a
+    disconnect it asks the database again."""
+    rig = await make_rig(tmp_path)
+    rig.env()
+    turn = await rig.running("s1")
+    run = rig.run_id("s1")
+    applied: list[int] = []
+    apply = rig.c.router._apply
+
+    async def counted(r: Any, name: str, p: dict[str, Any], t: str | None, received: Any = None) -> None:
+        applied.append(len(applied))
+        await apply(r, name, p, t, received)
+
+    monkeypatch.setattr(rig.c.router, "_apply", counted)
+    await rig.c.router.on_event(run, 1, "text", {"turn": turn, "text": "hi"})
+    await rig.c.router.on_event(run, 1, "text", {"turn": turn, "text": "hi"})
+    assert len(applied) == 1 and await rig.ctx.db.driver_acked(run) == 1
+    await rig.c.router.on_disconnect(run)
+    assert run not in rig.c.router.stored
+    await rig.c.router.on_event(run, 1, "text", {"turn": turn, "text": "hi"})
+    assert len(applied) == 1
+    await rig.c.router.on_event(run, 2, "text", {"turn": turn, "text": "more"})
+    assert len(applied) == 2 and rig.c.router.stored[run] == 2

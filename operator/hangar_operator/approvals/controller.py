@@ -43,6 +43,7 @@ from .policy import (
     resource_reader,
     untrusted_source,
 )
+from .session_state import field_manager, gone_reason, held_by
 from .taint import Tainting
 
 log = logging.getLogger("hangar.operator.approvals")
@@ -79,8 +80,16 @@ class Approvals:
 
     # --- driver events (under the session's lock) ------------------------------------------------------
     async def on_event(
-        self, ns: str, session: str, run: str, name: str, p: dict[str, Any], turn: str | None
+        self,
+        ns: str,
+        session: str,
+        run: str,
+        name: str,
+        p: dict[str, Any],
+        turn: str | None,
+        received: datetime | None = None,
     ) -> None:
+        """``received``: when the gateway had the event (before it waited for the session's lock)."""
         if name == "permission_cancelled" and turn:
             rid = str(p.get("request_id") or "")
             if rid:
@@ -98,7 +107,7 @@ class Approvals:
         elif name == "command_result" and p.get("op") == "answer":
             cid = str(p.get("command_id") or "")
             if cid.startswith("answer-ap-") and p.get("ok"):
-                await self._delivered(ns, cid[len("answer-") :])
+                await self._delivered(ns, cid[len("answer-") :], received)
         elif name == "turn_ended" and turn:
             await self.withdraw_turn(ns, turn, "the turn ended")
             self.forget_run(run)
@@ -115,8 +124,10 @@ class Approvals:
         drop: str | None = None,
         count: bool = False,
     ) -> None:
-        """Add to or drop from the session's pendingApprovals (and count a new approval), in one patch."""
-        s_obj = await kube.get("sessions", session)
+        """Add to or drop from the session's pendingApprovals (and count a new approval), in one patch.
+        Read from the operator's cache when it is primed: only the operator writes these fields, and each
+        write it makes is put in the cache, so the cache is as current as a read would be."""
+        s_obj, _ = await self._session(kube.namespace, session)
         if s_obj is None:
             return
         st = Session.model_validate(s_obj).status
@@ -160,7 +171,10 @@ class Approvals:
         self.sent.add((ns, name))
         await self.ctx.gateway.send(run, "answer", body, command_id=f"answer-{name}")
 
-    async def _delivered(self, ns: str, name: str) -> None:
+    async def _delivered(self, ns: str, name: str, received: datetime | None = None) -> None:
+        # Stamped with the time the driver's word arrived: the CLI had its answer then, whatever the
+        # operator still had to write under the session's lock before it could record it.
+        at = iso(received) if received is not None else iso()
         self.sent.discard((ns, name))
         kube = self.ctx.kube_in(ns)
         obj = await kube.get("approvals", name)
@@ -168,36 +182,38 @@ class Approvals:
             return
         st = Approval.model_validate(obj).status
         if st.delivered_at is None and st.phase in ("Allowed", "Denied", "Expired"):
-            await patch_status(kube, "approvals", obj, {"deliveredAt": iso()})
+            await patch_status(kube, "approvals", obj, {"deliveredAt": at})
 
     # --- decisions ----------------------------------------------------------------------------------------
-    async def reconcile(self, ns: str, name: str) -> None:
-        """Deliver a decision, expire, or re-arm the timer (a raw event, a timer, the listing at start-up)."""
-        obj = await self.ctx.kube_in(ns).get("approvals", name)
+    async def reconcile(self, ns: str, name: str, seen: Obj | None = None) -> None:
+        """Deliver a decision, expire, or re-arm the timer (a raw event, a timer, the listing at start-up).
+
+        ``seen``: the Approval in the watch event. It names the session, and one showing a decision to
+        deliver is the first look (a person waits: one read fewer; a stale one loses its compare-and-set).
+        Any other state is read afresh (a stale one would re-send an answer already confirmed)."""
+        obj = seen if seen is not None else await self.ctx.kube_in(ns).get("approvals", name)
         if obj is None:
             self._disarm(ns, name)
             return
-        session = Approval.model_validate(obj).spec.session
+        ap = Approval.model_validate(obj)
+        session = ap.spec.session
         if not session:
             return
+        first = obj if ap.status.phase == "Pending" and ap.spec.decision is not None else None
         async with self.ctx.lock(ns, session):
-            await self._reconcile(ns, session, name)
+            await self._reconcile(ns, session, name, first)
         for hook in self.hooks:
             await hook(ns, name)
 
     async def held(self, kube: Kube, session: str, name: str) -> bool:
         """Is ``session`` suspended on this approval (its call was paused, the sandbox given back)? Such an
         approval waits for Tower past its turn and its sandbox: it is neither withdrawn nor expired."""
-        s_obj = await kube.get("sessions", session)
-        if s_obj is None:
-            return False
-        sus = Session.model_validate(s_obj).status.suspended
-        return sus is not None and sus.approval == name and sus.decision is None
+        return held_by(await kube.get("sessions", session), name)
 
-    async def _reconcile(self, ns: str, session: str, name: str) -> None:
+    async def _reconcile(self, ns: str, session: str, name: str, seen: Obj | None = None) -> None:
         kube = self.ctx.kube_in(ns)
         for _ in range(5):
-            obj = await kube.get("approvals", name)
+            obj, seen = seen or await kube.get("approvals", name), None
             if obj is None:
                 self._disarm(ns, name)
                 return
@@ -210,19 +226,25 @@ class Approvals:
                 if phase != "Withdrawn" and ap.status.delivered_at is None:
                     await self._resend(ns, obj)
                 return
-            gone = await self._gone_reason(kube, session, ap)
+            # One look at the session serves both questions (is its sandbox gone? is it held for Tower?).
+            s_obj, cached = await self._session(ns, session)
+            gone = gone_reason(s_obj, ap)
+            if gone and cached:  # the cache only says where to look: what is gone is read before acting
+                s_obj, cached = await kube.get("sessions", session), False
+                gone = gone_reason(s_obj, ap)
             if gone:
                 if await self._withdraw(ns, obj, gone):
                     return
                 continue
+            held = held_by(s_obj, name)
             if ap.spec.decision is not None:
-                by = ap.spec.decided_by or _manager(obj) or "unknown"
+                by = ap.spec.decided_by or field_manager(obj) or "unknown"
                 # Tower's decision comes through the webhook (decidedBy tower:<who>) like a person's.
                 resolver = "tower" if by.startswith("tower:") else "person"
-                if await self._decide(ns, obj, ap.spec.decision, by, ap.spec.message, resolver):
+                if await self._decide(ns, obj, ap.spec.decision, by, ap.spec.message, resolver, held):
                     return
                 continue
-            if await self.held(kube, session, name):
+            if held:
                 self._disarm(ns, name)  # a suspended call waits for Tower, not for the ask deadline
                 return
             deadline = ap.status.deadline
@@ -234,24 +256,29 @@ class Approvals:
                 self.arm(ns, name, session, deadline)
             return
 
-    async def _gone_reason(self, kube: Kube, session: str, ap: Approval) -> str | None:
-        """Why a pending approval can no longer be answered (its sandbox is gone), or None."""
-        s_obj = await kube.get("sessions", session)
-        if s_obj is None:
-            return "the session is gone"
-        st = Session.model_validate(s_obj).status
-        if st.suspended is not None and st.suspended.approval == ap.name and st.suspended.decision is None:
-            return None  # the session gave its sandbox back while Tower decides: the call still waits
-        if st.sandbox.run != ap.labels.get(L.RUN):
-            return "the sandbox that asked is gone"
-        return None  # a turn that ended withdrew its approvals when its turn_ended was applied
+    async def _session(self, ns: str, session: str) -> tuple[Obj | None, bool]:
+        """The session as the operator's cache holds it (True), else as read (False): current for its
+        sandbox and suspension, which only the operator writes, each write put in the cache (``cache.py``)."""
+        cache = self.ctx.cache
+        if cache.primed:
+            cached = cache.get("sessions", ns, session)
+            if cached is not None:
+                return cached, True
+        return await self.ctx.kube_in(ns).get("sessions", session), False
 
     def _run_id(self, ns: str, ap: Approval) -> str:
         run = self.ctx.run_of(ns, ap.labels.get(L.RUN))
         return run.id if run else ""
 
     async def _decide(
-        self, ns: str, obj: Obj, decision: str, by: str, message: str | None, resolver: str
+        self,
+        ns: str,
+        obj: Obj,
+        decision: str,
+        by: str,
+        message: str | None,
+        resolver: str,
+        held: bool | None = None,
     ) -> bool:
         ap = Approval.model_validate(obj)
         now = datetime.now(UTC)
@@ -265,16 +292,28 @@ class Approvals:
         if message:
             status["message"] = message
         kube = self.ctx.kube_in(ns)
-        held = await self.held(kube, ap.spec.session or "", ap.name)
-        if not await self._cas_status(kube, obj, status):
-            return False
+        if held is None:
+            held = await self.held(kube, ap.spec.session or "", ap.name)
         agent_message = None
         if decision == "deny":
             agent_message = message or f"Denied by {by} (approvals: {ap.spec.policy})"
-        if not held:
-            # (A suspended call's prompt was answered when it was paused: its sandbox is gone. An allow
-            # reaches the resumed turn's driver as a pre-cleared call instead.)
-            await self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, agent_message)
+        if held:
+            # A suspended call's prompt was answered when it was paused: its sandbox is gone. An allow
+            # reaches the resumed turn's driver as a pre-cleared call instead.
+            if not await self._cas_status(kube, obj, status):
+                return False
+        else:
+            # The decision is recorded (spec.decision, a compare-and-set the API made): the agent gets it
+            # while the status is written, not a round trip later. Delivered once all the same: the driver
+            # executes the command id once, and a status write that loses its compare-and-set (someone
+            # changed the Approval meanwhile) is looked at again under this lock and sends the same id.
+            # Everything that ends an approval otherwise (withdraw, expire) runs under this session's lock.
+            written, _ = await asyncio.gather(
+                self._cas_status(kube, obj, status),
+                self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, agent_message),
+            )
+            if not written:
+                return False
         await self._resolved(ns, obj, decision, resolver, now, by)
         if held and self.on_held_decision is not None:
             await self.on_held_decision(ns, ap.spec.session or "", ap.name)
@@ -329,27 +368,33 @@ class Approvals:
         ap = Approval.model_validate(obj)
         session = ap.spec.session or ""
         self._disarm(ns, ap.name)
-        await self.set_pending(self.ctx.kube_in(ns), session, drop=ap.name)
         metrics.APPROVALS.labels(policy=ap.spec.policy, outcome=decision, resolver=resolver).inc()
         if ap.status.requested_at is not None:
             metrics.APPROVAL_PENDING_SECONDS.labels(resolver=resolver).observe(
                 max(0.0, (at - ap.status.requested_at).total_seconds())
             )
         person = resolver in ("person", "tower")
-        await self.ctx.activity(
-            ns,
-            session,
-            "approval_decided",
-            {
-                "approval": ap.name,
-                "tool": ap.spec.tool,
-                "command": ap.spec.command,
-                "decision": decision,
-                "resolved_by": resolver,
-                "by": (by or ap.spec.decided_by or _manager(obj) or "unknown") if person else "hangar",
-                "message": ap.spec.message if person else ap.status.message,
-            },
-            ap.spec.turn,
+        # The session's record and the activity event at once: two stores, and the session's next
+        # driver event (the agent's next call) waits for this lock.
+        await asyncio.gather(
+            self.set_pending(self.ctx.kube_in(ns), session, drop=ap.name),
+            self.ctx.activity(
+                ns,
+                session,
+                "approval_decided",
+                {
+                    "approval": ap.name,
+                    "tool": ap.spec.tool,
+                    "command": ap.spec.command,
+                    "decision": decision,
+                    "resolved_by": resolver,
+                    "by": (by or ap.spec.decided_by or field_manager(obj) or "unknown")
+                    if person
+                    else "hangar",
+                    "message": ap.spec.message if person else ap.status.message,
+                },
+                ap.spec.turn,
+            ),
         )
 
     async def tower_decided(self, ns: str, name: str, decision: str, by: str, reason: str | None) -> bool:
@@ -453,12 +498,3 @@ class Approvals:
             return None
         env = await kube.get("environments", Session.model_validate(s_obj).spec.environment)
         return EnvironmentSpec.model_validate(env["spec"]) if env else None
-
-
-def _manager(obj: Obj) -> str | None:
-    """Who set spec.decision when the writer didn't say (kubectl patch): the field manager."""
-    for entry in obj["metadata"].get("managedFields") or []:
-        fields = (entry.get("fieldsV1") or {}).get("f:spec") or {}
-        if "f:decision" in fields and entry.get("manager"):
-            return f"{entry['manager']} (field manager)"
-    return None

@@ -140,8 +140,6 @@ class PermissionRequests:
                 turn_name,
             )
             return
-        if not tainted:
-            env = await self._environment(kube, s)
         await self._request(ns, s_obj, env, run.pod, name, record, verdict)
         await self._governance(ns, name, tower)
 
@@ -294,7 +292,13 @@ class PermissionRequests:
     ) -> None:
         kube = self.ctx.kube_in(ns)
         session = spec["session"]
-        obj = await self.create(kube, s_obj, run_pod, name, spec)
+        create = self.create(kube, s_obj, run_pod, name, spec)
+        if env is None:
+            # The Environment (its timeout) is read while the Approval is created: the agent waits on this.
+            s = Session.model_validate(s_obj)
+            obj, env = await asyncio.gather(create, self._environment(kube, s))
+        else:
+            obj = await create
         if Approval.model_validate(obj).status.phase is not None:
             return  # the event was applied before (an operator restart): nothing to do twice
         timeout = (env.approval_timeout_seconds if env else None) or self.ctx.settings.approval_timeout
@@ -311,12 +315,22 @@ class PermissionRequests:
                 "reason": v.reason,
             },
         )
-        await self.approvals.set_pending(
-            kube,
-            session,
-            add={"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]},
-            count=True,
+        # Pending (and listed) from here on. The session's record of it and the activity event are written
+        # at once, to two different stores.
+        self.approvals.arm(ns, name, session, deadline)
+        await asyncio.gather(
+            self.approvals.set_pending(
+                kube,
+                session,
+                add={"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]},
+                count=True,
+            ),
+            self._requested_event(ns, session, name, spec, v, deadline),
         )
+
+    async def _requested_event(
+        self, ns: str, session: str, name: str, spec: dict[str, Any], v: Verdict, deadline: datetime
+    ) -> None:
         await self.ctx.activity(
             ns,
             session,
@@ -334,4 +348,3 @@ class PermissionRequests:
             },
             spec["turn"],
         )
-        self.approvals.arm(ns, name, session, deadline)

@@ -20,6 +20,7 @@ What a turn's end does to its requests is in ``ending.py``: one write with the p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -162,8 +163,8 @@ class Steering:
         """Deliver what the Turn's spec asks for and its status doesn't show yet. Idempotent; the caller
         holds the session's lock."""
         kube = self.ctx.kube_in(ns)
-        obj = await kube.get("turns", turn_name)
-        s_obj = await kube.get("sessions", owner)
+        # Both at once: a steer waits on this, and each read is a round trip to the apiserver.
+        obj, s_obj = await asyncio.gather(kube.get("turns", turn_name), kube.get("sessions", owner))
         if obj is None or s_obj is None:
             return
         session = Session.model_validate(s_obj)
@@ -193,7 +194,16 @@ class Steering:
             state = by_id.get(sid)
             if state is None:
                 state = SteerState(id=sid, at=now, klass=req.klass)
-                if req.withdrawn:
+                if (ns, steer_command(name, sid)) in self.sent and same_run and run:
+                    # Sent by this process, its "sending" never written (that write failed): it is on its
+                    # way all the same, so a withdrawal goes to the driver, which arbitrates.
+                    state.status = "sending"
+                    if req.withdrawn:
+                        state.withdraw = "requested"
+                        sends.append(
+                            ("withdraw", {"steer_id": sid, "turn": name}, withdraw_command(name, sid))
+                        )
+                elif req.withdrawn:
                     state.status, state.withdraw = "cancelled", "withdrawn"
                     state.reason = "withdrawn before it was sent to the agent"
                     shown.append({"message": f"steer {sid} withdrawn", "event": "steer.status", "steer": sid})
@@ -256,11 +266,15 @@ class Steering:
             if classified:
                 shown.append(classified)
                 changed = True
-        if changed:
-            obj = await patch_status(kube, "turns", obj, {"steers": [s.dump() for s in states]})
+        # Sent first, recorded right after: the driver's answer (its steer event) is applied under this
+        # session's lock, which is held until "sending" is written, so it never finds the steer unrecorded;
+        # a write that fails leaves the id in ``sent`` (above: a withdrawal then still reaches the driver),
+        # and the same id sent again is executed once by the driver.
         for op, body, cid in sends:
             if run:
                 await self._send(ns, run, op, body, cid)
+        if changed:
+            obj = await patch_status(kube, "turns", obj, {"steers": [s.dump() for s in states]})
         for payload in shown:
             await self.ctx.activity(ns, owner, "progress", payload, name)
         return obj
