@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from . import plain
+from . import plain, segments
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut
 from .paths import Where, dev_kind, locate
 from .plain import PlainCommand
@@ -73,8 +73,10 @@ class ShellAnalysis(ProgramRules):
             )
             return frozenset()
         plain_pipelines = plain.read(src)
+        # Else the plain lines by plain.py and only the others by the parser, when the script can be cut so.
+        pieces = segments.read(src) if plain_pipelines is None else None
         try:
-            pipelines = parse(src).pipelines if plain_pipelines is None else []
+            pipelines = parse(src).pipelines if plain_pipelines is None and pieces is None else []
         except ShellSyntaxError:
             # Best effort: what is open is closed at the end, and, in case the parser misread where a
             # quote starts, every token is scanned once more with the quote characters taken out.
@@ -85,6 +87,11 @@ class ShellAnalysis(ProgramRules):
         try:
             if plain_pipelines is not None:
                 self.plain_script(plain_pipelines, depth)
+            for plain_piece, parsed in pieces or ():
+                if plain_piece is not None:
+                    self.plain_script(plain_piece, depth)
+                for pipeline in parsed:
+                    self.pipeline(pipeline, depth)
             for pipeline in pipelines:
                 self.pipeline(pipeline, depth)
         finally:

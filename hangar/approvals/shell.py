@@ -735,6 +735,11 @@ def double_quoted(src: str) -> list[Part]:
 
 def parse(src: str, *, lenient: bool = False) -> Script:
     tokens, comment = tokenize(src, lenient=lenient)
+    return parse_tokens(tokens, comment, lenient=lenient)
+
+
+def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -> Script:
+    """The script these tokens make (``parse`` after the tokens are read, by whichever reader)."""
     pipelines: list[Pipeline] = []
     stages: list[Command] = []
     cur = Command()
