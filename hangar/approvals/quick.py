@@ -28,7 +28,10 @@ _NP = rf"(?:'[^']*'|{_DQ}|{_EXP}){_P}*"  # a piece that is not plain text, and t
 # Each alternative starts with a character no other may start with, so the scan never backtracks.
 _WORD = rf"{_P}+(?:{_NP})*|(?:{_NP})+"
 _OPS = r";;&|&>>|;;|;&|&&|\|\||\|&|&>|>>|>\||>&|<>|<&|;|&|\||\(|\)|<(?!\()|>(?!\()|\n"
-_TOKEN = re.compile(rf"([ \t]*)(?:({_WORD})(?=[ \t\n;&|()<>]|\Z)|({_OPS})|\Z|([\s\S]))")
+_END = r"(?=[ \t\n;&|()<>]|\Z)"  # what may follow a word
+# Blanks, then a word of plain text (the usual one), another word, an operator, the end, or anything else
+# (the lexer's). A word starting with "#" or "~" (a comment, a tilde expansion) is the lexer's too.
+_TOKEN = re.compile(rf"([ \t]*)(?:(?![#~])(?:({_P}+){_END}|({_WORD}){_END})|({_OPS})|\Z|([\s\S]))")
 _PIECE = re.compile(rf"({_P}+)|'([^']*)'|\"((?:[^\"\\$`]|{_EXP})*)\"|({_EXP})")
 _DQ_PIECE = re.compile(rf"([^\"\\$`]+)|({_EXP})")
 
@@ -65,22 +68,19 @@ def tokens(src: str) -> list[Token] | None:
         return None
     out: list[Token] = []
     last_word: str | None = None  # the previous match's word, when nothing came between it and this one
-    for blanks, word, op, other in _TOKEN.findall(src):
-        if other:
-            return None
-        if word:
-            if word[0] in "#~":
-                return None  # a comment, or a tilde expansion
-            if "'" in word or '"' in word or "$" in word:
-                out.append(Word(_parts(word)))
-                last_word = None
-            else:
-                out.append(Word((Part("glob", word),)))
-                last_word = word
+    for blanks, glob, word, op, other in _TOKEN.findall(src):
+        if glob:
+            out.append(Word((Part("glob", glob),)))
+            last_word = glob
+        elif word:
+            out.append(Word(_parts(word)))
+            last_word = None
         elif op:
             if last_word is not None and not blanks and op[0] in "<>" and last_word.isdigit():
                 out[-1] = Op(op, last_word)  # an IO number: 2>&1
             else:
                 out.append(_PLAIN_OPS[op])
             last_word = None
+        elif other:
+            return None
     return out
