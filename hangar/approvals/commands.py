@@ -108,8 +108,19 @@ class ShellAnalysis(ProgramRules):
             self.walk(plain.pipeline(pipelines[k]), depth)
 
     def pipeline(self, pipeline: Pipeline, depth: int) -> None:
-        stages = plain.stages(pipeline)  # its words as strings, when all of them are plain text
-        if stages is None or self.unclear([stages]):
+        read = plain.stages(
+            pipeline, self.where
+        )  # its words as strings, when they are plain text or rendered
+        if read is None:
+            self.walk(pipeline, depth)
+            return
+        stages, expanded = read
+        if expanded:
+            # What the expansions run, first, as walk() does: walked again below (or by walk()), each source
+            # is found in the cache and adds no finding twice.
+            for command in pipeline.commands:
+                self.nested(command, depth)
+        if self.unclear([stages]):
             self.walk(pipeline, depth)
 
     def unclear(self, pipelines: list[list[PlainCommand]]) -> list[int]:

@@ -67,10 +67,11 @@ def tokens(src: str) -> list[Token] | None:
     if "<<" in src:
         return None
     out: list[Token] = []
+    new = tuple.__new__  # the named tuples made without their Python-level __new__, as shell._fast_tokens
     last_word: str | None = None  # the previous match's word, when nothing came between it and this one
     for blanks, glob, word, op, other in _TOKEN.findall(src):
         if glob:
-            out.append(Word((Part("glob", glob),)))
+            out.append(new(Word, ((new(Part, ("glob", glob, "")),),)))
             last_word = glob
         elif word:
             out.append(Word(_parts(word)))
