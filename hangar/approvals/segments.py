@@ -15,6 +15,8 @@ with a here-document (``<<``) or a ``[[`` is left to the caller whole.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from . import plain, quick
 from .plain import PlainCommand
 from .shell import Pipeline, ShellSyntaxError, parse, parse_tokens
@@ -35,6 +37,28 @@ def _lined(line: str) -> bool:
     return True
 
 
+_BREAK = "\x01"  # a word a script holding no \x01 cannot have: the line between the plain runs read at once
+
+
+def _plain_runs(texts: list[str], src: str) -> Iterator[list[list[PlainCommand]]] | None:
+    """The pipelines of each plain run, from one ``plain.read`` of them all with a line of ``_BREAK`` between
+    (a call per run costs more than the run when plain and other lines alternate); None when it declines
+    (some run has what only the parser reads) or ``src`` holds the break's character."""
+    if len(texts) < 2 or _BREAK in src:
+        return None
+    pipelines = plain.read(("\n" + _BREAK + "\n").join(texts))
+    if pipelines is None:
+        return None
+    groups: list[list[list[PlainCommand]]] = [[]]
+    for pipeline in pipelines:
+        # Every run ends at a newline, where the parser ends every pipeline: the break is one of its own.
+        if len(pipeline) == 1 and pipeline[0][1] == [_BREAK]:
+            groups.append([])
+        else:
+            groups[-1].append(pipeline)
+    return iter(groups)
+
+
 def read(src: str) -> list[Piece] | None:
     """The script's pipelines, run by run, in order; None when it is to be read whole (see above)."""
     if "<<" in src or "[[" in src:
@@ -48,13 +72,14 @@ def read(src: str) -> list[Piece] | None:
         else:
             runs.append((ok, [line]))
         joined = line.endswith("\\")
+    if len(runs) == 1 and runs[0][0]:
+        return None  # the caller's plain.read has declined it already
+    texts = ["\n".join(lines) for _, lines in runs]
+    plain_runs = _plain_runs([t for (ok, _), t in zip(runs, texts, strict=True) if ok], src)
     out: list[Piece] = []
-    for ok, lines in runs:
-        text = "\n".join(lines)
+    for (ok, _), text in zip(runs, texts, strict=True):
         if ok:
-            if len(runs) == 1:
-                return None  # the caller's plain.read has declined it already
-            plain_pipelines = plain.read(text)
+            plain_pipelines = next(plain_runs) if plain_runs is not None else plain.read(text)
             if plain_pipelines is not None:
                 out.append((plain_pipelines, []))
                 continue

@@ -56,6 +56,8 @@ def test_the_quick_tokens_are_the_lexers(src: str) -> None:
 @example("echo \\\nls\nx 'y'")
 @example('ls\necho "$(a\nb)"\nls >')
 @example("[[ 'a'\n ]] && ls\nrm -rf /")
+@example("ls &&\necho 'a'\n\nmake |\necho 'b'\nls >\necho 'c'")
+@example("ls &&\necho 'a'\n\nmake |\necho 'b'\n\necho \"$X\"\nls;")
 def test_the_runs_read_apart_are_the_script_parsed_whole(src: str) -> None:
     pieces = segments.read(src)
     if pieces is None:
