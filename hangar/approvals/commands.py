@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from . import plain
+from . import plain, segments
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut
 from .paths import Where, dev_kind, locate
 from .plain import PlainCommand
@@ -39,7 +39,8 @@ from .shell import WRITE_OPS, Command, Pipeline, ShellSyntaxError, double_quoted
 MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagged ("nesting")
 # The longest shell command the rules read (characters); a longer one is flagged ("nesting"). Reading is
 # linear in the length: on a loaded machine ~0.2 µs a character for a script of plain commands (plain.py),
-# ~1.5 µs for one the lexer reads (quotes, expansions), so a megabyte could hold the operator a second.
+# ~0.4 µs for lines of simple quotes and expansions (segments.py, quick.py), ~1.5 µs for one the lexer
+# reads (backslashes, nested substitutions, here-documents), so a megabyte could hold the operator a second.
 MAX_COMMAND = 65_536
 
 
@@ -73,8 +74,10 @@ class ShellAnalysis(ProgramRules):
             )
             return frozenset()
         plain_pipelines = plain.read(src)
+        # Else the plain lines by plain.py and only the others by the parser, when the script can be cut so.
+        pieces = segments.read(src) if plain_pipelines is None else None
         try:
-            pipelines = parse(src).pipelines if plain_pipelines is None else []
+            pipelines = parse(src).pipelines if plain_pipelines is None and pieces is None else []
         except ShellSyntaxError:
             # Best effort: what is open is closed at the end, and, in case the parser misread where a
             # quote starts, every token is scanned once more with the quote characters taken out.
@@ -85,6 +88,11 @@ class ShellAnalysis(ProgramRules):
         try:
             if plain_pipelines is not None:
                 self.plain_script(plain_pipelines, depth)
+            for plain_piece, parsed in pieces or ():
+                if plain_piece is not None:
+                    self.plain_script(plain_piece, depth)
+                for pipeline in parsed:
+                    self.pipeline(pipeline, depth)
             for pipeline in pipelines:
                 self.pipeline(pipeline, depth)
         finally:
@@ -101,8 +109,19 @@ class ShellAnalysis(ProgramRules):
             self.walk(plain.pipeline(pipelines[k]), depth)
 
     def pipeline(self, pipeline: Pipeline, depth: int) -> None:
-        stages = plain.stages(pipeline)  # its words as strings, when all of them are plain text
-        if stages is None or self.unclear([stages]):
+        read = plain.stages(
+            pipeline, self.where
+        )  # its words as strings, when they are plain text or rendered
+        if read is None:
+            self.walk(pipeline, depth)
+            return
+        stages, expanded = read
+        if expanded:
+            # What the expansions run, first, as walk() does: walked again below (or by walk()), each source
+            # is found in the cache and adds no finding twice.
+            for command in pipeline.commands:
+                self.nested(command, depth)
+        if self.unclear([stages]):
             self.walk(pipeline, depth)
 
     def unclear(self, pipelines: list[list[PlainCommand]]) -> list[int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from .paths import Where, render
 from .shell import _ASSIGN, _OP, _SKIP, _SKIP_CLAUSE, REDIRECT_OPS, Command, Part, Pipeline, Word, _redirect
 
 # A simple command of plain words, ``shell.Command`` with strings for words: (assignments, words,
@@ -189,13 +190,22 @@ def _text(word: Word) -> str | None:
     return word.literal
 
 
-def stages(pipe: Pipeline) -> list[PlainCommand] | None:
-    """A parsed pipeline in strings, when every word and redirection target in it is plain text (quotes
-    removed) and it has no here-document; else None."""
+def stages(pipe: Pipeline, where: Where) -> tuple[list[PlainCommand], bool] | None:
+    """A parsed pipeline in strings, when every command's name, assignment and redirection target in it is
+    plain text (quotes removed) and it has no here-document; else None. An argument with an expansion is
+    written as the rules' ``files()`` reads it (``render``: known variables filled in, the rest unknown), and
+    the flag says some word has one: what it runs (``$(…)``) is still to be walked."""
     out: list[PlainCommand] = []
+    expanded = False
     for cmd in pipe.commands:
         assigns = [_text(w) for w in cmd.assigns]
-        words = [_text(w) for w in cmd.words]
+        words: list[str | None] = []
+        for w in cmd.words:
+            text = _text(w)
+            if text is None and words:  # an argument (never the name) with an expansion
+                text = render(w, where)
+                expanded = True
+            words.append(text)
         redirects: list[tuple[str, str | None, str]] = []
         for r in cmd.redirects:
             target = None if r.heredoc is not None or r.target is None else _text(r.target)
@@ -205,4 +215,4 @@ def stages(pipe: Pipeline) -> list[PlainCommand] | None:
         if None in assigns or None in words:
             return None
         out.append((assigns, words, redirects))  # type: ignore[arg-type]  # no None in them: checked
-    return out
+    return out, expanded

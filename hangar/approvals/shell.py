@@ -9,174 +9,49 @@ look inside them, and records redirections and here-documents. It never expands 
 quote, substitution or backquote, a redirection without a target). ``parse(src, lenient=True)`` never
 raises: it closes whatever is open at the end of the input, which is the best-effort token scan the
 rules fall back to (see ``rules.py``).
+
+Here is the lexer and ``parse``; the parser proper is ``parser.py`` (``parse_tokens``), the scanners that find
+where a quote or substitution ends ``scan.py``, and what they make ``shell_types.py`` (re-exported here).
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
 
-PartKind = Literal["lit", "glob", "param", "tilde", "cmd", "proc", "arith"]
+from .parser import _SKIP, _SKIP_CLAUSE, REDIRECT_OPS, parse_tokens
+from .scan import _ansi_c, _skip_backquote, _skip_group, _skip_single
+from .shell_types import (
+    _ASSIGN,
+    _PLAIN_OPS,
+    Command,
+    Heredoc,
+    Op,
+    Part,
+    PartKind,
+    Pipeline,
+    Redirect,
+    Script,
+    ShellSyntaxError,
+    Token,
+    Word,
+    _redirect,
+)
 
+# What callers import from here: the lexer's and parser's own names, and shell_types' (re-exported).
+__all__ = [
+    "REDIRECT_OPS", "WRITE_OPS", "_ASSIGN", "_OP", "_PLAIN_OPS", "_SKIP", "_SKIP_CLAUSE", "Command", "Heredoc",
+    "Op", "Part", "PartKind", "Pipeline", "Redirect", "Script", "ShellSyntaxError", "Token", "Word", "_Lexer",
+    "_fast_tokens", "_redirect", "double_quoted", "parse", "parse_tokens", "simple_command", "split_words",
+    "tokenize",
+]  # fmt: skip
 
-class ShellSyntaxError(ValueError):
-    """The command is not something bash would run as written."""
-
-
-class Part(NamedTuple):
-    """One piece of a word.
-
-    - ``lit``: quoted or backslash-escaped text (``text`` is the value)
-    - ``glob``: unquoted text, where ``*``, ``?`` and ``[`` are patterns (``text`` is the value)
-    - ``param``: ``$NAME`` / ``${…}`` (``text`` is the source, ``inner`` the name or the braces' content)
-    - ``tilde``: a leading ``~`` or ``~user`` (``inner`` is the user, empty for one's own home)
-    - ``cmd``: ``$(…)`` or a backquoted command (``inner`` is the command)
-    - ``proc``: ``<(…)`` or ``>(…)`` (``inner`` is the command)
-    - ``arith``: ``$((…))`` (``inner`` is the expression)
-    """
-
-    kind: PartKind
-    text: str
-    inner: str = ""
-
-
-class Word(NamedTuple):
-    # Part and Word are named tuples, not frozen dataclasses: a long command makes thousands of them, and a
-    # tuple is made several times faster.
-    parts: tuple[Part, ...]
-
-    @property
-    def literal(self) -> str | None:
-        """The value with quotes removed, or None when the word has an expansion."""
-        out: list[str] = []
-        for p in self.parts:
-            if p.kind not in ("lit", "glob"):
-                return None
-            out.append(p.text)
-        return "".join(out)
-
-    @property
-    def text(self) -> str:
-        """Quotes removed, expansions written back as shell source (``$HOME``, ``$(…)``, ``~``)."""
-        return "".join(p.text for p in self.parts)
-
-    @property
-    def nested(self) -> tuple[str, ...]:
-        """Commands this word runs when it is expanded: substitutions (and what ``${…}`` holds)."""
-        out: list[str] = []
-        for p in self.parts:
-            if p.kind in ("cmd", "proc", "arith"):
-                out.append(p.inner)
-            elif p.kind == "param" and ("$" in p.inner or "`" in p.inner):
-                out.append(p.inner)
-        return tuple(out)
-
-    @property
-    def has_glob(self) -> bool:
-        return any(p.kind == "glob" and any(c in p.text for c in "*?[") for p in self.parts)
-
-    @property
-    def is_assignment(self) -> bool:
-        return bool(self.parts) and self.parts[0].kind == "glob" and bool(_ASSIGN.match(self.parts[0].text))
-
-
-@dataclass
-class Heredoc:
-    """A here-document: its body is read at the end of the line that opened it."""
-
-    delimiter: str = ""
-    quoted: bool = False
-    strip_tabs: bool = False
-    body: str = ""
-
-
-@dataclass
-class Op:
-    text: str
-    fd: str | None = None
-    heredoc: Heredoc | None = None
-
-
-Token = Word | Op
-# The operators that carry nothing but their text, made once: the parser only reads tokens.
-_PLAIN_OPS = {
-    o: Op(o)
-    for o in (
-        ";;&",
-        ";;",
-        ";&",
-        "&&",
-        "||",
-        "|&",
-        "&>",
-        "&>>",
-        "<<<",
-        ">>",
-        ">|",
-        ">&",
-        "<>",
-        "<&",
-        ";",
-        "&",
-        "|",
-        "(",
-        ")",
-        "<",
-        ">",
-        "\n",
-    )
-}
-
-
-@dataclass(frozen=True)
-class Redirect:
-    op: str  # one of REDIRECT_OPS
-    fd: str | None
-    target: Word | None  # the file, fd, here-string, or the here-document's delimiter word
-    heredoc: Heredoc | None = None
-
-
-def _redirect(op: str, fd: str | None, target: Word | None, heredoc: Heredoc | None) -> Redirect:
-    """``Redirect(…)`` without a frozen dataclass's ``__init__`` (an ``object.__setattr__`` per field): a
-    long script makes one per redirection."""
-    r = object.__new__(Redirect)
-    r.__dict__.update(op=op, fd=fd, target=target, heredoc=heredoc)
-    return r
-
-
-@dataclass
-class Command:
-    """A simple command: assignments, words (argv), redirections."""
-
-    assigns: list[Word] = field(default_factory=list)
-    words: list[Word] = field(default_factory=list)
-    redirects: list[Redirect] = field(default_factory=list)
-
-    def empty(self) -> bool:
-        return not (self.assigns or self.words or self.redirects)
-
-
-@dataclass
-class Pipeline:
-    commands: list[Command]
-
-
-@dataclass
-class Script:
-    pipelines: list[Pipeline]
-    comment: bool = False  # a comment was dropped somewhere
-
-
-_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPS = (
     ";;&", "&>>", "<<<", "<<-",
     ";;", ";&", "&&", "||", "|&", "&>", ">>", ">|", ">&", "<<", "<>", "<&",
     ";", "&", "|", "(", ")", "<", ">",
 )  # fmt: skip
-REDIRECT_OPS = frozenset({"<", ">", ">>", ">|", "<>", ">&", "<&", "&>", "&>>", "<<", "<<-", "<<<"})
 WRITE_OPS = frozenset({">", ">>", ">|", "<>", "&>", "&>>", ">&"})
 _WORD_END = set(" \t\n;&|()<>")
 # What the lexer may take in one step: characters that mean nothing where they stand (in a word that has
@@ -196,165 +71,12 @@ def _plain_end(s: str, i: int) -> int:
     return i if m is None else m.end()
 
 
-# Reserved words that only shape control flow; the command after them is what runs.
-_SKIP = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac"})
-# Reserved words whose own line is not a command (loop heads, case subjects, tests).
-_SKIP_CLAUSE = frozenset({"for", "select", "case", "[[", "function"})
-
-
-# ---------------------------------------------------------------------------------------------------
-# scanning helpers: find where a quoted string or substitution ends (None: it never does)
-
-
-def _skip_single(s: str, i: int) -> int | None:
-    j = s.find("'", i)
-    return None if j < 0 else j + 1
-
-
-# Each scanner jumps with one regex search to the next character that matters to it, so a scan is one pass
-# in C over the text between them rather than a Python step per character.
-_BACKQUOTE_STOP = re.compile(r"[\\`]")
-_DOUBLE_STOP = re.compile(r"[\\\"`]|\$[({]")
-
-
-def _skip_backquote(s: str, i: int) -> int | None:
-    while True:
-        m = _BACKQUOTE_STOP.search(s, i)
-        if m is None:
-            return None
-        i = m.start()
-        if s[i] == "\\":
-            i += 2
-            continue
-        return i + 1
-
-
-def _skip_double(s: str, i: int) -> int | None:
-    while True:
-        m = _DOUBLE_STOP.search(s, i)
-        if m is None:
-            return None
-        i = m.start()
-        c = s[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == '"':
-            return i + 1
-        if s.startswith("$(", i):
-            j = _skip_group(s, i + 2, 1, ")")
-        elif s.startswith("${", i):
-            j = _skip_group(s, i + 2, 1, "}")
-        else:
-            j = _skip_backquote(s, i + 1)
-        if j is None:
-            return None
-        i = j
-
-
 # The ``$`` groups a word may hold: how each opens, what part it makes, how it closes, how deep it opens.
 _GROUPS: tuple[tuple[str, PartKind, str, int], ...] = (
     ("$((", "arith", "))", 2),
     ("$(", "cmd", ")", 1),
     ("${", "param", "}", 1),
 )
-_PAREN_STOP = re.compile(r"[\\'\"`()]")
-_BRACE_STOP = re.compile(r"[\\'\"`$}]")
-
-
-def _skip_group(s: str, i: int, depth: int, close: str) -> int | None:
-    """The end of a group opened ``depth`` deep before ``i``: ``$(…)``, ``$((…))`` or a subshell's ``(…)``
-    when ``close`` is ")", ``${…}`` when it is "}". Quotes and backquotes are skipped whole; only the group's
-    own brackets count (a ``$(…)`` inside ``${…}`` is skipped as a group of its own)."""
-    opener = "(" if close == ")" else "${"
-    stop = _PAREN_STOP if close == ")" else _BRACE_STOP
-    while True:
-        m = stop.search(s, i)
-        if m is None:
-            return None
-        i = m.start()
-        c = s[i]
-        j: int | None
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            j = _skip_single(s, i + 1)
-        elif c == '"':
-            j = _skip_double(s, i + 1)
-        elif c == "`":
-            j = _skip_backquote(s, i + 1)
-        elif close == "}" and s.startswith("$(", i):
-            j = _skip_group(s, i + 2, 1, ")")
-        elif s.startswith(opener, i):
-            depth += 1
-            i += len(opener)
-            continue
-        else:
-            if c == close:
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-            i += 1
-            continue
-        if j is None:
-            return None
-        i = j
-
-
-_ANSI = {
-    "a": "\a",
-    "b": "\b",
-    "e": "\x1b",
-    "E": "\x1b",
-    "f": "\f",
-    "n": "\n",
-    "r": "\r",
-    "t": "\t",
-    "v": "\v",
-}
-
-
-_HEX = {
-    "x": re.compile("[0-9A-Fa-f]{1,2}"),
-    "u": re.compile("[0-9A-Fa-f]{1,4}"),
-    "U": re.compile("[0-9A-Fa-f]{1,8}"),
-}
-_OCTAL = re.compile("[0-7]{0,2}")
-
-
-def _ansi_c(body: str) -> str:
-    """The value of ``$'…'``."""
-    out: list[str] = []
-    i, n = 0, len(body)
-    while i < n:
-        c = body[i]
-        if c != "\\" or i + 1 >= n:
-            out.append(c)
-            i += 1
-            continue
-        e = body[i + 1]
-        i += 2
-        if e in _ANSI:
-            out.append(_ANSI[e])
-        elif e in "xuU":
-            m = _HEX[e].match(body, i)
-            if m:
-                out.append(chr(min(int(m.group(0), 16), 0x10FFFF)))
-                i += len(m.group(0))
-            else:
-                out.append("\\" + e)
-        elif e in "01234567":
-            m = _OCTAL.match(body, i)
-            digits = e + (m.group(0) if m else "")
-            out.append(chr(int(digits, 8) & 0xFF))
-            i += len(digits) - 1
-        elif e == "c" and i < n:
-            out.append(chr(ord(body[i]) & 0x1F))
-            i += 1
-        else:
-            out.append(e)  # \\ \' \" \? and unknown escapes
-    return "".join(out)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -735,70 +457,4 @@ def double_quoted(src: str) -> list[Part]:
 
 def parse(src: str, *, lenient: bool = False) -> Script:
     tokens, comment = tokenize(src, lenient=lenient)
-    pipelines: list[Pipeline] = []
-    stages: list[Command] = []
-    cur = Command()
-    skipping: str | None = None  # inside a clause that runs nothing ("for x in …", "[[ … ]]")
-
-    def end_command() -> None:
-        nonlocal cur
-        if not cur.empty():
-            stages.append(cur)
-        cur = Command()
-
-    def end_pipeline() -> None:
-        nonlocal stages
-        end_command()
-        if stages:
-            pipelines.append(Pipeline(stages))
-        stages = []
-
-    k = 0
-    while k < len(tokens):
-        tok = tokens[k]
-        k += 1
-        if isinstance(tok, Op):
-            if tok.text in REDIRECT_OPS:
-                target = tokens[k] if k < len(tokens) and isinstance(tokens[k], Word) else None
-                if target is None:
-                    if not lenient:
-                        raise ShellSyntaxError(f"redirection {tok.text} without a target")
-                else:
-                    k += 1
-                if skipping is None:
-                    assert target is None or isinstance(target, Word)
-                    cur.redirects.append(_redirect(tok.text, tok.fd, target, tok.heredoc))
-                continue
-            if skipping == "[[":
-                continue
-            skipping = None
-            if tok.text in ("|", "|&"):
-                end_command()
-            else:
-                end_pipeline()
-            continue
-        if skipping is not None:
-            if (skipping == "[[" and tok.literal == "]]") or skipping == "function":
-                skipping = None  # "function NAME": only the name is skipped
-            continue
-        if not cur.words:
-            parts = tok.parts
-            if len(parts) == 1:  # the usual word, one part: Word.is_assignment and .literal, inlined
-                p0 = parts[0]
-                if p0.kind == "glob" and _ASSIGN.match(p0.text):
-                    cur.assigns.append(tok)
-                    continue
-                lit = p0.text if p0.kind == "glob" else None
-            else:
-                if tok.is_assignment:
-                    cur.assigns.append(tok)
-                    continue
-                lit = tok.literal if all(p.kind == "glob" for p in parts) else None
-            if not cur.assigns and lit in _SKIP:
-                continue
-            if not cur.assigns and lit in _SKIP_CLAUSE:
-                skipping = lit
-                continue
-        cur.words.append(tok)
-    end_pipeline()
-    return Script(pipelines, comment)
+    return parse_tokens(tokens, comment, lenient=lenient)
