@@ -184,6 +184,7 @@ class Router:
         else:
             await self.ctx.db.mark_driver_event(run_id, seq)
         self._stored(run_id, seq)
+        metrics.DRIVER_EVENTS.labels(name=name if name in KNOWN_EVENTS else "other").inc()
         if name in RECONCILE_AFTER or (name == "command_result" and payload.get("op") == "start_turn"):
             await self.sessions.reconcile(ns, session)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hangar_operator import metrics
+
 from .operator_rig import make_rig
 
 
@@ -30,3 +32,15 @@ async def test_before_the_cache_is_primed_the_session_is_read(tmp_path: Path) ->
     scope = rig.ctx.scope("session", "default", "s")
     [ev] = await rig.ctx.db.turn_events(scope, turn, "text")
     assert ev.payload["text"] == "still on its turn"
+
+
+async def test_each_applied_event_is_counted_once_by_name(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    rig.env()
+    turn = await rig.running("s")
+    counter = metrics.DRIVER_EVENTS.labels(name="text")
+    before = counter._value.get()
+    run = rig.run_id("s")
+    await rig.c.router.on_event(run, 50, "text", {"turn": turn, "text": "a"})
+    await rig.c.router.on_event(run, 50, "text", {"turn": turn, "text": "a"})  # sent again: stored once
+    assert counter._value.get() == before + 1
