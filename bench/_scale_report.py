@@ -90,5 +90,6 @@ def plot(out: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> Non
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)  # a rate's or a size's change is read against zero, not a cropped axis
     fig.tight_layout()
     fig.savefig(path, dpi=110)
