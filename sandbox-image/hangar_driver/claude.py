@@ -292,6 +292,8 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
 
     def _on_eof(self, turn: ClaudeTurn) -> None:
         code = self._reap(turn)
+        if self._warm_died(turn, code):
+            return
         with self._mu:
             if turn.timer is not None:
                 turn.timer.cancel()

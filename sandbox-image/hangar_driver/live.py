@@ -63,6 +63,7 @@ class LiveTurn:
         self.ended = False
         self.timer: Optional[threading.Timer] = None
         self.continue_with: Optional[Tuple[Optional[str], str]] = None  # (interrupt id, message)
+        self.warm = False  # its CLI was pre-started, and has printed nothing since the turn took it
 
 
 TurnT = TypeVar("TurnT", bound=LiveTurn)
@@ -179,6 +180,7 @@ class LiveHarness(Harness, Generic[TurnT]):
     def _spawn(self, turn: TurnT, argv: List[str], extra_env: Dict[str, str], proc: Any = None) -> bool:
         """Start the turn's CLI (or take ``proc``, pre-started for it) and read its output (``_on_message``,
         ``_on_eof``); False when it cannot start (the turn has then ended failed, 127)."""
+        warm = proc is not None
         if proc is None:
             try:
                 proc = spawn_agent(argv, turn.cfg, extra_env)
@@ -186,13 +188,14 @@ class LiveHarness(Harness, Generic[TurnT]):
                 self._end(turn, "failed", 127, "cannot start %s: %s" % (argv[0], e))
                 return False
         with self._mu:  # held until the first writes: the reader's callbacks see a set-up turn
+            turn.warm = warm
             turn.proc = proc
             turn.writer = StdinWriter(proc)
             self._attach(turn)
             turn.reader = LineReader(
                 proc,
                 self.name,
-                lambda obj: self._on_message(turn, obj),
+                lambda obj: self._heard(turn, obj),
                 lambda: self._on_eof(turn),
                 lambda line: self.emit(
                     "log", {"level": "debug", "message": "%s: %s" % (self.name, line[:500])}
@@ -200,6 +203,30 @@ class LiveHarness(Harness, Generic[TurnT]):
             )
             turn.reader.start()
             self._started(turn)
+        return True
+
+    def _heard(self, turn: TurnT, obj: Dict[str, Any]) -> None:
+        turn.warm = False  # the CLI took the turn: from here, its end is the turn's
+        self._on_message(turn, obj)
+
+    def _warm_died(self, turn: TurnT, code: int) -> bool:
+        """A pre-started CLI that exited before it printed anything for the turn (killed, out of memory, in
+        the moment between ``_take_warm``'s check and the turn's first write) did not run the turn: start
+        it on a fresh CLI instead of failing it. True when it was started again."""
+        with self._mu:
+            if not turn.warm or turn.interrupted or turn.ended:
+                return False
+            turn.warm = False
+        self.emit(
+            "log",
+            {
+                "level": "info",
+                "message": "%s pre-started for this turn exited (%s) before it took the turn: started anew"
+                % (self.name, code),
+            },
+        )
+        argv, extra_env = self._command(turn.cfg)
+        self._spawn(turn, argv, extra_env)
         return True
 
     def _attach(self, turn: TurnT) -> None:
