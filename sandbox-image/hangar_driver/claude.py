@@ -326,6 +326,7 @@ class ClaudeHarness(LiveHarness[ClaudeTurn]):
             if turn.ended or turn.proc is None or not turn.written or turn.interrupted:
                 return
             proc = turn.proc
+            turn.warm = False  # stopped by us: its exit is the turn's end
         self.emit(
             "log", {"level": "warning", "message": "claude did not take in a written steer: stopping it"}
         )

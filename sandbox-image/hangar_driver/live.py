@@ -344,6 +344,8 @@ class LiveHarness(Harness, Generic[TurnT]):
     def close(self) -> None:
         with self._mu:
             turn = self._turn
+            if turn is not None:
+                turn.warm = False  # stopped by us: its exit is the turn's end, not a CLI to replace
         if turn is not None:
             stop(turn.proc)
         with self._warm_lock:
