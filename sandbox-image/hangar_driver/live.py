@@ -14,10 +14,11 @@ connected (a warm pool's sandbox: once adopted by its session) and no turn is qu
 with what its ``start_turn`` will carry but the message (``TurnRunner.prepare_turn``), and the adapter
 starts that CLI alike. ``start_turn`` uses it only when the argv, the environment, the working directory,
 the uid and the CLI's settings files (``_fingerprint``) are exactly what a fresh start would have, the
-process still runs and is younger than WARM_MAX_AGE; anything else is killed and a fresh process started,
-so a turn never runs in a stale one; one no turn took is stopped at WARM_MAX_AGE, and ``close`` (shutdown,
-the pod's end) stops it. Its output is not read before its turn starts, so nothing of it shows before
-``turn_started``. The pre-started process is new (it shares nothing with the turn before, allow_always
+process still runs (not dying either: ``process.exiting``) and is younger than WARM_MAX_AGE; anything else
+is killed and a fresh process started, so a turn never runs in a stale one (one that dies after the turn
+took it, before it printed a word for the turn, is replaced once: ``_warm_died``); one no turn took is
+stopped at WARM_MAX_AGE, and ``close`` (shutdown, the pod's end) stops it. Its output is not read before its
+turn starts, so nothing of it shows before ``turn_started``. The pre-started process is new (it shares nothing with the turn before, allow_always
 grants included: those die with their process), exactly as a process started at the turn.
 """
 
@@ -28,7 +29,7 @@ import time
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 
 from .harness import Emit, Event, Harness, TurnConfig
-from .process import LineReader, StdinWriter, kill_group, spawn_agent, stop, wait_or_kill
+from .process import LineReader, StdinWriter, exiting, kill_group, spawn_agent, stop, wait_or_kill
 
 DECISIONS = ("allow", "allow_always", "deny")
 EXIT_GRACE = 10.0  # seconds the CLI gets to exit once its stdin is closed
@@ -143,8 +144,9 @@ class LiveHarness(Harness, Generic[TurnT]):
         if warm.expiry is not None:
             warm.expiry.cancel()
         why = []
-        if warm.proc.poll() is not None:
-            why.append("it had exited (%s)" % warm.proc.returncode)
+        if exiting(warm.proc):
+            code = warm.proc.returncode
+            why.append("it had exited (%s)" % code if code is not None else "it was exiting")
         elif time.monotonic() - warm.started > WARM_MAX_AGE:
             why.append("it was older than %d s" % WARM_MAX_AGE)
         else:

@@ -111,6 +111,25 @@ def stop(proc: Optional[subprocess.Popen[bytes]]) -> None:
         pass
 
 
+def exiting(proc: subprocess.Popen[bytes]) -> bool:
+    """True when the process has exited or is on its way out. ``poll()`` alone is not enough: the kernel
+    reports a process's exit only once its last thread is gone, and a killed multi-threaded CLI takes a
+    while to tear its threads and heap down after its main thread has ended (a SIGKILLed ``claude``: up to
+    86 ms on 2 loaded cores), all that while ``poll()`` says it runs. The main thread's end shows at once
+    in /proc: state Z (or X) of the process's own pid, which stays ours until we reap it. Without /proc,
+    ``poll()`` is all there is."""
+    if proc.poll() is not None:
+        return True
+    try:
+        with open("/proc/%d/stat" % proc.pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ")".
+    end = stat.rfind(b")")
+    return end >= 0 and stat[end + 2 : end + 3] in (b"Z", b"X")
+
+
 def exit_status(code: Optional[int], failed: bool = False) -> int:
     """A process's exit code as a shell reports it (killed by signal N: 128+N); never 0 for a failed turn."""
     status = 128 - code if code is not None and code < 0 else (code if code is not None else 1)
