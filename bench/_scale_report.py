@@ -49,7 +49,11 @@ def table(out: dict[str, Any]) -> str:
             )
     lines.append("")
     for p in out["result"]["points"]:
-        lines.append(f"apiserver requests/s while idle at {p['sessions']}: {p['idle']['apiserver_rps_top']}")
+        line = f"apiserver requests/s while idle at {p['sessions']}: {p['idle']['apiserver_rps_top']}"
+        st = p.get("settled")  # runs before the wait for a quiet apiserver have none
+        if st:
+            line += f" (the window began {st['waited_s']:g} s after the burst{'' if st['quiet'] else ', never quiet'})"
+        lines.append(line)
     return "\n".join(lines)
 
 

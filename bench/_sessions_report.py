@@ -1,15 +1,33 @@
 """What ``bench/sessions.py`` reports: its figures beside their floors, where the time goes, and the CPU each
-process spent, as a dict (``--json``) or a table."""
+process spent, as a dict (``--json``) or a table; and the flags it shares with ``bench/warm_pool.py``."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from _observe import cpu_medians
 from _stats import med, summary
 
+POLL = 0.02  # seconds between polls, both sides (--poll)
 
-def report(res: dict[str, Any]) -> dict[str, Any]:
+
+def connect_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags of bench/sessions.py that warm_pool.py shares."""
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
+    ap.add_argument(
+        "--ready",
+        choices=("watch", "poll"),
+        default="watch",
+        help="how connected / Running is seen on every side: a watch (default) or a poll every --poll s",
+    )
+    ap.add_argument("--no-dial", action="store_true", help="leave out the floor of a pod like hangar's")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
+
+
+def report(res: dict[str, Any], samples: bool = False) -> dict[str, Any]:
+    """The figures, where the time goes and the CPU; with ``samples`` (--json) every sample and the args."""
     out: dict[str, Any] = {"date": res["date"], "machine": res["machine"], "figures": {}, "breakdown": {}}
     if "connect" in res:
         h = [x["total"] for x in res["connect"]["hangar"]]
@@ -76,6 +94,9 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
             out.setdefault("cpu", {})[key] = {
                 side: cpu_medians([x["cpu"] for x in res[src][side]]) for side in ("hangar", "floor")
             }
+    if samples:
+        out["samples"] = {k: res[k] for k in ("connect", "turns") if k in res}
+        out["args"] = res["args"]
     return out
 
 

@@ -4,7 +4,8 @@ Each session's sandbox is a kwok pod (a fake node: the pod reaches Running and r
 client of a swarm in this process that speaks the real driver protocol (``bench/_swarm.py``), so the operator,
 the API and the apiserver do all of their real work while no agent runs. Per count it reports: session
 created → driver connected; the operator's RSS per session; over an idle window, operator and apiserver CPU
-(% of a core) and apiserver requests per second (its ``apiserver_request_total``); then probes through the
+(% of a core) and apiserver requests per second (its ``apiserver_request_total``), the window begun once the
+apiserver is quiet after the burst (``--quiet``, ``bench/_apiserver.py``); then probes through the
 REST API on sessions picked at random: a message → ``start_turn`` reaches the driver (the reconcile lag),
 → the turn is Completed, and a steer → it reaches the driver; last, for ``--events`` seconds, **events per
 second applied**: every driver of the swarm sends activity events at once (``text``, as the Claude adapter
@@ -22,7 +23,6 @@ import base64
 import json
 import os
 import random
-import re
 import sys
 import tempfile
 import time
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import httpx
+from _apiserver import requests, until_quiet
 from _kube import NAMESPACE, Cluster
 from _scale_report import plot, table
 from _stack import bench_run, header, print_result
@@ -57,9 +58,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-_REQ = re.compile(r"^apiserver_request_total\{([^}]*)\}\s+([0-9.e+]+)$")
 
 
 class Bench(Cluster):
@@ -246,29 +244,14 @@ class Bench(Cluster):
         return {"added": len(names), "wall_s": time.time() - t0, "create_to_connected_s": summary(lat)}
 
     # -- measures ------------------------------------------------------------------------------------------
-    async def apiserver_requests(self) -> dict[str, float]:
-        """apiserver_request_total by "verb resource", summed over codes and scopes."""
-        ctx = self.cp.ssl_context()
-        async with httpx.AsyncClient(verify=ctx, timeout=30) as h:
-            text = (await h.get(f"{self.cp.server}/metrics")).text
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            m = _REQ.match(line)
-            if not m:
-                continue
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
-            out[key] = out.get(key, 0.0) + float(m.group(2))
-        return out
-
     async def idle(self, seconds: float) -> dict[str, Any]:
-        req0 = await self.apiserver_requests()
+        req0 = await requests(self.cp)
         cpu0 = {k: cpu_seconds(p) for k, p in self.pids.items()}
         t0 = time.monotonic()
         await asyncio.sleep(seconds)
         dt = time.monotonic() - t0
         cpu1 = {k: cpu_seconds(p) for k, p in self.pids.items()}
-        req1 = await self.apiserver_requests()
+        req1 = await requests(self.cp)
         per = {k: (req1.get(k, 0.0) - req0.get(k, 0.0)) / dt for k in req1}
         top = dict(sorted(((k, round(v, 2)) for k, v in per.items() if v > 0.05), key=lambda kv: -kv[1])[:8])
         return {
@@ -366,16 +349,17 @@ async def run(
     save: Path | None,
     events_s: float = 0.0,
     event_window: int = 8,
+    quiet: tuple[float, float] = (2.0, 300.0),
 ) -> dict[str, Any]:
     """The points, also written to ``save`` after each one: a run cut short keeps what it measured."""
     out: dict[str, Any] = {"points": []}
     res["result"] = out
     async with Bench(cp, stack) as b:
         await b.setup()
-        await asyncio.sleep(5)  # start-up settles
+        settled = await until_quiet(cp, *quiet)  # start-up settles
         rss0 = rss_mib(b.pids["operator"])
         base = await b.idle(idle_s)
-        out["baseline"] = {"operator_rss_mib": round(rss0, 1), "idle": base}
+        out["baseline"] = {"operator_rss_mib": round(rss0, 1), "idle": base, "settled": settled}
         log(f"0 sessions: operator {rss0:.0f} MiB, idle {base['cpu_pct']}, {base['apiserver_rps']} req/s")
         names: list[str] = []
         for n in counts:
@@ -383,7 +367,8 @@ async def run(
             log(f"adding {len(new)} sessions (to {n})")
             added = await b.add_sessions(new, timeout=max(300.0, n * 2.0))
             names += new
-            await asyncio.sleep(5)  # the creation burst's tail
+            # The burst's tail: the scheduler, kwok and the controller-manager's volume binder at work.
+            settled = await until_quiet(cp, *quiet)
             idle = await b.idle(idle_s)
             rss = rss_mib(b.pids["operator"])
             log(
@@ -409,6 +394,7 @@ async def run(
                     "operator_rss_mib": round(rss, 1),
                     "operator_mib_per_session": round((rss - rss0) / n, 3),
                     "idle": idle,
+                    "settled": settled,
                     "probes": probed,
                     **point,
                 }
@@ -436,6 +422,12 @@ def main() -> int:
     ap.add_argument(
         "--event-window", type=int, default=8, help="unacknowledged events per driver at most (default 8)"
     )
+    ap.add_argument(
+        "--quiet",
+        default="2,300",
+        help="before each idle window, wait until the apiserver serves at most R requests a second over 5 s, "
+        "for at most S seconds (R,S; default 2,300)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--save", type=Path, help="also write the JSON document here")
     ap.add_argument("--plot", type=Path, help="draw lag, memory and idle CPU against the count (PNG)")
@@ -445,6 +437,7 @@ def main() -> int:
     ap.add_argument("--load", type=Path, help="run nothing: print (and --plot) a --save file of a run")
     a = ap.parse_args()
     counts = sorted(int(x) for x in a.counts.split(","))
+    quiet_rps, quiet_max = (float(x) for x in a.quiet.split(","))
     res = header(
         {
             "counts": counts,
@@ -452,6 +445,7 @@ def main() -> int:
             "probes": a.probes,
             "events": a.events,
             "event_window": a.event_window,
+            "quiet": a.quiet,
         }
     )
     res["label"] = a.label
@@ -479,7 +473,20 @@ def main() -> int:
             )
             br.stack.start_operator()
             br.stack.start_api()
-            asyncio.run(run(br.cp, br.stack, counts, a.idle, a.probes, res, a.save, a.events, a.event_window))
+            asyncio.run(
+                run(
+                    br.cp,
+                    br.stack,
+                    counts,
+                    a.idle,
+                    a.probes,
+                    res,
+                    a.save,
+                    a.events,
+                    a.event_window,
+                    (quiet_rps, quiet_max),
+                )
+            )
     except _Loaded:
         pass
     except KeyboardInterrupt:

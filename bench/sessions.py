@@ -51,7 +51,7 @@ from typing import Any, Self, TypeVar
 from _dial_floor import DialListener, dial_sample
 from _kube import NAMESPACE, TIMEOUT, Cluster, bare_pod
 from _observe import CpuMeter, PodTimes, Stamps, cpu_meter, find_driver
-from _sessions_report import report, table
+from _sessions_report import POLL, connect_flags, report, table  # connect_flags: warm_pool.py's too
 from _stack import (  # bench/ is the script's directory, so on sys.path
     API_KEY,
     SYSTEM_PATH,
@@ -68,9 +68,9 @@ from hangar.devcluster.stack import Stack
 from hangar.paths import cli_dir
 from hangar.testing.model_server import ScriptedModel, Step
 from hangar_driver.claude import live_command
+from hangar_driver.claude_turn import user_line
 from hangar_driver.harness import TurnConfig
 
-POLL = 0.02  # seconds between polls, both sides (--poll)
 MODEL = "claude-sonnet-4-5"
 ENVIRONMENT = "bench-claude"
 
@@ -313,16 +313,8 @@ class Bench(Cluster):
             TurnConfig("floor", "", str(work), base, [str(claude)], MODEL, conversation)
         )
         env = {**base, **added}
-        line = {
-            "type": "user",
-            "message": {
-                "role": "user",
-                "content": [{"type": "text", "text": f"bench turn {k}: answer briefly"}],
-            },
-            "parent_tool_use_id": None,
-            "session_id": "",
-            "uuid": f"00000000-0000-4000-8000-{k:012d}",
-        }
+        # The user line the driver writes, with a uuid of our own.
+        line = user_line(f"bench turn {k}: answer briefly", f"00000000-0000-4000-8000-{k:012d}")
         c0 = self.cpu.snapshot()
         w0 = time.time()
         t0 = time.monotonic()
@@ -448,20 +440,6 @@ def _kill_group(p: Any) -> None:
 # -- main ----------------------------------------------------------------------------------------------------------
 
 
-def connect_flags(ap: argparse.ArgumentParser) -> None:
-    """The flags of this bench that warm_pool.py shares."""
-    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    ap.add_argument("--poll", type=float, default=POLL, help="seconds between status polls (default 0.02)")
-    ap.add_argument(
-        "--ready",
-        choices=("watch", "poll"),
-        default="watch",
-        help="how connected / Running is seen on every side: a watch (default) or a poll every --poll s",
-    )
-    ap.add_argument("--no-dial", action="store_true", help="leave out the floor of a pod like hangar's")
-    ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
-
-
 B = TypeVar("B", bound=Bench)
 
 
@@ -509,11 +487,7 @@ def main() -> int:
 
     if not with_bench(a, Bench, measure):
         return 130
-    out = report(res)
-    if a.json:
-        out["samples"] = {k: res[k] for k in ("connect", "turns") if k in res}
-        out["args"] = res["args"]
-    return print_result(out, a.json, table)
+    return print_result(report(res, samples=a.json), a.json, table)
 
 
 if __name__ == "__main__":
