@@ -65,6 +65,13 @@ class Cache:
     def get(self, plural: str, namespace: str, name: str) -> Obj | None:
         return self.objs[plural].get((namespace, name))
 
+    def fresh(self, plural: str, namespace: str, name: str) -> Obj | None:
+        """The object, when the cache is primed and holds it; None when it cannot say (not primed yet, a kind
+        it does not keep, an object it has not seen): then the caller reads it (``Context.cached``)."""
+        if not self.primed or plural not in self.objs:
+            return None
+        return self.objs[plural].get((namespace, name))
+
     def items(self, plural: str) -> Iterator[tuple[Key, Obj]]:
         yield from list(self.objs[plural].items())
 

@@ -59,6 +59,15 @@ class Context:
     async def resync_cache(self) -> None:
         await self.cache.prime(self.list_served)
 
+    async def cached(self, namespace: str, plural: str, name: str) -> Obj | None:
+        """The object as the watch cache holds it once primed (``cache.py``: the operator's own writes are in
+        it at once, so for what only the operator writes it is as current as a read), else as read from the
+        apiserver. The cache's own object, not a copy: a caller that changes it copies it first."""
+        obj = self.cache.fresh(plural, namespace, name)
+        if obj is not None:
+            return obj
+        return await self.kube_in(namespace).get(plural, name)
+
     def kube_in(self, namespace: str) -> Kube:
         return self.kube.scoped(namespace)
 

@@ -213,10 +213,7 @@ class Router:
         only the operator writes ``currentTurn``, its own writes reach the cache at once, and the caller holds
         the session's lock, so the cache is current here; a read of the apiserver for each event made the
         whole operator apply at most ~100 events a second (bench/scale.py)."""
-        cache = self.ctx.cache
-        s_obj = cache.get("sessions", ns, session) if cache.primed else None
-        if s_obj is None:
-            s_obj = await self.ctx.kube_in(ns).get("sessions", session)
+        s_obj = await self.ctx.cached(ns, "sessions", session)
         return Session.model_validate(s_obj).status.current_turn if s_obj else None
 
     async def _apply(

@@ -63,11 +63,7 @@ class Sandboxes:
         """The session as the operator's cache holds it (at least as new as the watch event or the operator's
         own write that brought the caller here: no apiserver round trip on the way to a sandbox), or read
         while the cache is not primed or lacks it. A copy: callers may change what they get."""
-        cache = self.ctx.cache
-        cached = cache.get("sessions", ns, name) if cache.primed else None
-        if cached is not None:
-            return copy.deepcopy(cached)
-        return await self.ctx.kube_in(ns).get("sessions", name)
+        return copy.deepcopy(await self.ctx.cached(ns, "sessions", name))
 
     # --- the gateway's view -----------------------------------------------------------------------------
     async def key_for_run(self, run_id: str) -> bytes | None:

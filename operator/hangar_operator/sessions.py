@@ -137,10 +137,7 @@ class Sessions:
             s_obj, s = forked, Session.model_validate(forked)
             st = s.status
         # An Environment is a template the session reads its spec from: the watch's copy does (a miss is read).
-        env_obj = (
-            self.ctx.cache.get("environments", ns, s.spec.environment) if self.ctx.cache.primed else None
-        )
-        env_obj = env_obj or await kube.get("environments", s.spec.environment)
+        env_obj = await self.ctx.cached(ns, "environments", s.spec.environment)
         if env_obj is None:
             msg = f"environment {s.spec.environment!r} does not exist"
             if st.message != msg:

@@ -259,12 +259,9 @@ class Approvals:
     async def _session(self, ns: str, session: str) -> tuple[Obj | None, bool]:
         """The session as the operator's cache holds it (True), else as read (False): current for its
         sandbox and suspension, which only the operator writes, each write put in the cache (``cache.py``)."""
-        cache = self.ctx.cache
-        if cache.primed:
-            cached = cache.get("sessions", ns, session)
-            if cached is not None:
-                return cached, True
-        return await self.ctx.kube_in(ns).get("sessions", session), False
+        s_obj = await self.ctx.cached(ns, "sessions", session)
+        # From the cache when it is the cache's own object (a read returns a new one).
+        return s_obj, s_obj is not None and s_obj is self.ctx.cache.get("sessions", ns, session)
 
     def _run_id(self, ns: str, ap: Approval) -> str:
         run = self.ctx.run_of(ns, ap.labels.get(L.RUN))
