@@ -151,6 +151,8 @@ class Gateway:
         self._acked_for_run = acked_for_run
         self.on_live = on_live  # a live frame (live_work.py): handed on at once, never stored
         self._runs: dict[str, _RunState] = {}
+        # pool run -> the run an ``adopt`` sent to it names: the one hello its connection may say in place
+        self._adopts: dict[str, str] = {}
         self._conns: set[_Conn] = set()
         self._unconfirmed = 0
         self._reject_window: dict[str, tuple[float, int]] = {}
@@ -223,6 +225,8 @@ class Gateway:
         state = self._state(run)
         if cid in state.pending:
             return cid
+        if op == P.OP_ADOPT and isinstance(cmd.get("run"), str):
+            self._adopts[run] = cmd["run"]
         state.pending[cid] = cmd
         async with state.send_lock:
             conn = state.conn
@@ -246,6 +250,7 @@ class Gateway:
 
     def forget(self, run: str) -> None:
         """Drop a finished run: close its connection and its queued commands."""
+        self._adopts.pop(run, None)
         state = self._runs.pop(run, None)
         if state and state.conn is not None:
             state.conn.close()
@@ -377,6 +382,7 @@ class Gateway:
         await conn.send(P.WELCOME, {"acked": acked, "nonce": conn.nonce})
 
         while not conn.closed:
+            run = conn.run  # the adopted run's, once a pool's connection was adopted in place
             try:
                 left = max(0.0, deadline - asyncio.get_running_loop().time())
                 frame = await self._read_frame(conn, IDLE_TIMEOUT if conn.confirmed else left, run)
@@ -385,8 +391,11 @@ class Gateway:
                     log.info("run %s: driver connection %s idle, closing", run, conn.peer)
                     raise _Closed() from None
                 await self._reject(conn, run, "connection not confirmed in time")
+            if conn.confirmed and frame.get("type") == P.HELLO and frame.get("run") != run:
+                state = await self._adopt_in_place(conn, state, frame)
+                continue
             try:
-                P.verify(key, frame, P.D2G, run)
+                P.verify(conn.key, frame, P.D2G, run)
             except P.BadSignature as exc:
                 await self._reject(conn, run, str(exc))
             if conn.closed:  # replaced while we waited
@@ -413,6 +422,41 @@ class Gateway:
                         log.exception("run %s: a live frame could not be handed on", run)
             else:
                 await self._reject(conn, run, f"unexpected {ftype}")
+
+    async def _adopt_in_place(self, conn: _Conn, state: _RunState, frame: dict[str, Any]) -> _RunState:
+        """A pool's driver, adopted, says hello as the session's run on its confirmed connection (protocol
+        "Adoption in place"): verified, the connection becomes that run's, confirmed, and the pool's run is
+        forgotten (its key is refused from now on by whoever answers ``key_for_run``). Returns the new run's
+        state. Anything amiss closes the connection (the driver then says hello on a new one)."""
+        pool_run = conn.run
+        assert pool_run is not None
+        new = frame.get("run")
+        if not isinstance(new, str) or not _RUN_ID.match(new) or self._adopts.get(pool_run) != new:
+            await self._reject(conn, pool_run, "unexpected hello (no adoption sent)")
+        key = await self._key_for_run(new)
+        if not key:
+            await self._reject(conn, new, "unknown run")
+        try:
+            P.verify_adoption(key, frame, pool_run, new, conn.nonce)
+        except P.BadSignature as exc:
+            await self._reject(conn, new, str(exc))
+        if conn.closed or state.conn is not conn:  # replaced, or the pool's run forgotten, meanwhile
+            raise _Closed()
+        async with state.send_lock:  # no command of the pool's run goes out on it from here
+            state.conn = None
+            state.connected.clear()
+        self._adopts.pop(pool_run, None)
+        self._runs.pop(pool_run, None)
+        conn.run, conn.key, conn.hello = new, key, dict(frame["body"])
+        new_state = self._state(new)
+        async with new_state.events_lock:
+            stored = await self._acked_for_run(new)
+            new_state.acked = max(new_state.acked, int(stored))
+            acked = new_state.acked
+        await conn.send(P.WELCOME, {"acked": acked, "nonce": conn.nonce})
+        log.info("run %s: adopted in place by %s", pool_run, new)
+        await self._confirm(conn, new_state)
+        return new_state
 
     async def _confirm(self, conn: _Conn, state: _RunState) -> None:
         assert conn.run is not None
