@@ -151,8 +151,9 @@ class Gateway:
         self._acked_for_run = acked_for_run
         self.on_live = on_live  # a live frame (live_work.py): handed on at once, never stored
         self._runs: dict[str, _RunState] = {}
-        # pool run -> the run an ``adopt`` sent to it names: the one hello its connection may say in place
-        self._adopts: dict[str, str] = {}
+        # pool run -> the run an ``adopt`` sent to it names (the one hello its connection may say in place),
+        # and that run's stored events, read while the driver derives its key (one database read fewer after)
+        self._adopts: dict[str, tuple[str, asyncio.Future[int]]] = {}
         self._conns: set[_Conn] = set()
         self._unconfirmed = 0
         self._reject_window: dict[str, tuple[float, int]] = {}
@@ -182,6 +183,8 @@ class Gateway:
             self._server.close()
         for conn in list(self._conns):
             conn.close()
+        for run in list(self._adopts):
+            self._drop_adopt(run)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -226,7 +229,8 @@ class Gateway:
         if cid in state.pending:
             return cid
         if op == P.OP_ADOPT and isinstance(cmd.get("run"), str):
-            self._adopts[run] = cmd["run"]
+            self._drop_adopt(run)
+            self._adopts[run] = (cmd["run"], asyncio.ensure_future(self._acked_for_run(cmd["run"])))
         state.pending[cid] = cmd
         async with state.send_lock:
             conn = state.conn
@@ -250,10 +254,17 @@ class Gateway:
 
     def forget(self, run: str) -> None:
         """Drop a finished run: close its connection and its queued commands."""
-        self._adopts.pop(run, None)
+        self._drop_adopt(run)
         state = self._runs.pop(run, None)
         if state and state.conn is not None:
             state.conn.close()
+
+    def _drop_adopt(self, run: str) -> None:
+        _, acked = self._adopts.pop(run, ("", None))
+        if acked is not None:
+            acked.cancel()
+            if acked.done() and not acked.cancelled():
+                acked.exception()  # read, so an unread failure is not reported as lost
 
     # ---------------------------------------------------------------- connection handling
 
@@ -431,7 +442,8 @@ class Gateway:
         pool_run = conn.run
         assert pool_run is not None
         new = frame.get("run")
-        if not isinstance(new, str) or not _RUN_ID.match(new) or self._adopts.get(pool_run) != new:
+        sent, acked_read = self._adopts.get(pool_run, ("", None))
+        if not isinstance(new, str) or not _RUN_ID.match(new) or acked_read is None or sent != new:
             await self._reject(conn, pool_run, "unexpected hello (no adoption sent)")
         key = await self._key_for_run(new)
         if not key:
@@ -450,7 +462,8 @@ class Gateway:
         conn.run, conn.key, conn.hello = new, key, dict(frame["body"])
         new_state = self._state(new)
         async with new_state.events_lock:
-            stored = await self._acked_for_run(new)
+            # Read when the adopt was sent: the new run had no connection since, so nothing was stored for it.
+            stored = await acked_read
             new_state.acked = max(new_state.acked, int(stored))
             acked = new_state.acked
         await conn.send(P.WELCOME, {"acked": acked, "nonce": conn.nonce})
