@@ -29,13 +29,13 @@ import logging
 import re
 import secrets
 import socket
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 from hangar_driver import protocol as P
 
 from . import metrics
+from .gateway_conns import Conn, RunState, reason_label
 
 log = logging.getLogger("hangar.gateway")
 
@@ -53,7 +53,6 @@ HELLO_TIMEOUT = 10.0  # seconds a new connection has, in all, to send its hello 
 # connections held ~75 MB that the process never gave back. The full frame limit applies once confirmed.
 HELLO_MAX_BYTES = 16384
 IDLE_TIMEOUT = 60.0  # a connection that sends nothing for this long is closed (drivers ping every 10 s)
-WRITE_TIMEOUT = 30.0  # a driver that doesn't read what we send for this long is dropped
 MAX_UNCONFIRMED = 256  # connections that have not completed the handshake yet; more are closed at once
 REJECT_REPORTS_PER_MINUTE = 30  # per peer host: on_rejected calls beyond this are only logged
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
@@ -61,68 +60,8 @@ _COMMAND_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
 _EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.]{0,63}$")
 
 
-_REASON_LABELS = (
-    ("too large", "frame_too_large"),
-    ("in time", "timeout"),
-    ("unknown run", "unknown_run"),
-    ("signature", "bad_signature"),
-    ("not hello", "not_hello"),
-    ("not confirmed", "not_confirmed"),
-    ("nonce", "wrong_nonce"),
-    ("malformed", "malformed"),
-)
-
-
-def reason_label(reason: str) -> str:
-    """The metric label of a refusal: one of a few words, whatever the reason's text (which can hold
-    numbers and names a peer chose)."""
-    return next((label for word, label in _REASON_LABELS if word in reason), "other")
-
-
 class _Closed(Exception):
     """End this connection (the reason was already logged or reported)."""
-
-
-class _RunState:
-    def __init__(self) -> None:
-        self.pending: OrderedDict[str, dict[str, Any]] = OrderedDict()  # command id -> body (with op)
-        self.acked = 0  # highest event seq known stored
-        self.conn: _Conn | None = None  # the confirmed, current connection
-        self.events_lock = asyncio.Lock()  # event delivery and the welcome's acked, one at a time
-        self.send_lock = asyncio.Lock()  # command order on the wire
-        self.connected = asyncio.Event()
-
-
-class _Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.peer = peer
-        self.run: str | None = None
-        self.key = b""
-        self.nonce = ""
-        self.confirmed = False
-        self.counted = False  # counts toward the gateway's unconfirmed connections
-        self.closed = False
-        self.hello: dict[str, Any] = {}
-        self._out_seq = 0
-        self._write_lock = asyncio.Lock()
-
-    async def send(self, ftype: str, body: dict[str, Any], fid: str | None = None) -> None:
-        assert self.run is not None
-        async with self._write_lock:
-            if self.closed:
-                raise ConnectionResetError("connection closed")
-            self._out_seq += 1
-            frame = P.sign(self.key, P.make_frame(self.run, P.G2D, ftype, body, seq=self._out_seq, fid=fid))
-            self.writer.write(P.encode(frame))
-            await asyncio.wait_for(self.writer.drain(), WRITE_TIMEOUT)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            with contextlib.suppress(Exception):
-                self.writer.close()
 
 
 class Gateway:
@@ -150,8 +89,11 @@ class Gateway:
         self._on_rejected = on_rejected
         self._acked_for_run = acked_for_run
         self.on_live = on_live  # a live frame (live_work.py): handed on at once, never stored
-        self._runs: dict[str, _RunState] = {}
-        self._conns: set[_Conn] = set()
+        self._runs: dict[str, RunState] = {}
+        # pool run -> the run an ``adopt`` sent to it names (the one hello its connection may say in place),
+        # and that run's stored events, read while the driver derives its key (one database read fewer after)
+        self._adopts: dict[str, tuple[str, asyncio.Future[int]]] = {}
+        self._conns: set[Conn] = set()
         self._unconfirmed = 0
         self._reject_window: dict[str, tuple[float, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -180,6 +122,8 @@ class Gateway:
             self._server.close()
         for conn in list(self._conns):
             conn.close()
+        for run in list(self._adopts):
+            self._drop_adopt(run)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -223,6 +167,9 @@ class Gateway:
         state = self._state(run)
         if cid in state.pending:
             return cid
+        if op == P.OP_ADOPT and isinstance(cmd.get("run"), str):
+            self._drop_adopt(run)
+            self._adopts[run] = (cmd["run"], asyncio.ensure_future(self._acked_for_run(cmd["run"])))
         state.pending[cid] = cmd
         async with state.send_lock:
             conn = state.conn
@@ -246,16 +193,24 @@ class Gateway:
 
     def forget(self, run: str) -> None:
         """Drop a finished run: close its connection and its queued commands."""
+        self._drop_adopt(run)
         state = self._runs.pop(run, None)
         if state and state.conn is not None:
             state.conn.close()
 
+    def _drop_adopt(self, run: str) -> None:
+        _, acked = self._adopts.pop(run, ("", None))
+        if acked is not None:
+            acked.cancel()
+            if acked.done() and not acked.cancelled():
+                acked.exception()  # read, so an unread failure is not reported as lost
+
     # ---------------------------------------------------------------- connection handling
 
-    def _state(self, run: str) -> _RunState:
+    def _state(self, run: str) -> RunState:
         state = self._runs.get(run)
         if state is None:
-            state = self._runs[run] = _RunState()
+            state = self._runs[run] = RunState()
         return state
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -268,7 +223,7 @@ class Gateway:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        conn = _Conn(reader, writer, peer)
+        conn = Conn(reader, writer, peer)
         if self._unconfirmed >= MAX_UNCONFIRMED:
             log.warning("driver gateway: too many connections in handshake; closing %s", peer)
             conn.close()
@@ -296,7 +251,7 @@ class Gateway:
             self._tasks.discard(task)
             await self._after_close(conn)
 
-    async def _after_close(self, conn: _Conn) -> None:
+    async def _after_close(self, conn: Conn) -> None:
         if conn.run is None or not conn.confirmed:
             return
         state = self._runs.get(conn.run)
@@ -309,7 +264,7 @@ class Gateway:
         except Exception:
             log.exception("on_disconnect(%s) failed", conn.run)
 
-    async def _reject(self, conn: _Conn, who: str, reason: str) -> NoReturn:
+    async def _reject(self, conn: Conn, who: str, reason: str) -> NoReturn:
         log.warning("driver gateway refused %s from %s: %s", who, conn.peer, reason)
         # Counted here, every one (the reports below are limited per host), under a fixed set of labels.
         metrics.DRIVER_REJECTED.labels(reason=reason_label(reason)).inc()
@@ -334,7 +289,7 @@ class Gateway:
             log.warning("driver gateway: more rejections from %s this minute are only logged", host)
         return count < REJECT_REPORTS_PER_MINUTE
 
-    async def _read_frame(self, conn: _Conn, limit_s: float, who: str) -> dict[str, Any]:
+    async def _read_frame(self, conn: Conn, limit_s: float, who: str) -> dict[str, Any]:
         try:
             line = await asyncio.wait_for(conn.reader.readuntil(b"\n"), limit_s)
         except asyncio.LimitOverrunError:
@@ -348,7 +303,7 @@ class Gateway:
         except P.ProtocolError as exc:
             await self._reject(conn, who, str(exc) or "malformed frame")
 
-    async def _serve(self, conn: _Conn) -> None:
+    async def _serve(self, conn: Conn) -> None:
         anon = f"peer {conn.peer}"
         deadline = asyncio.get_running_loop().time() + HELLO_TIMEOUT  # for the whole handshake
         try:
@@ -377,6 +332,7 @@ class Gateway:
         await conn.send(P.WELCOME, {"acked": acked, "nonce": conn.nonce})
 
         while not conn.closed:
+            run = conn.run  # the adopted run's, once a pool's connection was adopted in place
             try:
                 left = max(0.0, deadline - asyncio.get_running_loop().time())
                 frame = await self._read_frame(conn, IDLE_TIMEOUT if conn.confirmed else left, run)
@@ -385,8 +341,11 @@ class Gateway:
                     log.info("run %s: driver connection %s idle, closing", run, conn.peer)
                     raise _Closed() from None
                 await self._reject(conn, run, "connection not confirmed in time")
+            if conn.confirmed and frame.get("type") == P.HELLO and frame.get("run") != run:
+                state = await self._adopt_in_place(conn, state, frame)
+                continue
             try:
-                P.verify(key, frame, P.D2G, run)
+                P.verify(conn.key, frame, P.D2G, run)
             except P.BadSignature as exc:
                 await self._reject(conn, run, str(exc))
             if conn.closed:  # replaced while we waited
@@ -414,7 +373,44 @@ class Gateway:
             else:
                 await self._reject(conn, run, f"unexpected {ftype}")
 
-    async def _confirm(self, conn: _Conn, state: _RunState) -> None:
+    async def _adopt_in_place(self, conn: Conn, state: RunState, frame: dict[str, Any]) -> RunState:
+        """A pool's driver, adopted, says hello as the session's run on its confirmed connection (protocol
+        "Adoption in place"): verified, the connection becomes that run's, confirmed, and the pool's run is
+        forgotten (its key is refused from now on by whoever answers ``key_for_run``). Returns the new run's
+        state. Anything amiss closes the connection (the driver then says hello on a new one)."""
+        pool_run = conn.run
+        assert pool_run is not None
+        new = frame.get("run")
+        sent, acked_read = self._adopts.get(pool_run, ("", None))
+        if not isinstance(new, str) or not _RUN_ID.match(new) or acked_read is None or sent != new:
+            await self._reject(conn, pool_run, "unexpected hello (no adoption sent)")
+        key = await self._key_for_run(new)
+        if not key:
+            await self._reject(conn, new, "unknown run")
+        try:
+            P.verify_adoption(key, frame, pool_run, new, conn.nonce)
+        except P.BadSignature as exc:
+            await self._reject(conn, new, str(exc))
+        if conn.closed or state.conn is not conn:  # replaced, or the pool's run forgotten, meanwhile
+            raise _Closed()
+        async with state.send_lock:  # no command of the pool's run goes out on it from here
+            state.conn = None
+            state.connected.clear()
+        self._adopts.pop(pool_run, None)
+        self._runs.pop(pool_run, None)
+        conn.run, conn.key, conn.hello = new, key, dict(frame["body"])
+        new_state = self._state(new)
+        async with new_state.events_lock:
+            # Read when the adopt was sent: the new run had no connection since, so nothing was stored for it.
+            stored = await acked_read
+            new_state.acked = max(new_state.acked, int(stored))
+            acked = new_state.acked
+        await conn.send(P.WELCOME, {"acked": acked, "nonce": conn.nonce})
+        log.info("run %s: adopted in place by %s", pool_run, new)
+        await self._confirm(conn, new_state)
+        return new_state
+
+    async def _confirm(self, conn: Conn, state: RunState) -> None:
         assert conn.run is not None
         conn.confirmed = True
         # Authenticated: frames up to the protocol's limit from now on (StreamReader reads its limit on
@@ -438,7 +434,7 @@ class Gateway:
         except Exception:
             log.exception("on_connect(%s) failed", conn.run)
 
-    async def _handle_ack(self, conn: _Conn, state: _RunState, body: dict[str, Any]) -> None:
+    async def _handle_ack(self, conn: Conn, state: RunState, body: dict[str, Any]) -> None:
         ids = body.get("ids", [])
         if not isinstance(ids, list):
             assert conn.run is not None
@@ -447,7 +443,7 @@ class Gateway:
             if isinstance(cid, str):
                 state.pending.pop(cid, None)
 
-    async def _handle_event(self, conn: _Conn, state: _RunState, frame: dict[str, Any]) -> None:
+    async def _handle_event(self, conn: Conn, state: RunState, frame: dict[str, Any]) -> None:
         run = conn.run
         assert run is not None
         seq, body = frame["seq"], frame["body"]

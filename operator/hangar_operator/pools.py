@@ -48,7 +48,8 @@ from .pool_objects import (
     parse_pool_run,
     retire_patch,
 )
-from .sandbox_objects import labels, run_key_secret
+from .runs import Run
+from .sandbox_objects import labels, pvc_name, run_key_secret
 from .status import patch_status
 from .sweeper import Wakeups, waits_for_slot
 
@@ -57,6 +58,7 @@ log = logging.getLogger("hangar.operator.pools")
 READY = "hangar.dev/pool-ready"
 SPEC = "hangar.dev/pool-spec"  # the hash of the Environment spec a member was made from
 BACKSTOP = 60.0  # seconds between looks at a pool that could not fill (no free slot)
+NO_KEY = "has no run key (the operator stopped while it was being made)"  # finish_claim's verdict
 ADOPT_WAIT = 2.0  # seconds a claim waits for the adopted driver's hello before it writes the status
 
 InUse = Callable[[], Awaitable[int]]
@@ -99,6 +101,17 @@ def pool_of(spec: EnvironmentSpec | None) -> int:
     if spec is None or spec.warm_pool is None or spec.repository is not None:
         return 0
     return spec.warm_pool.size
+
+
+def _volume_patch(s_obj: Obj) -> Obj:
+    """A claimed member's volume goes with its sandbox: the session's from now on (status.workspace)."""
+    name = str(s_obj["metadata"]["name"])
+    return {
+        "metadata": {
+            "labels": {**labels(name, component="workspace"), L.POOL: None},
+            "ownerReferences": [owner_ref(s_obj)],
+        }
+    }
 
 
 class Pools:
@@ -397,6 +410,31 @@ class Pools:
             pod = None  # another claim, a retirement, or only a status write: read it again
         return False
 
+    async def finish_claim(self, ns: str, s_obj: Obj, run: Run) -> str:
+        """At a start (the run's key not in this process's memory): what the claim's writes beside its status
+        write left undone is done now. Returns why the sandbox can't be kept, "" if it can. The key Secret is
+        missing when the operator stopped between the status write and the Secret's create: the key, derived
+        with a nonce only that process knew, is gone with it (fail closed: the sandbox is released and the
+        next turn starts another). A volume still the pool's is re-owned by the session. Also for a fresh
+        sandbox's run (its Secret came before its pod): the key found is kept for the driver's hello."""
+        kube = self.ctx.kube_in(ns)
+        s = Session.model_validate(s_obj)
+        took = s.status.workspace if s.status.workspace and s.status.workspace != pvc_name(s.name) else None
+        secret, pvc = await asyncio.gather(
+            kube.get_core("secrets", run.key_secret),
+            kube.get_core("persistentvolumeclaims", took) if took else asyncio.sleep(0),
+        )
+        uid = s_obj["metadata"].get("uid")
+        meta = (pvc or {}).get("metadata") or {}
+        if took and pvc and not any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or []):
+            log.info("session %s/%s: its warm sandbox's volume %s becomes its own", ns, s.name, took)
+            await kube.patch_core("persistentvolumeclaims", took, _volume_patch(s_obj))
+        data = ((secret or {}).get("data") or {}).get("run-key")
+        if not data:
+            return NO_KEY
+        self.ctx.run_keys.setdefault(run.id, base64.b64decode(data))
+        return ""
+
     async def _adopt(self, s_obj: Obj, m: Member, run: Any, extra: dict[str, Any]) -> Obj:
         kube = self.ctx.kube_in(m.namespace)
         s = Session.model_validate(s_obj)
@@ -409,40 +447,40 @@ class Pools:
             pool_key = base64.b64decode(data)
         nonce = secrets.token_urlsafe(24)
         key = P.derive_run_key(pool_key, run.id, nonce)
-        # The driver re-dials while the writes below go on: its hello as the session's run is verified with
-        # this key; its on_connect waits for the session's lock, which the caller holds.
+        # The driver says hello as the session's run on its connection (protocol "Adoption in place") while
+        # the writes below go on: verified with this key; its on_connect waits for the session's lock, which
+        # the caller holds.
         self.ctx.run_keys[run.id] = key.encode()
         self.adopting[run.id] = m.run_id
         await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
         secret, _ = run_key_secret(s_obj, run, key=key)
-        # The volume goes with the sandbox: the session's from now on (status.workspace names it).
-        pvc_patch: Obj = {
-            "metadata": {
-                "labels": {**labels(s.name, component="workspace"), L.POOL: None},
-                "ownerReferences": [owner_ref(s_obj)],
+
+        async def write_status() -> tuple[Obj, bool]:
+            # The adopted driver is back as the session's run within a driver round trip, usually (it keeps
+            # its connection): then one status write says so, instead of a Starting write and a connected
+            # one after it (its on_connect, which waits for the session's lock, finds nothing left to do).
+            connected = await self.wait_connected(run.id, ADOPT_WAIT)
+            counters = s.status.counters.model_copy()
+            counters.sandboxes += 1
+            phase = move(SESSION, s.status.phase, "sandbox_created")
+            patch: dict[str, Any] = {
+                **extra,
+                "phase": move(SESSION, phase, "connected") if connected else phase,
+                "reason": "",
+                "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
+                "sandbox": {"pod": m.name, "run": run.pod, "connected": connected, "startedAt": iso()},
+                "workspace": m.workspace,
+                "counters": counters.dump(),
             }
-        }
-        # Side by side, and meanwhile the driver is back as the session's run, usually: then one status
-        # write says so, instead of a Starting write and a connected one after it (its on_connect, which
-        # waits for the session's lock, then finds nothing left to do).
-        _, _, connected = await asyncio.gather(
+            return await patch_status(kube, "sessions", s_obj, patch), connected
+
+        # The status write does not wait for the key Secret or the volume's re-owning: a crash before they are
+        # done is mended at the next start (finish_claim, from Sandboxes.check on resume).
+        (written, connected), _, _ = await asyncio.gather(
+            write_status(),
             kube.create_core("secrets", secret),
-            kube.patch_core("persistentvolumeclaims", m.workspace, pvc_patch),
-            self.wait_connected(run.id, ADOPT_WAIT),
+            kube.patch_core("persistentvolumeclaims", m.workspace, _volume_patch(s_obj)),
         )
-        counters = s.status.counters.model_copy()
-        counters.sandboxes += 1
-        phase = move(SESSION, s.status.phase, "sandbox_created")
-        patch: dict[str, Any] = {
-            **extra,
-            "phase": move(SESSION, phase, "connected") if connected else phase,
-            "reason": "",
-            "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
-            "sandbox": {"pod": m.name, "run": run.pod, "connected": connected, "startedAt": iso()},
-            "workspace": m.workspace,
-            "counters": counters.dump(),
-        }
-        written = await patch_status(kube, "sessions", s_obj, patch)
         log.info("session %s/%s took warm sandbox %s (connected: %s)", m.namespace, s.name, m.name, connected)
         # After the write, side by side: the Event, and the pool's key Secret (its key is dead already:
         # key_for_run refuses a claimed member, and a crash before the delete leaves only an Environment-owned

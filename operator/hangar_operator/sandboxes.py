@@ -29,7 +29,7 @@ from .context import Context
 from .foreign_status import pod_status
 from .lifecycle import SESSION, after, move
 from .pool_objects import parse_pool_run
-from .pools import Pools
+from .pools import NO_KEY, Pools
 from .runs import Run, parse_run
 from .sandbox_objects import run_key_secret, sandbox_pod, workspace_pvc
 from .snapshots import Snapshots, Workspace
@@ -367,7 +367,7 @@ class Sandboxes:
                     # The driver saw its CLI die as the pod went: say why it died.
                     reason = f"{lost}: {turn.status.reason}".rstrip(": ")
                     await patch_status(kube, "turns", obj, {"reason": reason[:2000]})
-            if st.phase == "Starting" and why != "was deleted":
+            if st.phase == "Starting" and why not in ("was deleted", NO_KEY):  # not the image's fault
                 await self.never_connected(ns, session, pod, lost)
             await self.release(ns, session, lost)
             await self.ctx.events.emit(kube, s_obj, "Warning", "SandboxLost", lost)
@@ -418,9 +418,17 @@ class Sandboxes:
             await self.pod_gone(ns, name, run_pod, pod_name, "was deleted")
             return
         phase = pod_status(pod).phase
+        run = self.ctx.run_of(ns, run_pod)
         if phase in ("Failed", "Succeeded"):
             await self.pod_gone(ns, name, run_pod, pod_name, f"ended ({phase})", pod)
-        elif st.phase == "Starting" and st.sandbox.started_at is not None:
+            return
+        if run and run.id not in self.ctx.run_keys and self.pools is not None:
+            # At a start: a claim's writes beside its status write may be undone (Pools.finish_claim).
+            why = await self.pools.finish_claim(ns, s_obj, run)
+            if why:
+                await self.pod_gone(ns, name, run_pod, pod_name, why, pod)
+                return
+        if st.phase == "Starting" and st.sandbox.started_at is not None:
             if time.time() - st.sandbox.started_at.timestamp() > self.ctx.settings.connect_timeout:
                 timeout = self.ctx.settings.connect_timeout
                 await self.pod_gone(

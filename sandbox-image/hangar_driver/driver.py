@@ -216,8 +216,8 @@ class Driver:
 
     def _op_adopt(self, body: Dict[str, Any]) -> Dict[str, Any]:
         """A session takes this warm sandbox: from now on the driver is the session's run, with a key
-        derived from the pool's (``protocol.derive_run_key``), and says hello again as that run. The pool's
-        run and key are done with; the operator refuses them from now on."""
+        derived from the pool's (``protocol.derive_run_key``), and says hello as that run on the connection
+        it has (``Link.adopt``). The pool's run and key are done with; the operator refuses them from now on."""
         if not self.cfg.pooled:
             raise CommandError("adopt: this sandbox is not a warm pool's")
         run = str_field(body, "run", limit=200)
@@ -228,9 +228,7 @@ class Driver:
         key = P.derive_run_key(self.key, run, nonce).encode("ascii")
         self.cfg.pooled = False
         self.key = key
-        self.cfg.run = run
-        self.outbox.rebind(key, run)
-        self.link.rebind(key)
+        self.link.adopt(key, run)  # sets cfg.run and rebinds the outbox, under the link's lock
         log.info("adopted as run %s, key %s", run, P.fingerprint(key))
         self._emit_raw(P.EV_DRIVER_READY, self._ready_payload())
         return {"run": run}

@@ -13,7 +13,7 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import protocol as P
 from .config import Config
@@ -76,6 +76,9 @@ class _Connection:
         self.sent_upto = sent_upto
         self.alive = True
         self.control: List[bytes] = []
+        # Adopted in place (protocol "Adoption in place"): the pool's run and key, for the gateway's frames
+        # already on their way when the adoption's hello left, until the session's welcome comes.
+        self.adopting: Optional[Tuple[bytes, str]] = None
 
 
 class Link:
@@ -114,32 +117,64 @@ class Link:
     def send_live(self, body: Dict[str, Any]) -> bool:
         """Put one ``live`` frame on the current connection: False (dropped) when there is none, as a live
         answer is for whoever waits on it now, never resent."""
-        try:
-            data = self._frame(P.LIVE, P.scrub(body))
-        except P.FrameTooLarge:
-            log.warning("live answer to %s too large to send", body.get("request"))
-            return False
         with self.outbox.cond:
             conn = self.conn
             if conn is None or not conn.alive:
+                return False
+            try:
+                data = self._frame(P.LIVE, P.scrub(body))  # under the lock: one run and its key
+            except P.FrameTooLarge:
+                log.warning("live answer to %s too large to send", body.get("request"))
                 return False
             conn.control.append(data)
             self.outbox.cond.notify_all()
         return True
 
-    def rebind(self, key: bytes) -> None:
-        """Say hello again as ``cfg.run`` (already set) with ``key``: the current connection, the old run's,
-        is closed and a new one made at once, without the backoff."""
+    def adopt(self, key: bytes, run: str) -> None:
+        """Be ``run`` with ``key`` from now on (a warm sandbox adopted by a session): the outbox starts over
+        as ``run`` and, on the current connection, a ``hello`` as ``run`` says so (protocol "Adoption in
+        place"); the gateway's ``welcome`` makes the connection the new run's. Without a connection, or if
+        the gateway refuses it (it closes the connection), the next connection says hello as ``run``, at
+        once, without the backoff. One lock for all of it: no frame is made with one run and the other's key."""
         with self.outbox.cond:
-            self.key = key
+            old_key, old_run = self.key, self.cfg.run
+            self.key, self.cfg.run = key, run
+            self.outbox.rebind(key, run)
             self.unsent_acks = []
             self.rebound = True
             conn = self.conn
-            if conn is not None:
-                conn.alive = False
+            if conn is not None and conn.alive:
+                body = dict(self.hello_body(), adopted_from=old_run, nonce=conn.nonce)
+                conn.control.append(self._frame(P.HELLO, body))
+                conn.adopting = (old_key, old_run)
             self.outbox.cond.notify_all()
-        if conn is not None:
-            _shutdown(conn.sock)
+
+    def _adopted(self, conn: _Connection, body: Dict[str, Any]) -> None:
+        """The gateway's ``welcome`` for the adopted run on the connection that was the pool's."""
+        acked, nonce = body.get("acked"), body.get("nonce")
+        if not isinstance(acked, int) or isinstance(acked, bool) or acked < 0 or nonce != conn.nonce:
+            raise P.ProtocolError("a malformed welcome for the adopted run")
+        with self.outbox.cond:
+            conn.adopting = None
+            self.rebound = False
+            self.outbox.welcome(acked)
+            conn.sent_upto = acked  # the new run's numbering: every event after acked goes out
+            self.outbox.cond.notify_all()
+        log.info("adopted in place as %s (stored up to %d)", self.cfg.run, acked)
+
+    def _verify(self, conn: _Connection, frame: Dict[str, Any]) -> bool:
+        """Is ``frame`` this run's (True), or, while adopting, one the gateway signed as the pool's run
+        before our hello reached it (False: dropped)? Anything else raises and ends the connection."""
+        with self.outbox.cond:
+            key, run, before = self.key, self.cfg.run, conn.adopting
+        try:
+            P.verify(key, frame, P.G2D, run)
+            return True
+        except P.BadSignature:
+            if before is None:
+                raise
+        P.verify(before[0], frame, P.G2D, before[1])
+        return False
 
     def stop(self) -> None:
         self.stopping.set()
@@ -224,9 +259,12 @@ class Link:
                     continue
                 last_rx = now
                 frame = P.decode(line)
-                P.verify(self.key, frame, P.G2D, self.cfg.run)  # a frame we can't verify ends the connection
+                if not self._verify(conn, frame):  # a frame we can't verify ends the connection
+                    continue
                 ftype, body = frame["type"], frame["body"]
-                if ftype == P.ACK:
+                if ftype == P.WELCOME and conn.adopting is not None:
+                    self._adopted(conn, body)
+                elif ftype == P.ACK:
                     seq = body.get("seq")
                     if isinstance(seq, int) and not isinstance(seq, bool):
                         self.outbox.ack(seq)

@@ -86,6 +86,20 @@ Handshake
    the same run replaces the older one. Any later frame with a bad signature, the wrong run or
    direction, or a wrong nonce is rejected and closes the connection.
 
+Adoption in place
+=================
+
+A warm pool's driver that a session adopts (``adopt {run, nonce}``) keeps its connection: right after the
+command it sends, on that connection, a ``hello`` as the session's run, signed with the derived key
+(``derive_run_key``), whose body also carries ``adopted_from`` (the pool's run) and ``nonce`` (this
+connection's nonce, from its ``welcome``). The gateway accepts it only on a confirmed connection of the
+pool's run to which it sent an ``adopt`` naming that run, and only if ``verify_adoption`` passes; it then
+answers ``welcome {acked, nonce}`` for the session's run (signed with the derived key, the same nonce) and the
+connection is the session's run, confirmed: the hello is bound to this connection's nonce, so it needs no
+confirmation of its own and is worth nothing on another connection. From then on every frame either way is
+the session's, and the pool's run is done with. Anything else closes the connection, and the driver says
+an ordinary ``hello`` as the session's run on a new one (so an operator without this step still works).
+
 Exactly once
 ============
 
@@ -336,6 +350,21 @@ def verify(key: Key, frame: Frame, expected_dir: str, expected_run: str) -> None
         raise BadSignature("malformed frame: seq")
     if not isinstance(frame.get("id"), str) or not isinstance(frame.get("body"), dict):
         raise BadSignature("malformed frame: id/body")
+
+
+def verify_adoption(key: Key, frame: Frame, pool_run: str, run: str, nonce: str) -> None:
+    """Raise ``BadSignature`` unless ``frame`` is the in-place ``hello`` of a pool's driver (``pool_run``)
+    adopted as ``run``: signed with ``run``'s (derived) key, naming ``pool_run`` as where it came from and
+    carrying ``nonce``, the nonce of the connection it arrived on (see "Adoption in place")."""
+    verify(key, frame, D2G, run)
+    if frame.get("type") != HELLO:
+        raise BadSignature("adoption is not a hello")
+    body = frame["body"]
+    if body.get("run") != run or body.get("adopted_from") != pool_run:
+        raise BadSignature("adoption names another run")
+    got = body.get("nonce")
+    if not isinstance(got, str) or not nonce or not hmac.compare_digest(got.encode("utf-8"), nonce.encode()):
+        raise BadSignature("adoption with a wrong nonce (replayed?)")
 
 
 def encode(frame: Frame) -> bytes:

@@ -310,11 +310,17 @@ async def test_a_warm_sandbox_runs_nothing_until_adopted_then_is_the_new_run_onl
     cid = await start_turn(gw, pool_run, "t0", "echo should-not-run")
     [refused] = await until(lambda: store.result_of(pool_run, cid), what="refusal")
     assert refused["ok"] is False and "until a session adopts it" in refused["error"]
-    # adopt: both ends derive the session's key; the driver says hello again as the session's run
+    # adopt: both ends derive the session's key; the driver says hello as the session's run on the
+    # connection it has (no new connection: the same peer, and the pool's run never disconnected or came back)
     run, nonce = "sess-r1", "n-" + os.urandom(12).hex()
     store.keys[run] = P.derive_run_key(drv.key, run, nonce).encode()
+    pool_conn = gw._runs[pool_run].conn
+    assert pool_conn is not None
     await gw.send(pool_run, "adopt", {"run": run, "nonce": nonce}, command_id="adopt-sess-r1")
     assert await gw.wait_connected(run, 20), drv.logs()
+    assert gw._runs[run].conn is pool_conn
+    await until(lambda: "adopted in place" in drv.logs(), what="the driver's welcome")
+    assert pool_run not in gw._runs and not gw.connected(pool_run) and store.disconnects == []
     await until(lambda: store.result_of(run, "adopt-sess-r1"), what="adopt result")
     assert [n for n, _ in store.ordered(run)][:2] == ["driver_ready", "command_result"]
     assert_contiguous(store, run)

@@ -252,3 +252,82 @@ def test_every_event_the_operator_shows_is_one_the_driver_emits() -> None:
     from hangar_operator.router import SHOWN
 
     assert SHOWN <= P.EVENT_NAMES, sorted(SHOWN - P.EVENT_NAMES)
+
+
+# ------------------------------------------------------------------------- adoption in place (verify_adoption)
+POOL_KEY = P.new_run_key()
+ADOPT_NONCE = "n" * 24  # the adopt command's nonce (key derivation)
+CONN_NONCE = "c" * 24  # the connection's nonce (its welcome)
+SESSION_KEY = P.derive_run_key(POOL_KEY, "s1-r1", ADOPT_NONCE)
+
+
+def _adoption(
+    key: str = SESSION_KEY,
+    run: str = "s1-r1",
+    body_run: str = "s1-r1",
+    came_from: Any = "pool-e-abc",
+    nonce: Any = CONN_NONCE,
+    ftype: str = P.HELLO,
+    direction: str = P.D2G,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "run": body_run,
+        "harness": "claude",
+        "resume_from": None,
+        "adopted_from": came_from,
+    }
+    if nonce is not None:
+        body["nonce"] = nonce
+    return P.sign(key, P.make_frame(run, direction, ftype, body))
+
+
+def test_an_adoption_hello_signed_with_the_derived_key_on_its_connection_is_accepted() -> None:
+    frame = P.decode(P.encode(_adoption()))  # over the wire
+    P.verify_adoption(SESSION_KEY, frame, "pool-e-abc", "s1-r1", CONN_NONCE)
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        # the pool's own key: whoever holds only the pool's identity is not the session
+        (_adoption(key=POOL_KEY), "bad signature"),
+        # a key derived for another run, or with another nonce, or from another pool's key
+        (_adoption(key=P.derive_run_key(POOL_KEY, "s2-r1", ADOPT_NONCE)), "bad signature"),
+        (_adoption(key=P.derive_run_key(POOL_KEY, "s1-r1", "m" * 24)), "bad signature"),
+        (_adoption(key=P.derive_run_key(P.new_run_key(), "s1-r1", ADOPT_NONCE)), "bad signature"),
+        # signed right, but for another run than the one adopted
+        (_adoption(run="s2-r1", body_run="s2-r1"), "wrong run"),
+        (_adoption(body_run="s2-r1"), "another run"),
+        # from another pool member than the connection's
+        (_adoption(came_from="pool-e-other"), "another run"),
+        (_adoption(came_from=None), "another run"),
+        (_adoption(came_from=["pool-e-abc"]), "another run"),
+        # replayed from another connection (its nonce), or without one
+        (_adoption(nonce="d" * 24), "wrong nonce"),
+        (_adoption(nonce=CONN_NONCE + "x"), "wrong nonce"),
+        (_adoption(nonce=""), "wrong nonce"),
+        (_adoption(nonce=None), "wrong nonce"),
+        (_adoption(nonce=7), "wrong nonce"),
+        # not a hello, or the gateway's direction played back
+        (_adoption(ftype=P.ACK), "not a hello"),
+        (_adoption(ftype=P.PING), "not a hello"),
+        (_adoption(direction=P.G2D, ftype=P.WELCOME), "wrong direction"),
+    ],
+)
+def test_a_forged_or_replayed_adoption_is_refused(frame: dict[str, Any], why: str) -> None:
+    with pytest.raises(P.BadSignature, match=why):
+        P.verify_adoption(SESSION_KEY, frame, "pool-e-abc", "s1-r1", CONN_NONCE)
+
+
+def test_an_adoption_changed_after_signing_is_refused() -> None:
+    for field, value in [("nonce", "d" * 24), ("adopted_from", "pool-e-other"), ("run", "s2-r1")]:
+        frame = _adoption()
+        frame["body"][field] = value
+        with pytest.raises(P.BadSignature, match="bad signature"):
+            P.verify_adoption(SESSION_KEY, frame, "pool-e-abc", "s1-r1", CONN_NONCE)
+
+
+def test_an_adoption_needs_a_connection_nonce_to_match() -> None:
+    # a gateway that has no nonce for the connection (never welcomed) accepts nothing, not even an empty one
+    with pytest.raises(P.BadSignature, match="wrong nonce"):
+        P.verify_adoption(SESSION_KEY, _adoption(nonce=""), "pool-e-abc", "s1-r1", "")
