@@ -18,12 +18,12 @@ holds the rules each command gets, ``plain.py`` reads a script of plain commands
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from . import plain, segments
+from . import plain, quick, segments
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut
-from .paths import Where, dev_kind, locate
-from .plain import PlainCommand
+from .paths import Where, dev_kind, locate, render
+from .plain import PlainCommand, Quoted
 from .program_rules import (
     _FD,
     _NETCAT,
@@ -34,7 +34,8 @@ from .program_rules import (
     ProgramRules,
     writable,
 )
-from .shell import WRITE_OPS, Command, Pipeline, ShellSyntaxError, double_quoted, parse
+from .segments import Item
+from .shell import WRITE_OPS, Command, Pipeline, ShellSyntaxError, Word, double_quoted, parse
 
 MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagged ("nesting")
 # The longest shell command the rules read (characters); a longer one is flagged ("nesting"). Reading is
@@ -54,6 +55,13 @@ class ShellAnalysis(ProgramRules):
         self.walked: dict[str, frozenset[str]] = {}  # source → the programs it runs
         self.stack: list[set[str]] = []  # the programs of each source being walked
         self.clean: set[str] = set()  # plain words known to name no secret (unclear())
+        # A command's first word → the program's name unclear() records, or _LOOKED_AT: a rule looks at it.
+        self.programs: dict[str, str] = {}
+        self.quiet_plain: dict[str, set[str]] = {}  # redirection operator → targets quiet_redirect() clears
+        # quick.read's: each word with quotes or expansions (as written) → the mark standing for it, and back.
+        self.marks: dict[str, str] = {}
+        self.quoted: dict[str, str] = {}
+        self.quoted_texts: dict[str, tuple[str | None, str, tuple[str, ...]]] = {}  # quoted_text()'s
 
     # walking
 
@@ -73,11 +81,15 @@ class ShellAnalysis(ProgramRules):
                 "nesting", f"shells nested more than {MAX_DEPTH} levels deep, which hangar does not follow"
             )
             return frozenset()
-        plain_pipelines = plain.read(src)
-        # Else the plain lines by plain.py and only the others by the parser, when the script can be cut so.
-        pieces = segments.read(src) if plain_pipelines is None else None
+        # A plain script by plain.py; else the plain lines by plain.py and the others by quick.py (or the
+        # parser), when the script can be cut so; else the whole by the parser.
+        items: Sequence[Item] | None = plain.read(src)
+        if items is None:
+            items = quick.read(src, self.marks, self.quoted)
+        if items is None:
+            items = segments.read(src, self.marks, self.quoted)
         try:
-            pipelines = parse(src).pipelines if plain_pipelines is None and pieces is None else []
+            pipelines = parse(src).pipelines if items is None else []
         except ShellSyntaxError:
             # Best effort: what is open is closed at the end, and, in case the parser misread where a
             # quote starts, every token is scanned once more with the quote characters taken out.
@@ -86,15 +98,7 @@ class ShellAnalysis(ProgramRules):
             pipelines += parse(re.sub(r"[\"'`]", " ", src), lenient=True).pipelines
         self.stack.append(set())
         try:
-            if plain_pipelines is not None:
-                self.plain_script(plain_pipelines, depth)
-            for plain_piece, parsed in pieces or ():
-                if plain_piece is not None:
-                    self.plain_script(plain_piece, depth)
-                for pipeline in parsed:
-                    self.pipeline(pipeline, depth)
-            for pipeline in pipelines:
-                self.pipeline(pipeline, depth)
+            self.items(items if items is not None else pipelines, depth)
         finally:
             names = frozenset(self.stack.pop())
         self.walked[src] = names
@@ -102,11 +106,109 @@ class ShellAnalysis(ProgramRules):
             self.stack[-1].update(names)
         return names
 
-    def plain_script(self, pipelines: list[list[PlainCommand]], depth: int) -> None:
-        """Walk a plain script (``plain.py``): the pipelines :meth:`unclear` cannot clear are made into the
-        parser's objects and walked as such; the others are done."""
-        for k in self.unclear(pipelines):
-            self.walk(plain.pipeline(pipelines[k]), depth)
+    def items(self, items: Sequence[Item], depth: int) -> None:
+        """Walk a script's pipelines in order: those in strings that :meth:`unclear` clears are done, the
+        others made into the parser's objects and walked.
+
+        The pipelines in strings go to :meth:`unclear` a batch at a time: its checks only fill caches, so a
+        batch gives the findings, in their order, of one call per pipeline, as long as nothing that may
+        find something runs between two of the batch — a parsed pipeline, or a substitution not walked
+        before (an argument's ``$(…)``, walked before its pipeline, as ``walk()`` does)."""
+        batch: list[list[PlainCommand]] = []
+        quoted_at: dict[int, Quoted] = {}  # the batch's pipelines read with quotes, as read (for walk())
+        walked = self.walked
+        for item in items:
+            if type(item) is list:  # a plain pipeline, the usual item
+                batch.append(item)
+                continue
+            if isinstance(item, Quoted):
+                read = self.rendered(item.stages)
+                if read is not None:
+                    stages, nested = read
+                    if nested:
+                        for src in nested:
+                            if src not in walked:
+                                self.unclear_walk(batch, quoted_at, depth)
+                                break
+                        for src in nested:
+                            self.script(src, depth + 1)  # (walked already: its names only)
+                    quoted_at[len(batch)] = item
+                    batch.append(stages)
+                    continue
+                item = plain.pipeline(item.stages, self.word)
+            assert isinstance(item, Pipeline)
+            self.unclear_walk(batch, quoted_at, depth)
+            self.pipeline(item, depth)
+        self.unclear_walk(batch, quoted_at, depth)
+
+    def unclear_walk(self, batch: list[list[PlainCommand]], quoted_at: dict[int, Quoted], depth: int) -> None:
+        """Walk the pipelines of the batch :meth:`unclear` does not clear; empty the batch."""
+        if not batch:
+            return
+        for k in self.unclear(batch):
+            read = quoted_at.get(k)
+            self.walk(plain.pipeline(batch[k] if read is None else read.stages, self.word), depth)
+        batch.clear()
+        quoted_at.clear()
+
+    def rendered(self, stages: list[PlainCommand]) -> tuple[list[PlainCommand], list[str]] | None:
+        """``plain.stages`` for a pipeline ``quick.read`` kept words with quotes or expansions in: its
+        commands in plain text (an argument that expands rendered as ``files()`` reads it) and the
+        substitutions its arguments run, in order; None when a name, assignment or redirection target
+        expands (then it is walked as the parser's objects)."""
+        quoted = self.quoted
+        out: list[PlainCommand] = []
+        nested: list[str] = []
+        for assigns, words, redirects in stages:
+            plain_assigns = assigns
+            for i, w in enumerate(assigns):
+                if w in quoted:
+                    text = self.quoted_text(w)[0]
+                    if text is None:
+                        return None
+                    if plain_assigns is assigns:
+                        plain_assigns = list(assigns)
+                    plain_assigns[i] = text
+            plain_words = words
+            for i, w in enumerate(words):
+                if w in quoted:
+                    text, rendered, runs = self.quoted_text(w)
+                    if text is None:
+                        if i == 0:
+                            return None  # the program's name expands
+                        text = rendered
+                        nested += runs
+                    if plain_words is words:
+                        plain_words = list(words)
+                    plain_words[i] = text
+            plain_redirects = redirects
+            for i, (op, fd, target) in enumerate(redirects):
+                if target in quoted:
+                    text = self.quoted_text(target)[0]
+                    if text is None:
+                        return None
+                    if plain_redirects is redirects:
+                        plain_redirects = list(redirects)
+                    plain_redirects[i] = (op, fd, text)
+            out.append((plain_assigns, plain_words, plain_redirects))
+        return out, nested
+
+    def quoted_text(self, mark: str) -> tuple[str | None, str, tuple[str, ...]]:
+        """The word a mark of ``quick.read`` stands for: its value when it is plain text once quotes are
+        removed (else None), what ``files()`` reads (``render``), and the commands it runs
+        (``Word.nested``); worked out once per distinct word."""
+        got = self.quoted_texts.get(mark)
+        if got is None:
+            word = quick.word(self.quoted[mark])
+            text = plain.text(word)
+            rendered = text if text is not None else render(word, self.where)
+            got = self.quoted_texts[mark] = (text, rendered, word.nested)
+        return got
+
+    def word(self, text: str) -> Word:
+        """The parser's ``Word`` of a word as ``quick.read`` or ``plain.read`` wrote it."""
+        raw = self.quoted.get(text)
+        return plain.word(text) if raw is None else quick.word(raw)
 
     def pipeline(self, pipeline: Pipeline, depth: int) -> None:
         read = plain.stages(
@@ -134,9 +236,9 @@ class ShellAnalysis(ProgramRules):
         unclear pipelines, in order, gives the findings, in their order, that walking all would; the checks
         here only fill caches. One loop over every command, not a call per pipeline: a long script has
         thousands."""
-        secrets = self.secrets
         clean = self.clean
-        quiet = self.quiet_targets
+        programs = self.programs
+        quiet = self.quiet_plain
         # The names of every command not taken off as a wrapper are recorded: those in unclear pipelines
         # too, since walk() records the same name for them (argv is the words as written).
         names: list[str] = []
@@ -145,8 +247,14 @@ class ShellAnalysis(ProgramRules):
             for assigns, words, redirects in stages:
                 if words:
                     # The first word is never an assignment: the parser took those as the command's assigns.
-                    name = words[0].rpartition("/")[2]
-                    if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
+                    first = words[0]
+                    name = programs.get(first)
+                    if name is None:
+                        name = first.rpartition("/")[2]
+                        if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
+                            name = _LOOKED_AT
+                        programs[first] = name
+                    if name is _LOOKED_AT:
                         break
                     if name:  # "" (a word of nothing, `""`): command() records no name either
                         names.append(name)
@@ -155,10 +263,12 @@ class ShellAnalysis(ProgramRules):
                 if assigns and not self.no_secret(assigns):
                     break
                 for op, _, target in redirects:
-                    if secrets.get(target, "") is None and (target, op in WRITE_OPS) in quiet:
+                    targets = quiet.get(op)
+                    if targets is not None and target in targets:
                         continue  # the same redirection as before in this script (`>> log.txt`)
                     if not self.quiet_redirect(op, target):
                         break
+                    quiet.setdefault(op, set()).add(target)
                 else:
                     continue
                 break
@@ -297,6 +407,7 @@ class ShellAnalysis(ProgramRules):
             self.add("pipe-to-shell", piped)
 
 
+_LOOKED_AT = "/"  # no program's name (what follows a command's last "/"): unclear()'s mark for "a rule looks"
 # The programs a plain command may run and still be done without the parser's objects (``unclear``): all
 # but those some rule or interpreter looks at (with any name starting "mkfs" or "python", checked apart).
 _PLAIN_SKIPS = (

@@ -153,9 +153,11 @@ def credential(path: str, where: Where) -> str | None:
 
 
 # What a rendered word must hold to possibly name a secret when it is a relative path below a working
-# directory that relative_safe() clears: an absolute start, an option's "=value", an unknown expansion, a
-# way up (".."), or the name of a secret anywhere (.ssh, .netrc, _netrc, .git-credentials).
-MAYBE_SECRET = re.compile(r"\A/|=|\x00|\.\.|\.ssh|netrc|\.git-credentials")
+# directory that relative_safe() clears: an absolute start, an option's "=value", a way up (".."), or the
+# name of a secret anywhere (.ssh, .netrc, _netrc, .git-credentials). An unknown expansion inside such a
+# path is no sign: credential() reads it as one name ("*", matched only by /proc's patterns), below that
+# working directory, which is not /proc's nor above it.
+MAYBE_SECRET = re.compile(r"\A/|=|\.\.|\.ssh|netrc|\.git-credentials")
 
 
 @functools.lru_cache(maxsize=64)

@@ -7,12 +7,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hangar.approvals import POLICIES, ToolCall, assess, commands, decide, plain, shell
+from hangar.approvals import assess, commands, decide, plain, shell
 from hangar.approvals.paths import MAYBE_SECRET, Where, credential, normalize, relative_safe
 from tests.unit.approvals_before import rules as old_rules
+from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, calls
 from tests.unit.test_shell_equivalence import norm, outcome
-
-CWD, HOME, IO = "/workspace", "/home/agent", "/var/lib/hangar/io/t-1"
 
 # Words that are plain text, chosen for what the reader and the rules treat apart: reserved words,
 # assignments, IO numbers (digits, Unicode ones too), names the rules look at, paths in and out of the
@@ -111,23 +110,10 @@ def test_scripts_it_reads_and_ones_it_leaves() -> None:
     assert plain.read("a#b x~y") == [[([], ["a#b", "x~y"], [])]]
 
 
-def _calls(src: str, tainted: bool) -> tuple[ToolCall, old_rules.ToolCall]:
-    return (
-        ToolCall("Bash", {"command": src}, src, CWD, HOME, IO, tainted),
-        old_rules.ToolCall("Bash", {"command": src}, src, CWD, HOME, IO, tainted),
-    )
-
-
 @SETTINGS
 @given(scripts(odd=True), st.booleans())
 def test_the_same_findings_and_verdicts_as_before(src: str, tainted: bool) -> None:
-    new, old = _calls(src, tainted)
-    before = outcome(old_rules.assess, old)
-    if before == ("recursion",):
-        return
-    assert outcome(assess, new) == before
-    for policy in POLICIES:
-        assert outcome(decide, policy, new) == outcome(old_rules.decide, policy, old), policy
+    assert_as_before(src, tainted)
 
 
 def test_a_long_script_of_mixed_commands_as_before() -> None:
@@ -139,7 +125,7 @@ def test_a_long_script_of_mixed_commands_as_before() -> None:
             lines.append(f"git push -f origin b{i}; cp a /tmp/x{i}; cat .netrc > /dev/null")
     src = "\n".join(lines)
     assert plain.read(src) is not None
-    new, old = _calls(src, False)
+    new, old = calls(src, False)
     assert outcome(assess, new) == outcome(old_rules.assess, old)
     assert decide("deny-risky", new).rule == "force-push"
 
@@ -161,7 +147,7 @@ def test_each_program_the_rules_look_at_as_before() -> None:
         for args in ARGS:
             src = f"{program} {args}".strip()
             for tainted in (False, True):  # the findings decide the verdict under every policy
-                new, old = _calls(src, tainted)
+                new, old = calls(src, tainted)
                 assert outcome(assess, new) == outcome(old_rules.assess, old), src
 
 
