@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 from . import plain, quick, segments
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut
-from .paths import Where, dev_kind, locate, render
+from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
 from .plain import PlainCommand, Quoted
 from .program_rules import (
     _FD,
@@ -61,7 +61,7 @@ class ShellAnalysis(ProgramRules):
         # quick.read's: each word with quotes or expansions (as written) → the mark standing for it, and back.
         self.marks: dict[str, str] = {}
         self.quoted: dict[str, str] = {}
-        self.quoted_texts: dict[str, tuple[str | None, str, tuple[str, ...]]] = {}  # quoted_text()'s
+        self.quoted_texts: dict[str, tuple[str | None, str, tuple[str, ...], bool]] = {}  # quoted_text()'s
 
     # walking
 
@@ -81,11 +81,14 @@ class ShellAnalysis(ProgramRules):
                 "nesting", f"shells nested more than {MAX_DEPTH} levels deep, which hangar does not follow"
             )
             return frozenset()
-        # A plain script by plain.py; else the plain lines by plain.py and the others by quick.py (or the
-        # parser), when the script can be cut so; else the whole by the parser.
+        # A plain script by plain.py; else with its quoted words marked (quick.py); else the plain lines by
+        # plain.py and the others by quick.py or the parser, when the script can be cut so; else the whole
+        # by the parser. ``text``: what a plain reader split the words of the whole script from.
         items: Sequence[Item] | None = plain.read(src)
+        text: str | None = src
         if items is None:
-            items = quick.read(src, self.marks, self.quoted)
+            read = quick.read(src, self.marks, self.quoted)
+            items, text = read if read is not None else (None, None)
         if items is None:
             items = segments.read(src, self.marks, self.quoted)
         try:
@@ -96,9 +99,12 @@ class ShellAnalysis(ProgramRules):
             self.unparsed = True
             pipelines = parse(src, lenient=True).pipelines
             pipelines += parse(re.sub(r"[\"'`]", " ", src), lenient=True).pipelines
+        # No plain word of the script can name a secret: unclear() need not look at each (a mark's word is
+        # looked at by rendered()).
+        clear = text is not None and self.relative_safe and MAYBE_SECRET_IN.search(text) is None
         self.stack.append(set())
         try:
-            self.items(items if items is not None else pipelines, depth)
+            self.items(items if items is not None else pipelines, depth, clear)
         finally:
             names = frozenset(self.stack.pop())
         self.walked[src] = names
@@ -106,9 +112,9 @@ class ShellAnalysis(ProgramRules):
             self.stack[-1].update(names)
         return names
 
-    def items(self, items: Sequence[Item], depth: int) -> None:
+    def items(self, items: Sequence[Item], depth: int, clear: bool = False) -> None:
         """Walk a script's pipelines in order: those in strings that :meth:`unclear` clears are done, the
-        others made into the parser's objects and walked.
+        others made into the parser's objects and walked (``clear``: no plain word names a secret).
 
         The pipelines in strings go to :meth:`unclear` a batch at a time: its checks only fill caches, so a
         batch gives the findings, in their order, of one call per pipeline, as long as nothing that may
@@ -128,7 +134,7 @@ class ShellAnalysis(ProgramRules):
                     if nested:
                         for src in nested:
                             if src not in walked:
-                                self.unclear_walk(batch, quoted_at, depth)
+                                self.unclear_walk(batch, quoted_at, depth, clear)
                                 break
                         for src in nested:
                             self.script(src, depth + 1)  # (walked already: its names only)
@@ -137,15 +143,17 @@ class ShellAnalysis(ProgramRules):
                     continue
                 item = plain.pipeline(item.stages, self.word)
             assert isinstance(item, Pipeline)
-            self.unclear_walk(batch, quoted_at, depth)
+            self.unclear_walk(batch, quoted_at, depth, clear)
             self.pipeline(item, depth)
-        self.unclear_walk(batch, quoted_at, depth)
+        self.unclear_walk(batch, quoted_at, depth, clear)
 
-    def unclear_walk(self, batch: list[list[PlainCommand]], quoted_at: dict[int, Quoted], depth: int) -> None:
+    def unclear_walk(
+        self, batch: list[list[PlainCommand]], quoted_at: dict[int, Quoted], depth: int, clear: bool
+    ) -> None:
         """Walk the pipelines of the batch :meth:`unclear` does not clear; empty the batch."""
         if not batch:
             return
-        for k in self.unclear(batch):
+        for k in self.unclear(batch, clear):
             read = quoted_at.get(k)
             self.walk(plain.pipeline(batch[k] if read is None else read.stages, self.word), depth)
         batch.clear()
@@ -155,7 +163,8 @@ class ShellAnalysis(ProgramRules):
         """``plain.stages`` for a pipeline ``quick.read`` kept words with quotes or expansions in: its
         commands in plain text (an argument that expands rendered as ``files()`` reads it) and the
         substitutions its arguments run, in order; None when a name, assignment or redirection target
-        expands (then it is walked as the parser's objects)."""
+        expands, or an assignment or a word of quotes names a secret (then it is walked as the parser's
+        objects, as :meth:`unclear` would have it walked: in its place, after what comes before)."""
         quoted = self.quoted
         out: list[PlainCommand] = []
         nested: list[str] = []
@@ -163,8 +172,8 @@ class ShellAnalysis(ProgramRules):
             plain_assigns = assigns
             for i, w in enumerate(assigns):
                 if w in quoted:
-                    text = self.quoted_text(w)[0]
-                    if text is None:
+                    text, _, _, secret = self.quoted_text(w)
+                    if text is None or secret:
                         return None
                     if plain_assigns is assigns:
                         plain_assigns = list(assigns)
@@ -172,7 +181,9 @@ class ShellAnalysis(ProgramRules):
             plain_words = words
             for i, w in enumerate(words):
                 if w in quoted:
-                    text, rendered, runs = self.quoted_text(w)
+                    text, rendered, runs, secret = self.quoted_text(w)
+                    if secret:
+                        return None
                     if text is None:
                         if i == 0:
                             return None  # the program's name expands
@@ -193,16 +204,17 @@ class ShellAnalysis(ProgramRules):
             out.append((plain_assigns, plain_words, plain_redirects))
         return out, nested
 
-    def quoted_text(self, mark: str) -> tuple[str | None, str, tuple[str, ...]]:
+    def quoted_text(self, mark: str) -> tuple[str | None, str, tuple[str, ...], bool]:
         """The word a mark of ``quick.read`` stands for: its value when it is plain text once quotes are
-        removed (else None), what ``files()`` reads (``render``), and the commands it runs
-        (``Word.nested``); worked out once per distinct word."""
+        removed (else None), what ``files()`` reads (``render``), the commands it runs (``Word.nested``),
+        and whether that names a secret; worked out once per distinct word."""
         got = self.quoted_texts.get(mark)
         if got is None:
-            word = quick.word(self.quoted[mark])
-            text = plain.text(word)
-            rendered = text if text is not None else render(word, self.where)
-            got = self.quoted_texts[mark] = (text, rendered, word.nested)
+            text, rendered, nested = quick.value(self.quoted[mark], self.where)
+            kind = self.secrets.get(rendered, "")
+            if kind == "":
+                kind = self.secrets[rendered] = self.secret_kind(rendered)
+            got = self.quoted_texts[mark] = (text, rendered, nested, kind is not None)
         return got
 
     def word(self, text: str) -> Word:
@@ -226,7 +238,7 @@ class ShellAnalysis(ProgramRules):
         if self.unclear([stages]):
             self.walk(pipeline, depth)
 
-    def unclear(self, pipelines: list[list[PlainCommand]]) -> list[int]:
+    def unclear(self, pipelines: list[list[PlainCommand]], clear: bool = False) -> list[int]:
         """Which of these pipelines of plain commands some rule might flag (their indices, in order); the
         programs the others run are recorded.
 
@@ -235,7 +247,7 @@ class ShellAnalysis(ProgramRules):
         (:meth:`quiet_redirect`): :meth:`walk` would find nothing in it but its name. Walking only the
         unclear pipelines, in order, gives the findings, in their order, that walking all would; the checks
         here only fill caches. One loop over every command, not a call per pipeline: a long script has
-        thousands."""
+        thousands. ``clear``: no word or assignment names a secret, known before (``MAYBE_SECRET_IN``)."""
         clean = self.clean
         programs = self.programs
         quiet = self.quiet_plain
@@ -258,9 +270,9 @@ class ShellAnalysis(ProgramRules):
                         break
                     if name:  # "" (a word of nothing, `""`): command() records no name either
                         names.append(name)
-                    if not clean.issuperset(words) and not self.no_secret(words):
+                    if not clear and not clean.issuperset(words) and not self.no_secret(words):
                         break
-                if assigns and not self.no_secret(assigns):
+                if assigns and not clear and not self.no_secret(assigns):
                     break
                 for op, _, target in redirects:
                     targets = quiet.get(op)

@@ -18,14 +18,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal, NamedTuple, overload
+from typing import Any, Literal, NamedTuple, NoReturn, overload
 
 from .paths import Where, render
 from .shell import _ASSIGN, _OP, _SKIP, _SKIP_CLAUSE, REDIRECT_OPS, Command, Part, Pipeline, Word, _redirect
 
 # A simple command of plain words, ``shell.Command`` with strings for words: (assignments, words,
-# redirections as (operator, IO number, target)). A tuple: a long script makes one per command.
+# redirections as (operator, IO number, target)). A tuple: a long script makes one per command. Its lists
+# are read, never changed: an empty one is NOTHING.
 PlainCommand = tuple[list[str], list[str], list[tuple[str, str | None, str]]]
+
+
+class _Nothing(list[Any]):
+    """The empty list every PlainCommand without assignments (or redirections, or words) shares, so that a
+    long script does not make two lists per command for nothing (the garbage collector's work grows with
+    them); changing it raises."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("a PlainCommand's lists are read-only")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+
+
+NOTHING: list[Any] = _Nothing()
 
 
 # Any of these sends a script to the lexer. Each is one C scan of the text (``in``), cheaper than one
@@ -102,9 +118,9 @@ def read(
     pipelines: list[list[PlainCommand] | Quoted] = []
     stages: list[PlainCommand] = []
     quoted = False  # a mark word is in the pipeline (marked)
-    assigns: list[str] = []
-    words: list[str] = []
-    redirects: list[tuple[str, str | None, str]] = []
+    assigns: list[str] = NOTHING
+    words: list[str] = NOTHING
+    redirects: list[tuple[str, str | None, str]] = NOTHING
     skipping: str | None = None  # as shell.parse: inside a clause that runs nothing
     pending: tuple[str, str | None, bool] | None = None  # a redirection whose target is the next word
     run_ops = _RUN_OPS
@@ -121,7 +137,10 @@ def read(
             if not ws:
                 return None  # a redirection without a target: the parser refuses it
             if pending[2]:
-                redirects.append((pending[0], pending[1], ws[0]))
+                if redirects:
+                    redirects.append((pending[0], pending[1], ws[0]))
+                else:
+                    redirects = [(pending[0], pending[1], ws[0])]
             pending = None
             del ws[0]
         if ws:
@@ -139,14 +158,20 @@ def read(
                         continue
                     if not words:
                         if _ASSIGN.match(w):
-                            assigns.append(w)
+                            if assigns:
+                                assigns.append(w)
+                            else:
+                                assigns = [w]
                             continue
                         if not assigns and w in _SKIP:
                             continue
                         if not assigns and w in _SKIP_CLAUSE:
                             skipping = w
                             continue
-                    words.append(w)
+                    if words:
+                        words.append(w)
+                    else:
+                        words = [w]
         if kind == _REDIRECTION:
             pending = (ops[0], fd, skipping is None)
             continue
@@ -155,7 +180,7 @@ def read(
                 skipping = None
                 if assigns or words or redirects:
                     stages.append((assigns, words, redirects))
-                    assigns, words, redirects = [], [], []
+                    assigns = words = redirects = NOTHING
                 if stages:
                     pipelines.append(Quoted(stages) if quoted else stages)
                     stages = []
@@ -172,7 +197,7 @@ def read(
             skipping = None
             if assigns or words or redirects:
                 stages.append((assigns, words, redirects))
-                assigns, words, redirects = [], [], []
+                assigns = words = redirects = NOTHING
             if op not in _PIPE:
                 if stages:
                     pipelines.append(Quoted(stages) if quoted else stages)

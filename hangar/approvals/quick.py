@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from .paths import _SIMPLE_PARAM, UNKNOWN, Where
 from .plain import MARK, PlainCommand, Quoted
 from .plain import read as plain_read
 from .shell import _SKIP, _SKIP_CLAUSE, Part, Word
@@ -34,9 +35,10 @@ _DQ = rf"\"(?:[^\"\\$`]|{_EXP})*\""
 _NP = rf"(?:'[^']*'|{_DQ}|{_EXP}){_P}*"  # a piece that is not plain text, and the plain text after it
 _END = r"(?=[ \t\n;&|()<>]|\Z)"  # what may follow a word
 # A word with quotes or expansions: at a word's start (after a blank or an operator's character, not "#" or
-# "~": a comment, a tilde expansion), its plain start, then such pieces, up to the word's end. The lookahead
-# lets the scan leave a plain word after one look at it.
-_QUOTED = re.compile(rf"(?<![^ \t\n;&|()<>])(?![#~])({_P}*)(?=['\"$])(?:{_NP})+{_END}")
+# "~": a comment, a tilde expansion), its plain start, then such pieces, up to the word's end. The plain start
+# is taken whole (*+: never given back) and a quote or "$" must follow, so the scan leaves a plain word after
+# one look at it.
+_QUOTED = re.compile(rf"(?<![^ \t\n;&|()<>])(?![#~])({_P}*+)(?=['\"$])(?:{_NP})+{_END}")
 _PIECE = re.compile(rf"({_P}+)|'([^']*)'|\"((?:[^\"\\$`]|{_EXP})*)\"|({_EXP})")
 _DQ_PIECE = re.compile(rf"([^\"\\$`]+)|({_EXP})")
 _RESERVED = _SKIP | _SKIP_CLAUSE
@@ -68,6 +70,47 @@ def _parts(word: str) -> tuple[Part, ...]:
     return tuple(parts)
 
 
+_VALUE_PIECE = re.compile(rf"'([^']*)'|\"((?:[^\"\\$`]|{_EXP})*)\"|({_EXP})")
+_EXPANSION = re.compile(_EXP)
+_QUOTE = re.compile(r"'([^']*)'|\"([^\"]*)\"")  # in a word of mask()'s with no "$": quotes hold plain text
+
+
+def value(raw: str, where: Where) -> tuple[str | None, str, tuple[str, ...]]:
+    """A word :func:`mask` took (as written): its value when it is plain text once quotes are removed
+    (else None), as ``paths.render`` writes it (known variables filled in, the rest ``UNKNOWN``), and the
+    commands it runs (``Word.nested``) — what ``plain.text``, ``render`` and ``nested`` of :func:`word`
+    give, without making its parts."""
+    if "$" not in raw:
+        text = _QUOTE.sub(r"\1\2", raw)
+        return text, text, ()
+    nested: list[str] = []
+    expanded = False
+
+    def expansion(e: str) -> str:
+        nonlocal expanded
+        expanded = True
+        if e[1] == "(":
+            nested.append(e[2:-1])
+            return UNKNOWN
+        inner = e[2:-1] if e[1] == "{" else e[1:]
+        if "$" in inner:
+            nested.append(inner)  # $$: Word.nested names it, as it would a ${…} with a $ inside
+        m = _SIMPLE_PARAM.match(e)
+        known = where.known(m.group(1)) if m else None
+        return known if known is not None else UNKNOWN
+
+    def piece(m: re.Match[str]) -> str:
+        single, double, exp = m.groups()
+        if single is not None:
+            return single
+        if exp is not None:
+            return expansion(exp)
+        return _EXPANSION.sub(lambda d: expansion(d.group()), double)
+
+    rendered = _VALUE_PIECE.sub(piece, raw)
+    return (None if expanded else rendered), rendered, tuple(nested)
+
+
 def word(raw: str) -> Word:
     """The lexer's ``Word`` of a word :func:`mask` took (as written)."""
     return Word(_parts(raw))
@@ -97,12 +140,16 @@ def mask(src: str, marks: dict[str, str], quoted: dict[str, str]) -> str | None:
     return None if reserved else out
 
 
-def read(src: str, marks: dict[str, str], quoted: dict[str, str]) -> list[list[PlainCommand] | Quoted] | None:
+def read(
+    src: str, marks: dict[str, str], quoted: dict[str, str]
+) -> tuple[list[list[PlainCommand] | Quoted], str] | None:
     """The pipelines ``shell.parse(src)`` makes, written in strings (``plain.read``'s): a pipeline with a word
     of quotes or expansions as ``plain.Quoted``, that word as its mark (``quoted`` gives the word, as
-    written). None when :func:`mask` or ``plain.read`` declines, or the script has a here-document or a
-    ``[[`` (the parser's test skips up to a ``]]`` that a quoted word may be)."""
+    written); and the marked script they were read from. None when :func:`mask` or ``plain.read`` declines,
+    or the script has a here-document or a ``[[`` (the parser's test skips up to a ``]]`` that a quoted word
+    may be)."""
     if "<<" in src or "[[" in src:
         return None
     marked = mask(src, marks, quoted)
-    return None if marked is None else plain_read(marked, True)
+    pipelines = None if marked is None else plain_read(marked, True)
+    return None if pipelines is None or marked is None else (pipelines, marked)

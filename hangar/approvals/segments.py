@@ -90,7 +90,12 @@ def read(src: str, marks: dict[str, str], quoted: dict[str, str]) -> list[Item] 
     plain_texts = [t for (ok, _), t in zip(runs, texts, strict=True) if ok] if len(runs) > 1 else []
     plain_runs = _at_once(plain_texts, src, plain.read)
     others = [t for (ok, _), t in zip(runs, texts, strict=True) if not ok]
-    quick_runs = _at_once(others, src, lambda text: quick.read(text, marks, quoted))
+
+    def quick_read(text: str) -> list[list[PlainCommand] | Quoted] | None:
+        read = quick.read(text, marks, quoted)
+        return None if read is None else read[0]
+
+    quick_runs = _at_once(others, src, quick_read)
     out: list[Item] = []
     for (ok, _), text in zip(runs, texts, strict=True):
         if ok and len(runs) > 1:
@@ -101,7 +106,7 @@ def read(src: str, marks: dict[str, str], quoted: dict[str, str]) -> list[Item] 
         elif not ok and quick_runs is not None:
             out += next(quick_runs)
             continue
-        read = quick.read(text, marks, quoted)
+        read = quick_read(text)
         if read is not None:
             out += read
         elif len(runs) == 1:

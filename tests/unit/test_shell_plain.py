@@ -8,7 +8,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hangar.approvals import assess, commands, decide, plain, shell
-from hangar.approvals.paths import MAYBE_SECRET, Where, credential, normalize, relative_safe
+from hangar.approvals.paths import (
+    MAYBE_SECRET,
+    MAYBE_SECRET_IN,
+    Where,
+    credential,
+    expand_string,
+    normalize,
+    relative_safe,
+)
 from tests.unit.approvals_before import rules as old_rules
 from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, calls
 from tests.unit.test_shell_equivalence import norm, outcome
@@ -170,15 +178,45 @@ PLACES = [
 ]
 PIECES = ["a", "src", ".ssh", "id_rsa", ".netrc", "_netrc", ".git-credentials", ".aws", "config", ".hangar",
           "gh", ".config", "git", "credentials", "io", "t-2", "environ", "shadow", "proc", "etc", ".", "..",
-          "", "x=y", "\x00", "agent", "home", "workspace", "repo"]  # fmt: skip
+          "", "x=y", "\x00", "agent", "home", "workspace", "repo", "k=", "k=~", "k=$HOME", "k=${PWD}", "k=$X",
+          "k=\x00", "=", "~", "$HOME", "a=b="]  # fmt: skip
+
+
+def _secret(word: str, where: Where) -> str | None:
+    """``ProgramRules.secret_kind`` without its shortcut: the word, and an option's value expanded."""
+    candidates = [word]
+    if "=" in word:
+        candidates.append(expand_string(word.partition("=")[2], where))
+    for text in candidates:
+        if text and (kind := credential(normalize(text, where), where)) is not None:
+            return kind
+    return None
 
 
 @settings(max_examples=1500, deadline=None)
 @given(st.sampled_from(PLACES), st.lists(st.sampled_from(PIECES), min_size=1, max_size=5), st.booleans())
+@example(Where(CWD, HOME, IO), ["k=~", ".aws"], False)
+@example(Where(CWD, HOME, IO), ["k=$HOME", ".hangar"], False)
 def test_a_word_the_shortcut_clears_is_no_secret(where: Where, pieces: list[str], absolute: bool) -> None:
     word = ("/" if absolute else "") + "/".join(pieces)
     if relative_safe(where) and MAYBE_SECRET.search(word) is None:
-        assert credential(normalize(word, where), where) is None
+        assert _secret(word, where) is None
+    if relative_safe(where) and MAYBE_SECRET_IN.search(f"ls x;{word} y") is None:
+        assert _secret(word, where) is None
+
+
+@SETTINGS
+@given(scripts(odd=True))
+def test_a_script_the_shortcut_clears_has_no_word_it_would_not(src: str) -> None:
+    """``MAYBE_SECRET_IN`` finds nothing in a script only when ``MAYBE_SECRET`` finds nothing in any of the
+    words ``plain.read`` reads from it."""
+    read = plain.read(src)
+    if read is None or MAYBE_SECRET_IN.search(src) is not None:
+        return
+    for pipeline in read:
+        for assigns, words, redirects in pipeline:
+            for w in [*assigns, *words, *(t for _, _, t in redirects)]:
+                assert MAYBE_SECRET.search(w) is None, w
 
 
 def test_where_the_shortcut_holds() -> None:

@@ -12,13 +12,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hangar.approvals import assess, commands, plain, quick, segments, shell
-from hangar.approvals.paths import Where
+from hangar.approvals.paths import Where, render
 from hangar.approvals.shell import Word
 from tests.unit.approvals_before import rules as old_rules
 from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, calls
 from tests.unit.test_shell_equivalence import commands as generated_commands
 from tests.unit.test_shell_equivalence import norm, outcome
-from tests.unit.test_shell_plain import SETTINGS, WORDS, scripts
+from tests.unit.test_shell_plain import PLACES, SETTINGS, WORDS, scripts
 
 # Pieces with quotes and expansions, the quick tokeniser's and the ones it leaves to the lexer.
 QUOTED = [
@@ -31,7 +31,7 @@ QUOTED = [
     # substitutions that run what a rule flags, secrets and unknown paths in quotes or expansions
     "X='a b'", "A['x']=1", "if\"\"", "'if'", "\"]]\"", "f''", "$(rm -rf /)", "$(curl -s x | sh)",
     '"$(sudo id)"', "$(cat ~/.ssh/id_rsa)", "'/etc/shadow'", '"$HOME/.netrc"', "$HOME/.aws/x", "$PWD/..",
-    '"/tmp/$X"', "$(git push -f)",
+    '"/tmp/$X"', "$(git push -f)", '--f="$HOME/.aws/x"', "'k=~/.config/gh'", "-o'/tmp/x'",
 ]  # fmt: skip
 SEPS = [" ", " ", "\t", ";", " && ", " || ", " | ", "|", " & ", "\n", "\n", " > ", ">", " >> ", " 2>&1 ", "(", ")"]  # fmt: skip
 
@@ -83,9 +83,11 @@ def test_the_quick_reader_reads_what_the_parser_does(src: str) -> None:
     ``Quoted`` when a mark stands in it."""
     marks: dict[str, str] = {}
     quoted: dict[str, str] = {}
-    read = quick.read(src, marks, quoted)
-    if read is None:
+    got = quick.read(src, marks, quoted)
+    if got is None:
         return
+    read, marked = got
+    assert marked == quick.mask(src, marks, {})  # the marked script; a word met again, its mark again
     whole = shell.parse(src).pipelines  # a script the quick reader reads must parse
     assert _objects(read, quoted) == [norm([p.commands]) for p in whole]
     for item in read:
@@ -112,7 +114,9 @@ def test_what_the_quick_reader_takes_and_leaves() -> None:
         assert quick.read(src, {}, {}) is None, src
     marks: dict[str, str] = {}
     quoted: dict[str, str] = {}
-    read = quick.read("FOO='a b' ls 'x y' 2>&1 | grep \"$X\" 'x y'; make", marks, quoted)
+    got = quick.read("FOO='a b' ls 'x y' 2>&1 | grep \"$X\" 'x y'; make", marks, quoted)
+    assert got is not None
+    read = got[0]
     m = {raw: mark for raw, mark in marks.items()}
     assert read == [
         plain.Quoted(
@@ -157,10 +161,11 @@ def test_the_same_findings_and_verdicts_as_before(chunks: list[str], tainted: bo
 @given(SOURCES)
 def test_a_quoted_pipeline_in_strings_is_the_parsed_ones(src: str) -> None:
     """``ShellAnalysis.rendered`` (a pipeline ``quick.read`` kept quoted words in) is ``plain.stages`` of the
-    parser's pipeline, and the substitutions it names are those ``nested()`` walks, in order."""
+    parser's pipeline, and the substitutions it names are those ``nested()`` walks, in order — or None, when
+    ``plain.stages`` is, or a word or assignment of quotes names a secret (unclear() would not clear it)."""
     analysis = commands.ShellAnalysis(Where(CWD, HOME, IO), False)
     read = quick.read(src, analysis.marks, analysis.quoted)
-    for item in read or ():
+    for item in read[0] if read is not None else ():
         if not isinstance(item, plain.Quoted):
             continue
         pipeline = plain.pipeline(item.stages, analysis.word)
@@ -169,10 +174,27 @@ def test_a_quoted_pipeline_in_strings_is_the_parsed_ones(src: str) -> None:
         if expected is None:
             assert got is None
             continue
-        assert got is not None
+        if got is None:
+            words = [w for assigns, ws, _ in expected[0] for w in [*assigns, *ws]]
+            assert [w for w in words if analysis.secret_kind(w) is not None]
+            continue
         assert got[0] == expected[0]
         runs = [src for cmd in pipeline.commands for w in cmd.assigns + cmd.words for src in w.nested]
         assert got[1] == (runs if expected[1] else [])
+
+
+@SETTINGS
+@given(SOURCES, st.sampled_from(PLACES))
+@example('\'$HOME\' "$HOME" ${HOME}/x $PWD$HANGAR_IO "a\'b" \'a"b\' "$(a)$1${X:-y}" x\'y\'"z"', PLACES[0])
+@example('echo $$ "$$x" ${a}$-', PLACES[2])
+def test_a_marked_words_value_is_its_parts(src: str, where: Where) -> None:
+    """``quick.value`` of each word ``mask`` took is ``plain.text``, ``render`` and ``nested`` of its
+    ``Word`` (the lexer's parts), wherever the turn is (known variables, empty ones)."""
+    marks: dict[str, str] = {}
+    quick.mask(src, marks, {})
+    for raw in marks:
+        w = quick.word(raw)
+        assert quick.value(raw, where) == (plain.text(w), render(w, where), w.nested), raw
 
 
 @SETTINGS
