@@ -123,6 +123,7 @@ class ShellAnalysis(ProgramRules):
         batch: list[list[PlainCommand]] = []
         quoted_at: dict[int, Quoted] = {}  # the batch's pipelines read with quotes, as read (for walk())
         walked = self.walked
+        names_here = self.stack[-1]
         for item in items:
             if type(item) is list:  # a plain pipeline, the usual item
                 batch.append(item)
@@ -131,13 +132,13 @@ class ShellAnalysis(ProgramRules):
                 read = self.rendered(item.stages)
                 if read is not None:
                     stages, nested = read
-                    if nested:
-                        for src in nested:
-                            if src not in walked:
-                                self.unclear_walk(batch, quoted_at, depth, clear)
-                                break
-                        for src in nested:
-                            self.script(src, depth + 1)  # (walked already: its names only)
+                    for src in nested:
+                        names = walked.get(src)
+                        if names is not None:
+                            names_here.update(names)  # walked before: script() would add its names only
+                        else:
+                            self.unclear_walk(batch, quoted_at, depth, clear)
+                            self.script(src, depth + 1)
                     quoted_at[len(batch)] = item
                     batch.append(stages)
                     continue
@@ -165,14 +166,19 @@ class ShellAnalysis(ProgramRules):
         substitutions its arguments run, in order; None when a name, assignment or redirection target
         expands, or an assignment or a word of quotes names a secret (then it is walked as the parser's
         objects, as :meth:`unclear` would have it walked: in its place, after what comes before)."""
-        quoted = self.quoted
+        marks = self.quoted.keys()
+        texts = self.quoted_texts
         out: list[PlainCommand] = []
         nested: list[str] = []
-        for assigns, words, redirects in stages:
+        for cmd in stages:
+            assigns, words, redirects = cmd
+            if marks.isdisjoint(words) and not assigns and not redirects:
+                out.append(cmd)  # no mark in it (`| head -5`)
+                continue
             plain_assigns = assigns
             for i, w in enumerate(assigns):
-                if w in quoted:
-                    text, _, _, secret = self.quoted_text(w)
+                if w in marks:
+                    text, _, _, secret = texts.get(w) or self.quoted_text(w)
                     if text is None or secret:
                         return None
                     if plain_assigns is assigns:
@@ -180,8 +186,8 @@ class ShellAnalysis(ProgramRules):
                     plain_assigns[i] = text
             plain_words = words
             for i, w in enumerate(words):
-                if w in quoted:
-                    text, rendered, runs, secret = self.quoted_text(w)
+                if w in marks:
+                    text, rendered, runs, secret = texts.get(w) or self.quoted_text(w)
                     if secret:
                         return None
                     if text is None:
@@ -194,8 +200,8 @@ class ShellAnalysis(ProgramRules):
                     plain_words[i] = text
             plain_redirects = redirects
             for i, (op, fd, target) in enumerate(redirects):
-                if target in quoted:
-                    text = self.quoted_text(target)[0]
+                if target in marks:
+                    text = (texts.get(target) or self.quoted_text(target))[0]
                     if text is None:
                         return None
                     if plain_redirects is redirects:
@@ -248,6 +254,8 @@ class ShellAnalysis(ProgramRules):
         unclear pipelines, in order, gives the findings, in their order, that walking all would; the checks
         here only fill caches. One loop over every command, not a call per pipeline: a long script has
         thousands. ``clear``: no word or assignment names a secret, known before (``MAYBE_SECRET_IN``)."""
+        if self.all_clear(pipelines, clear):
+            return []
         clean = self.clean
         programs = self.programs
         quiet = self.quiet_plain
@@ -260,12 +268,7 @@ class ShellAnalysis(ProgramRules):
                 if words:
                     # The first word is never an assignment: the parser took those as the command's assigns.
                     first = words[0]
-                    name = programs.get(first)
-                    if name is None:
-                        name = first.rpartition("/")[2]
-                        if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
-                            name = _LOOKED_AT
-                        programs[first] = name
+                    name = programs.get(first) or self.program(first)
                     if name is _LOOKED_AT:
                         break
                     if name:  # "" (a word of nothing, `""`): command() records no name either
@@ -290,6 +293,43 @@ class ShellAnalysis(ProgramRules):
         self.names.update(names)
         self.stack[-1].update(names)
         return out
+
+    def program(self, first: str) -> str:
+        """The name unclear() records for a command's first word, or _LOOKED_AT when a rule looks at it."""
+        name = first.rpartition("/")[2]
+        if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
+            name = _LOOKED_AT
+        self.programs[first] = name
+        return name
+
+    def all_clear(self, pipelines: list[list[PlainCommand]], clear: bool) -> bool:
+        """Whether :meth:`unclear` clears every one of these pipelines — then their programs are recorded
+        —, found on the distinct first words, redirections and words of them all (a long script repeats
+        them) rather than command by command; False: some may not be, and unclear() looks at each."""
+        firsts = {words[0] for stages in pipelines for _, words, _ in stages if words}
+        programs = self.programs
+        names: list[str] = []
+        for first in firsts:
+            name = programs.get(first) or self.program(first)
+            if name is _LOOKED_AT:
+                return False
+            if name:  # "" (a word of nothing, `""`): command() records no name either
+                names.append(name)
+        quiet = self.quiet_plain
+        redirects = {r for stages in pipelines for _, _, rs in stages for r in rs}
+        for op, _, target in redirects:
+            targets = quiet.get(op)
+            if targets is None or target not in targets:
+                if not self.quiet_redirect(op, target):
+                    return False
+                quiet.setdefault(op, set()).add(target)
+        if not clear:
+            words = {w for stages in pipelines for a, ws, _ in stages for w in (*a, *ws)}
+            if not self.clean.issuperset(words) and not self.no_secret(list(words - self.clean)):
+                return False
+        self.names.update(names)
+        self.stack[-1].update(names)
+        return True
 
     def no_secret(self, words: list[str]) -> bool:
         """None of these plain words names a secret (the checks cached in ``secrets``)."""

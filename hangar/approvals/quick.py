@@ -34,11 +34,12 @@ _EXP = r"\$(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]|\([^()'\"`\\$]*\)|\{[^}'\"`\\$
 _DQ = rf"\"(?:[^\"\\$`]|{_EXP})*\""
 _NP = rf"(?:'[^']*'|{_DQ}|{_EXP}){_P}*"  # a piece that is not plain text, and the plain text after it
 _END = r"(?=[ \t\n;&|()<>]|\Z)"  # what may follow a word
-# A word with quotes or expansions: at a word's start (after a blank or an operator's character, not "#" or
-# "~": a comment, a tilde expansion), its plain start, then such pieces, up to the word's end. The plain start
-# is taken whole (*+: never given back) and a quote or "$" must follow, so the scan leaves a plain word after
-# one look at it.
-_QUOTED = re.compile(rf"(?<![^ \t\n;&|()<>])(?![#~])({_P}*+)(?=['\"$])(?:{_NP})+{_END}")
+# A word with quotes or expansions, and the blank or operator's character before it (group 1: the scan of a
+# long script then stops only at those; mask() puts a blank before the script's first word): not starting
+# with "#" or "~" (a comment, a tilde expansion), its plain start (group 2), then such pieces, up to the
+# word's end. The plain start is taken whole (*+: never given back) and a quote or "$" must follow, so the
+# scan leaves a plain word after one look at it.
+_QUOTED = re.compile(rf"([ \t\n;&|()<>])(?![#~])({_P}*+)(?=['\"$])(?:{_NP})+{_END}")
 _PIECE = re.compile(rf"({_P}+)|'([^']*)'|\"((?:[^\"\\$`]|{_EXP})*)\"|({_EXP})")
 _DQ_PIECE = re.compile(rf"([^\"\\$`]+)|({_EXP})")
 _RESERVED = _SKIP | _SKIP_CLAUSE
@@ -126,17 +127,18 @@ def mask(src: str, marks: dict[str, str], quoted: dict[str, str]) -> str | None:
 
     def place(m: re.Match[str]) -> str:
         nonlocal reserved
-        raw = m.group()
+        before, raw = m.group(1, 0)
+        raw = raw[1:]
         mark = marks.get(raw)
         if mark is None:
             if raw.replace('""', "") in _RESERVED:
                 reserved = True
-                return raw  # never given a mark: it is looked at again wherever it is met
-            mark = marks[raw] = m.group(1) + MARK + str(len(marks))
+                return before + raw  # never given a mark: it is looked at again wherever it is met
+            mark = marks[raw] = m.group(2) + MARK + str(len(marks))
             quoted[mark] = raw
-        return mark
+        return before + mark
 
-    out = _QUOTED.sub(place, src)
+    out = _QUOTED.sub(place, " " + src)[1:]
     return None if reserved else out
 
 

@@ -4,6 +4,8 @@ credential check's shortcut for relative words (``paths.relative_safe``, ``paths
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -203,6 +205,16 @@ def test_a_word_the_shortcut_clears_is_no_secret(where: Where, pieces: list[str]
         assert _secret(word, where) is None
     if relative_safe(where) and MAYBE_SECRET_IN.search(f"ls x;{word} y") is None:
         assert _secret(word, where) is None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=" \t\n;&|()<>/=.~$nsetrcgi-ab", max_size=16))
+@example("/x")
+@example("a=$HOME/.gitx")
+def test_the_scripts_shortcut_is_its_plain_form(text: str) -> None:
+    """``MAYBE_SECRET_IN``, written for speed, finds something where the alternatives side by side do."""
+    spelled = re.compile(r"(?:\A|[ \t\n;&|()<>])/|=[/~$]|\.\.|\.ssh|netrc|\.git-credentials")
+    assert (MAYBE_SECRET_IN.search(text) is None) == (spelled.search(text) is None)
 
 
 @SETTINGS
