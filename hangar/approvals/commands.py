@@ -39,9 +39,9 @@ from .shell import WRITE_OPS, Command, Pipeline, ShellSyntaxError, Word, double_
 
 MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagged ("nesting")
 # The longest shell command the rules read (characters); a longer one is flagged ("nesting"). Reading is
-# linear in the length: on a loaded machine ~0.2 µs a character for a script of plain commands (plain.py),
-# ~0.4 µs for lines of simple quotes and expansions (segments.py, quick.py), ~1.5 µs for one the lexer
-# reads (backslashes, nested substitutions, here-documents), so a megabyte could hold the operator a second.
+# linear in the length: ~0.1 µs a character for a script of plain commands (plain.py), ~0.2 µs for one of
+# simple quotes and expansions (quick.py), ~1.5 µs for one the lexer reads (backslashes, nested
+# substitutions, here-documents), so a megabyte could hold the operator a second.
 MAX_COMMAND = 65_536
 
 

@@ -1,10 +1,11 @@
-"""A script read a group of lines at a time: the plain lines by ``plain.py``, only the others by the parser.
+"""A script read a group of lines at a time: the plain lines by ``plain.py``, the others by ``quick.py`` or
+the parser.
 
-One quote or ``$`` anywhere sends a whole script past ``plain.read`` to the lexer, which is several times
-slower a character. Here the script is cut at the newlines where the lexer and the parser are sure to be
-at the top level — nothing quoted, substituted or escaped open, no here-document body to come, no
-``[[ … ]]`` the parser is skipping — into runs of plain lines and runs of the others; each run is read on
-its own, in order. The pipelines of the runs, one after another, are those of ``shell.parse(src)``: the
+A script that neither ``plain.read`` nor ``quick.read`` takes whole (one backslash, backquote or nested
+substitution anywhere) would go to the lexer, which is several times slower a character. Here it is cut at
+the newlines where the lexer and the parser are sure to be at the top level — nothing quoted, substituted or
+escaped open, no here-document body to come, no ``[[ … ]]`` the parser is skipping — into runs of plain
+lines and runs of the others; each run is read on its own, in order. The pipelines of the runs, one after another, are those of ``shell.parse(src)``: the
 parser ends every pipeline at a top-level newline and carries nothing past it.
 
 Where a cut is not sure to be at the top level the lines stay together: a line ending in a backslash
