@@ -18,12 +18,12 @@ holds the rules each command gets, ``plain.py`` reads a script of plain commands
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from . import plain, segments
+from . import plain, quick, segments
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut
-from .paths import Where, dev_kind, locate
-from .plain import PlainCommand
+from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
+from .plain import PlainCommand, Quoted
 from .program_rules import (
     _FD,
     _NETCAT,
@@ -34,13 +34,14 @@ from .program_rules import (
     ProgramRules,
     writable,
 )
-from .shell import WRITE_OPS, Command, Pipeline, ShellSyntaxError, double_quoted, parse
+from .segments import Item
+from .shell import WRITE_OPS, Command, Pipeline, ShellSyntaxError, Word, double_quoted, parse
 
 MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagged ("nesting")
 # The longest shell command the rules read (characters); a longer one is flagged ("nesting"). Reading is
-# linear in the length: on a loaded machine ~0.2 µs a character for a script of plain commands (plain.py),
-# ~0.4 µs for lines of simple quotes and expansions (segments.py, quick.py), ~1.5 µs for one the lexer
-# reads (backslashes, nested substitutions, here-documents), so a megabyte could hold the operator a second.
+# linear in the length: ~0.1 µs a character for a script of plain commands (plain.py), ~0.2 µs for one of
+# simple quotes and expansions (quick.py), ~1.5 µs for one the lexer reads (backslashes, nested
+# substitutions, here-documents), so a megabyte could hold the operator a second.
 MAX_COMMAND = 65_536
 
 
@@ -54,6 +55,13 @@ class ShellAnalysis(ProgramRules):
         self.walked: dict[str, frozenset[str]] = {}  # source → the programs it runs
         self.stack: list[set[str]] = []  # the programs of each source being walked
         self.clean: set[str] = set()  # plain words known to name no secret (unclear())
+        # A command's first word → the program's name unclear() records, or _LOOKED_AT: a rule looks at it.
+        self.programs: dict[str, str] = {}
+        self.quiet_plain: dict[str, set[str]] = {}  # redirection operator → targets quiet_redirect() clears
+        # quick.read's: each word with quotes or expansions (as written) → the mark standing for it, and back.
+        self.marks: dict[str, str] = {}
+        self.quoted: dict[str, str] = {}
+        self.quoted_texts: dict[str, tuple[str | None, str, tuple[str, ...], bool]] = {}  # quoted_text()'s
 
     # walking
 
@@ -73,28 +81,30 @@ class ShellAnalysis(ProgramRules):
                 "nesting", f"shells nested more than {MAX_DEPTH} levels deep, which hangar does not follow"
             )
             return frozenset()
-        plain_pipelines = plain.read(src)
-        # Else the plain lines by plain.py and only the others by the parser, when the script can be cut so.
-        pieces = segments.read(src) if plain_pipelines is None else None
+        # A plain script by plain.py; else with its quoted words marked (quick.py); else the plain lines by
+        # plain.py and the others by quick.py or the parser, when the script can be cut so; else the whole
+        # by the parser. ``text``: what a plain reader split the words of the whole script from.
+        items: Sequence[Item] | None = plain.read(src)
+        text: str | None = src
+        if items is None:
+            read = quick.read(src, self.marks, self.quoted)
+            items, text = read if read is not None else (None, None)
+        if items is None:
+            items = segments.read(src, self.marks, self.quoted)
         try:
-            pipelines = parse(src).pipelines if plain_pipelines is None and pieces is None else []
+            pipelines = parse(src).pipelines if items is None else []
         except ShellSyntaxError:
             # Best effort: what is open is closed at the end, and, in case the parser misread where a
             # quote starts, every token is scanned once more with the quote characters taken out.
             self.unparsed = True
             pipelines = parse(src, lenient=True).pipelines
             pipelines += parse(re.sub(r"[\"'`]", " ", src), lenient=True).pipelines
+        # No plain word of the script can name a secret: unclear() need not look at each (a mark's word is
+        # looked at by rendered()).
+        clear = text is not None and self.relative_safe and MAYBE_SECRET_IN.search(text) is None
         self.stack.append(set())
         try:
-            if plain_pipelines is not None:
-                self.plain_script(plain_pipelines, depth)
-            for plain_piece, parsed in pieces or ():
-                if plain_piece is not None:
-                    self.plain_script(plain_piece, depth)
-                for pipeline in parsed:
-                    self.pipeline(pipeline, depth)
-            for pipeline in pipelines:
-                self.pipeline(pipeline, depth)
+            self.items(items if items is not None else pipelines, depth, clear)
         finally:
             names = frozenset(self.stack.pop())
         self.walked[src] = names
@@ -102,11 +112,121 @@ class ShellAnalysis(ProgramRules):
             self.stack[-1].update(names)
         return names
 
-    def plain_script(self, pipelines: list[list[PlainCommand]], depth: int) -> None:
-        """Walk a plain script (``plain.py``): the pipelines :meth:`unclear` cannot clear are made into the
-        parser's objects and walked as such; the others are done."""
-        for k in self.unclear(pipelines):
-            self.walk(plain.pipeline(pipelines[k]), depth)
+    def items(self, items: Sequence[Item], depth: int, clear: bool = False) -> None:
+        """Walk a script's pipelines in order: those in strings that :meth:`unclear` clears are done, the
+        others made into the parser's objects and walked (``clear``: no plain word names a secret).
+
+        The pipelines in strings go to :meth:`unclear` a batch at a time: its checks only fill caches, so a
+        batch gives the findings, in their order, of one call per pipeline, as long as nothing that may
+        find something runs between two of the batch — a parsed pipeline, or a substitution not walked
+        before (an argument's ``$(…)``, walked before its pipeline, as ``walk()`` does)."""
+        batch: list[list[PlainCommand]] = []
+        quoted_at: dict[int, Quoted] = {}  # the batch's pipelines read with quotes, as read (for walk())
+        walked = self.walked
+        names_here = self.stack[-1]
+        for item in items:
+            if type(item) is list:  # a plain pipeline, the usual item
+                batch.append(item)
+                continue
+            if isinstance(item, Quoted):
+                read = self.rendered(item.stages)
+                if read is not None:
+                    stages, nested = read
+                    for src in nested:
+                        names = walked.get(src)
+                        if names is not None:
+                            names_here.update(names)  # walked before: script() would add its names only
+                        else:
+                            self.unclear_walk(batch, quoted_at, depth, clear)
+                            self.script(src, depth + 1)
+                    quoted_at[len(batch)] = item
+                    batch.append(stages)
+                    continue
+                item = plain.pipeline(item.stages, self.word)
+            assert isinstance(item, Pipeline)
+            self.unclear_walk(batch, quoted_at, depth, clear)
+            self.pipeline(item, depth)
+        self.unclear_walk(batch, quoted_at, depth, clear)
+
+    def unclear_walk(
+        self, batch: list[list[PlainCommand]], quoted_at: dict[int, Quoted], depth: int, clear: bool
+    ) -> None:
+        """Walk the pipelines of the batch :meth:`unclear` does not clear; empty the batch."""
+        if not batch:
+            return
+        for k in self.unclear(batch, clear):
+            read = quoted_at.get(k)
+            self.walk(plain.pipeline(batch[k] if read is None else read.stages, self.word), depth)
+        batch.clear()
+        quoted_at.clear()
+
+    def rendered(self, stages: list[PlainCommand]) -> tuple[list[PlainCommand], list[str]] | None:
+        """``plain.stages`` for a pipeline ``quick.read`` kept words with quotes or expansions in: its
+        commands in plain text (an argument that expands rendered as ``files()`` reads it) and the
+        substitutions its arguments run, in order; None when a name, assignment or redirection target
+        expands, or an assignment or a word of quotes names a secret (then it is walked as the parser's
+        objects, as :meth:`unclear` would have it walked: in its place, after what comes before)."""
+        marks = self.quoted.keys()
+        texts = self.quoted_texts
+        out: list[PlainCommand] = []
+        nested: list[str] = []
+        for cmd in stages:
+            assigns, words, redirects = cmd
+            if marks.isdisjoint(words) and not assigns and not redirects:
+                out.append(cmd)  # no mark in it (`| head -5`)
+                continue
+            plain_assigns = assigns
+            for i, w in enumerate(assigns):
+                if w in marks:
+                    text, _, _, secret = texts.get(w) or self.quoted_text(w)
+                    if text is None or secret:
+                        return None
+                    if plain_assigns is assigns:
+                        plain_assigns = list(assigns)
+                    plain_assigns[i] = text
+            plain_words = words
+            for i, w in enumerate(words):
+                if w in marks:
+                    text, rendered, runs, secret = texts.get(w) or self.quoted_text(w)
+                    if secret:
+                        return None
+                    if text is None:
+                        if i == 0:
+                            return None  # the program's name expands
+                        text = rendered
+                        nested += runs
+                    if plain_words is words:
+                        plain_words = list(words)
+                    plain_words[i] = text
+            plain_redirects = redirects
+            for i, (op, fd, target) in enumerate(redirects):
+                if target in marks:
+                    text = (texts.get(target) or self.quoted_text(target))[0]
+                    if text is None:
+                        return None
+                    if plain_redirects is redirects:
+                        plain_redirects = list(redirects)
+                    plain_redirects[i] = (op, fd, text)
+            out.append((plain_assigns, plain_words, plain_redirects))
+        return out, nested
+
+    def quoted_text(self, mark: str) -> tuple[str | None, str, tuple[str, ...], bool]:
+        """The word a mark of ``quick.read`` stands for: its value when it is plain text once quotes are
+        removed (else None), what ``files()`` reads (``render``), the commands it runs (``Word.nested``),
+        and whether that names a secret; worked out once per distinct word."""
+        got = self.quoted_texts.get(mark)
+        if got is None:
+            text, rendered, nested = quick.value(self.quoted[mark], self.where)
+            kind = self.secrets.get(rendered, "")
+            if kind == "":
+                kind = self.secrets[rendered] = self.secret_kind(rendered)
+            got = self.quoted_texts[mark] = (text, rendered, nested, kind is not None)
+        return got
+
+    def word(self, text: str) -> Word:
+        """The parser's ``Word`` of a word as ``quick.read`` or ``plain.read`` wrote it."""
+        raw = self.quoted.get(text)
+        return plain.word(text) if raw is None else quick.word(raw)
 
     def pipeline(self, pipeline: Pipeline, depth: int) -> None:
         read = plain.stages(
@@ -124,7 +244,7 @@ class ShellAnalysis(ProgramRules):
         if self.unclear([stages]):
             self.walk(pipeline, depth)
 
-    def unclear(self, pipelines: list[list[PlainCommand]]) -> list[int]:
+    def unclear(self, pipelines: list[list[PlainCommand]], clear: bool = False) -> list[int]:
         """Which of these pipelines of plain commands some rule might flag (their indices, in order); the
         programs the others run are recorded.
 
@@ -133,10 +253,12 @@ class ShellAnalysis(ProgramRules):
         (:meth:`quiet_redirect`): :meth:`walk` would find nothing in it but its name. Walking only the
         unclear pipelines, in order, gives the findings, in their order, that walking all would; the checks
         here only fill caches. One loop over every command, not a call per pipeline: a long script has
-        thousands."""
-        secrets = self.secrets
+        thousands. ``clear``: no word or assignment names a secret, known before (``MAYBE_SECRET_IN``)."""
+        if self.all_clear(pipelines, clear):
+            return []
         clean = self.clean
-        quiet = self.quiet_targets
+        programs = self.programs
+        quiet = self.quiet_plain
         # The names of every command not taken off as a wrapper are recorded: those in unclear pipelines
         # too, since walk() records the same name for them (argv is the words as written).
         names: list[str] = []
@@ -145,20 +267,23 @@ class ShellAnalysis(ProgramRules):
             for assigns, words, redirects in stages:
                 if words:
                     # The first word is never an assignment: the parser took those as the command's assigns.
-                    name = words[0].rpartition("/")[2]
-                    if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
+                    first = words[0]
+                    name = programs.get(first) or self.program(first)
+                    if name is _LOOKED_AT:
                         break
                     if name:  # "" (a word of nothing, `""`): command() records no name either
                         names.append(name)
-                    if not clean.issuperset(words) and not self.no_secret(words):
+                    if not clear and not clean.issuperset(words) and not self.no_secret(words):
                         break
-                if assigns and not self.no_secret(assigns):
+                if assigns and not clear and not self.no_secret(assigns):
                     break
                 for op, _, target in redirects:
-                    if secrets.get(target, "") is None and (target, op in WRITE_OPS) in quiet:
+                    targets = quiet.get(op)
+                    if targets is not None and target in targets:
                         continue  # the same redirection as before in this script (`>> log.txt`)
                     if not self.quiet_redirect(op, target):
                         break
+                    quiet.setdefault(op, set()).add(target)
                 else:
                     continue
                 break
@@ -168,6 +293,43 @@ class ShellAnalysis(ProgramRules):
         self.names.update(names)
         self.stack[-1].update(names)
         return out
+
+    def program(self, first: str) -> str:
+        """The name unclear() records for a command's first word, or _LOOKED_AT when a rule looks at it."""
+        name = first.rpartition("/")[2]
+        if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
+            name = _LOOKED_AT
+        self.programs[first] = name
+        return name
+
+    def all_clear(self, pipelines: list[list[PlainCommand]], clear: bool) -> bool:
+        """Whether :meth:`unclear` clears every one of these pipelines — then their programs are recorded
+        —, found on the distinct first words, redirections and words of them all (a long script repeats
+        them) rather than command by command; False: some may not be, and unclear() looks at each."""
+        firsts = {words[0] for stages in pipelines for _, words, _ in stages if words}
+        programs = self.programs
+        names: list[str] = []
+        for first in firsts:
+            name = programs.get(first) or self.program(first)
+            if name is _LOOKED_AT:
+                return False
+            if name:  # "" (a word of nothing, `""`): command() records no name either
+                names.append(name)
+        quiet = self.quiet_plain
+        redirects = {r for stages in pipelines for _, _, rs in stages for r in rs}
+        for op, _, target in redirects:
+            targets = quiet.get(op)
+            if targets is None or target not in targets:
+                if not self.quiet_redirect(op, target):
+                    return False
+                quiet.setdefault(op, set()).add(target)
+        if not clear:
+            words = {w for stages in pipelines for a, ws, _ in stages for w in (*a, *ws)}
+            if not self.clean.issuperset(words) and not self.no_secret(list(words - self.clean)):
+                return False
+        self.names.update(names)
+        self.stack[-1].update(names)
+        return True
 
     def no_secret(self, words: list[str]) -> bool:
         """None of these plain words names a secret (the checks cached in ``secrets``)."""
@@ -297,6 +459,7 @@ class ShellAnalysis(ProgramRules):
             self.add("pipe-to-shell", piped)
 
 
+_LOOKED_AT = "/"  # no program's name (what follows a command's last "/"): unclear()'s mark for "a rule looks"
 # The programs a plain command may run and still be done without the parser's objects (``unclear``): all
 # but those some rule or interpreter looks at (with any name starting "mkfs" or "python", checked apart).
 _PLAIN_SKIPS = (

@@ -17,13 +17,31 @@ parser's objects again, and ``tests/unit/test_shell_plain.py`` holds the two equ
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, NoReturn, overload
 
 from .paths import Where, render
 from .shell import _ASSIGN, _OP, _SKIP, _SKIP_CLAUSE, REDIRECT_OPS, Command, Part, Pipeline, Word, _redirect
 
 # A simple command of plain words, ``shell.Command`` with strings for words: (assignments, words,
-# redirections as (operator, IO number, target)). A tuple: a long script makes one per command.
+# redirections as (operator, IO number, target)). A tuple: a long script makes one per command. Its lists
+# are read, never changed: an empty one is NOTHING.
 PlainCommand = tuple[list[str], list[str], list[tuple[str, str | None, str]]]
+
+
+class _Nothing(list[Any]):
+    """The empty list every PlainCommand without assignments (or redirections, or words) shares, so that a
+    long script does not make two lists per command for nothing (the garbage collector's work grows with
+    them); changing it raises."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("a PlainCommand's lists are read-only")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+
+
+NOTHING: list[Any] = _Nothing()
 
 
 # Any of these sends a script to the lexer. Each is one C scan of the text (``in``), cheaper than one
@@ -69,8 +87,25 @@ def _ops(run: str) -> tuple[tuple[str, ...], int]:
     return ops, kind
 
 
-def read(src: str) -> list[list[PlainCommand]] | None:
-    """The pipelines of a plain script (see the module's docstring), or None when it needs the parser."""
+class Quoted(NamedTuple):
+    """A pipeline in which ``quick.read`` put a mark word (``MARK`` in it) for a word with quotes or
+    expansions: the marks are written here as they stand (``quick.read``'s map gives the words)."""
+
+    stages: list[PlainCommand]
+
+
+MARK = "\x02"  # in a word quick.read put for a word with quotes or expansions
+
+
+@overload
+def read(src: str, marked: Literal[False] = False) -> list[list[PlainCommand]] | None: ...
+@overload
+def read(src: str, marked: bool) -> list[list[PlainCommand] | Quoted] | None: ...
+def read(
+    src: str, marked: bool = False
+) -> list[list[PlainCommand]] | list[list[PlainCommand] | Quoted] | None:
+    """The pipelines of a plain script (see the module's docstring), or None when it needs the parser.
+    ``marked``: ``src`` is ``quick.mask``'s, and a pipeline with a mark word in it is :class:`Quoted`."""
     for mark in _NOT_PLAIN:
         if mark in src:
             return None
@@ -80,17 +115,20 @@ def read(src: str) -> list[list[PlainCommand]] | None:
         return None
     pieces = _RUNS.split(src)  # words, operators, words, …: runs of words at the even places
     pieces.append("\n")  # so that every run of words has operators after it; a newline at the end is none
-    pipelines: list[list[PlainCommand]] = []
+    pipelines: list[list[PlainCommand] | Quoted] = []
     stages: list[PlainCommand] = []
-    assigns: list[str] = []
-    words: list[str] = []
-    redirects: list[tuple[str, str | None, str]] = []
+    quoted = False  # a mark word is in the pipeline (marked)
+    assigns: list[str] = NOTHING
+    words: list[str] = NOTHING
+    redirects: list[tuple[str, str | None, str]] = NOTHING
     skipping: str | None = None  # as shell.parse: inside a clause that runs nothing
     pending: tuple[str, str | None, bool] | None = None  # a redirection whose target is the next word
     run_ops = _RUN_OPS
     it = iter(pieces)
     for text, run in zip(it, it, strict=True):
         ws = text.split()
+        if marked and MARK in text:
+            quoted = True
         ops, kind = run_ops.get(run) or _ops(run)
         fd: str | None = None
         if ws and run[0] in "<>" and text[-1] not in " \t" and ws[-1].isdigit():
@@ -99,7 +137,10 @@ def read(src: str) -> list[list[PlainCommand]] | None:
             if not ws:
                 return None  # a redirection without a target: the parser refuses it
             if pending[2]:
-                redirects.append((pending[0], pending[1], ws[0]))
+                if redirects:
+                    redirects.append((pending[0], pending[1], ws[0]))
+                else:
+                    redirects = [(pending[0], pending[1], ws[0])]
             pending = None
             del ws[0]
         if ws:
@@ -117,14 +158,20 @@ def read(src: str) -> list[list[PlainCommand]] | None:
                         continue
                     if not words:
                         if _ASSIGN.match(w):
-                            assigns.append(w)
+                            if assigns:
+                                assigns.append(w)
+                            else:
+                                assigns = [w]
                             continue
                         if not assigns and w in _SKIP:
                             continue
                         if not assigns and w in _SKIP_CLAUSE:
                             skipping = w
                             continue
-                    words.append(w)
+                    if words:
+                        words.append(w)
+                    else:
+                        words = [w]
         if kind == _REDIRECTION:
             pending = (ops[0], fd, skipping is None)
             continue
@@ -133,10 +180,11 @@ def read(src: str) -> list[list[PlainCommand]] | None:
                 skipping = None
                 if assigns or words or redirects:
                     stages.append((assigns, words, redirects))
-                    assigns, words, redirects = [], [], []
+                    assigns = words = redirects = NOTHING
                 if stages:
-                    pipelines.append(stages)
+                    pipelines.append(Quoted(stages) if quoted else stages)
                     stages = []
+                quoted = False
             continue
         for j, op in enumerate(ops):
             if op in REDIRECT_OPS:
@@ -149,39 +197,43 @@ def read(src: str) -> list[list[PlainCommand]] | None:
             skipping = None
             if assigns or words or redirects:
                 stages.append((assigns, words, redirects))
-                assigns, words, redirects = [], [], []
-            if op not in _PIPE and stages:
-                pipelines.append(stages)
-                stages = []
+                assigns = words = redirects = NOTHING
+            if op not in _PIPE:
+                if stages:
+                    pipelines.append(Quoted(stages) if quoted else stages)
+                    stages = []
+                quoted = False
     if pending is not None:
         return None
     if assigns or words or redirects:
         stages.append((assigns, words, redirects))
     if stages:
-        pipelines.append(stages)
+        pipelines.append(Quoted(stages) if quoted else stages)
     return pipelines
 
 
-def _word(text: str) -> Word:
+def word(text: str) -> Word:
+    """The parser's ``Word`` of a plain word."""
     return Word((Part("glob", text),))
 
 
-def command(cmd: PlainCommand) -> Command:
-    """The parser's ``Command`` for a plain command."""
+def command(cmd: PlainCommand, make: Callable[[str], Word] = word) -> Command:
+    """The parser's ``Command`` for a plain command (``make``: the ``Word`` of each word as written here,
+    when some are ``quick.read``'s marks)."""
     assigns, words, redirects = cmd
     return Command(
-        [_word(w) for w in assigns],
-        [_word(w) for w in words],
-        [_redirect(op, fd, _word(t), None) for op, fd, t in redirects],
+        [make(w) for w in assigns],
+        [make(w) for w in words],
+        [_redirect(op, fd, make(t), None) for op, fd, t in redirects],
     )
 
 
-def pipeline(stages: list[PlainCommand]) -> Pipeline:
-    """The parser's ``Pipeline`` for a plain pipeline."""
-    return Pipeline([command(c) for c in stages])
+def pipeline(stages: list[PlainCommand], make: Callable[[str], Word] = word) -> Pipeline:
+    """The parser's ``Pipeline`` for a plain pipeline, or a ``Quoted`` one's (see :func:`command`)."""
+    return Pipeline([command(c, make) for c in stages])
 
 
-def _text(word: Word) -> str | None:
+def text(word: Word) -> str | None:
     """The word's value when it is plain text (quoted or not), else None."""
     parts = word.parts
     if len(parts) == 1:
@@ -198,17 +250,17 @@ def stages(pipe: Pipeline, where: Where) -> tuple[list[PlainCommand], bool] | No
     out: list[PlainCommand] = []
     expanded = False
     for cmd in pipe.commands:
-        assigns = [_text(w) for w in cmd.assigns]
+        assigns = [text(w) for w in cmd.assigns]
         words: list[str | None] = []
         for w in cmd.words:
-            text = _text(w)
-            if text is None and words:  # an argument (never the name) with an expansion
-                text = render(w, where)
+            value = text(w)
+            if value is None and words:  # an argument (never the name) with an expansion
+                value = render(w, where)
                 expanded = True
-            words.append(text)
+            words.append(value)
         redirects: list[tuple[str, str | None, str]] = []
         for r in cmd.redirects:
-            target = None if r.heredoc is not None or r.target is None else _text(r.target)
+            target = None if r.heredoc is not None or r.target is None else text(r.target)
             if target is None:
                 return None
             redirects.append((r.op, r.fd, target))

@@ -1,23 +1,31 @@
-"""The tokens of a line with simple quotes and expansions, by one regex scan instead of the lexer's steps.
+"""A script with simple quotes and expansions read as a plain one: each such word stands in for by a mark.
 
 What an agent writes on most lines (``echo "step $i: $(date +%s)" >> log.txt && grep -n 'retry' x``)
-holds quotes and expansions, which ``plain.py`` leaves to the lexer (``shell._Lexer``), a Python step per
-piece. Here one ``findall`` cuts the text into words and operators, and a word with quotes or expansions
-is cut into its parts by one more: single-quoted text, double-quoted text holding only plain text and
-simple expansions, ``$NAME``, ``$1``-style parameters, and ``$(…)`` / ``${…}`` with no quote, backslash,
-``$`` or bracket of their kind inside. Anything else — a backslash, a backquote, ``$'…'``, ``$((…))``,
-a nested or quoted substitution, a process substitution, a here-document, a comment, a ``~`` at a word's
-start, an unterminated quote — makes :func:`tokens` give up (None) and the caller use the lexer.
+holds quotes and expansions, which ``plain.read`` leaves to the lexer (``shell._Lexer``), a Python step per
+piece. Here one regex substitution (:func:`mask`) puts a plain word — a *mark*: the word's plain start and
+``plain.MARK`` with a number — in the place of every word with single-quoted text, double-quoted text holding
+only plain text and simple expansions, ``$NAME``, ``$1``-style parameters, and ``$(…)`` / ``${…}`` with no
+quote, backslash, ``$`` or bracket of their kind inside; ``plain.read`` then reads the marked script by its
+two C scans, and says which pipelines hold a mark (``plain.Quoted``). Anything else — a backslash, a
+backquote, ``$'…'``, ``$((…))``, a nested or quoted substitution, a process substitution, a here-document,
+a comment, a ``~`` at a word's start, an unterminated quote — is left in place, where ``plain.read`` declines
+it (None), and the caller uses the lexer.
 
-The tokens are exactly the lexer's (``tests/unit/test_shell_quick.py`` holds them equal on generated
-lines), so the parser and the rules see the same thing either way.
+A mark reads as its word does: it ends where the word ends, starts with the word's plain text (so an
+assignment, ``X='a b'``, is still one), is never a reserved word nor an IO number (neither is such a word,
+except one whose quotes are all ``""``: ``if""`` — then :func:`read` declines). The pipelines are exactly
+``shell.parse``'s with each mark the word it stands for (``tests/unit/test_shell_quick.py`` holds them equal
+on generated lines); :func:`word` gives a mark's ``Word``, made as the lexer makes it.
 """
 
 from __future__ import annotations
 
 import re
 
-from .shell import _PLAIN_OPS, Op, Part, Token, Word
+from .paths import _SIMPLE_PARAM, UNKNOWN, Where
+from .plain import MARK, PlainCommand, Quoted
+from .plain import read as plain_read
+from .shell import _SKIP, _SKIP_CLAUSE, Part, Word
 
 _P = r"[^ \t\n;&|()<>\\'\"`$]"  # plain text in a word (the lexer's _PLAIN)
 # An expansion the lexer reads the same way whatever follows: a name, a special parameter, or a
@@ -25,15 +33,16 @@ _P = r"[^ \t\n;&|()<>\\'\"`$]"  # plain text in a word (the lexer's _PLAIN)
 _EXP = r"\$(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]|\([^()'\"`\\$]*\)|\{[^}'\"`\\$]*\})"
 _DQ = rf"\"(?:[^\"\\$`]|{_EXP})*\""
 _NP = rf"(?:'[^']*'|{_DQ}|{_EXP}){_P}*"  # a piece that is not plain text, and the plain text after it
-# Each alternative starts with a character no other may start with, so the scan never backtracks.
-_WORD = rf"{_P}+(?:{_NP})*|(?:{_NP})+"
-_OPS = r";;&|&>>|;;|;&|&&|\|\||\|&|&>|>>|>\||>&|<>|<&|;|&|\||\(|\)|<(?!\()|>(?!\()|\n"
 _END = r"(?=[ \t\n;&|()<>]|\Z)"  # what may follow a word
-# Blanks, then a word of plain text (the usual one), another word, an operator, the end, or anything else
-# (the lexer's). A word starting with "#" or "~" (a comment, a tilde expansion) is the lexer's too.
-_TOKEN = re.compile(rf"([ \t]*)(?:(?![#~])(?:({_P}+){_END}|({_WORD}){_END})|({_OPS})|\Z|([\s\S]))")
+# A word with quotes or expansions, and the blank or operator's character before it (group 1: the scan of a
+# long script then stops only at those; mask() puts a blank before the script's first word): not starting
+# with "#" or "~" (a comment, a tilde expansion), its plain start (group 2), then such pieces, up to the
+# word's end. The plain start is taken whole (*+: never given back) and a quote or "$" must follow, so the
+# scan leaves a plain word after one look at it.
+_QUOTED = re.compile(rf"([ \t\n;&|()<>])(?![#~])({_P}*+)(?=['\"$])(?:{_NP})+{_END}")
 _PIECE = re.compile(rf"({_P}+)|'([^']*)'|\"((?:[^\"\\$`]|{_EXP})*)\"|({_EXP})")
 _DQ_PIECE = re.compile(rf"([^\"\\$`]+)|({_EXP})")
+_RESERVED = _SKIP | _SKIP_CLAUSE
 
 
 def _expansion(text: str) -> Part:
@@ -62,26 +71,87 @@ def _parts(word: str) -> tuple[Part, ...]:
     return tuple(parts)
 
 
-def tokens(src: str) -> list[Token] | None:
-    """The lexer's tokens of ``src``, or None when it holds something only the lexer reads (see above)."""
-    if "<<" in src:
+_VALUE_PIECE = re.compile(rf"'([^']*)'|\"((?:[^\"\\$`]|{_EXP})*)\"|({_EXP})")
+_EXPANSION = re.compile(_EXP)
+_QUOTE = re.compile(r"'([^']*)'|\"([^\"]*)\"")  # in a word of mask()'s with no "$": quotes hold plain text
+
+
+def value(raw: str, where: Where) -> tuple[str | None, str, tuple[str, ...]]:
+    """A word :func:`mask` took (as written): its value when it is plain text once quotes are removed
+    (else None), as ``paths.render`` writes it (known variables filled in, the rest ``UNKNOWN``), and the
+    commands it runs (``Word.nested``) — what ``plain.text``, ``render`` and ``nested`` of :func:`word`
+    give, without making its parts."""
+    if "$" not in raw:
+        text = _QUOTE.sub(r"\1\2", raw)
+        return text, text, ()
+    nested: list[str] = []
+    expanded = False
+
+    def expansion(e: str) -> str:
+        nonlocal expanded
+        expanded = True
+        if e[1] == "(":
+            nested.append(e[2:-1])
+            return UNKNOWN
+        inner = e[2:-1] if e[1] == "{" else e[1:]
+        if "$" in inner:
+            nested.append(inner)  # $$: Word.nested names it, as it would a ${…} with a $ inside
+        m = _SIMPLE_PARAM.match(e)
+        known = where.known(m.group(1)) if m else None
+        return known if known is not None else UNKNOWN
+
+    def piece(m: re.Match[str]) -> str:
+        single, double, exp = m.groups()
+        if single is not None:
+            return single
+        if exp is not None:
+            return expansion(exp)
+        return _EXPANSION.sub(lambda d: expansion(d.group()), double)
+
+    rendered = _VALUE_PIECE.sub(piece, raw)
+    return (None if expanded else rendered), rendered, tuple(nested)
+
+
+def word(raw: str) -> Word:
+    """The lexer's ``Word`` of a word :func:`mask` took (as written)."""
+    return Word(_parts(raw))
+
+
+def mask(src: str, marks: dict[str, str], quoted: dict[str, str]) -> str | None:
+    """``src`` with a mark in the place of each word of simple quotes and expansions (see above), or None
+    when ``src`` has ``plain.MARK`` in it or such a word is a reserved word once its ``""`` are removed. ``marks`` maps each
+    word (as written) to its mark, ``quoted`` each mark to its word; a word met again gets its mark again."""
+    if MARK in src:
         return None
-    out: list[Token] = []
-    new = tuple.__new__  # the named tuples made without their Python-level __new__, as shell._fast_tokens
-    last_word: str | None = None  # the previous match's word, when nothing came between it and this one
-    for blanks, glob, word, op, other in _TOKEN.findall(src):
-        if glob:
-            out.append(new(Word, ((new(Part, ("glob", glob, "")),),)))
-            last_word = glob
-        elif word:
-            out.append(Word(_parts(word)))
-            last_word = None
-        elif op:
-            if last_word is not None and not blanks and op[0] in "<>" and last_word.isdigit():
-                out[-1] = Op(op, last_word)  # an IO number: 2>&1
-            else:
-                out.append(_PLAIN_OPS[op])
-            last_word = None
-        elif other:
-            return None
-    return out
+    reserved = False  # a word whose quotes are all "" around a reserved word (if"")
+
+    def place(m: re.Match[str]) -> str:
+        nonlocal reserved
+        before, raw = m.group(1, 0)
+        raw = raw[1:]
+        mark = marks.get(raw)
+        if mark is None:
+            if raw.replace('""', "") in _RESERVED:
+                reserved = True
+                return before + raw  # never given a mark: it is looked at again wherever it is met
+            mark = marks[raw] = m.group(2) + MARK + str(len(marks))
+            quoted[mark] = raw
+        return before + mark
+
+    out = _QUOTED.sub(place, " " + src)[1:]
+    return None if reserved else out
+
+
+def read(
+    src: str, marks: dict[str, str], quoted: dict[str, str]
+) -> tuple[list[list[PlainCommand] | Quoted], str] | None:
+    """The pipelines ``shell.parse(src)`` makes, written in strings (``plain.read``'s): a pipeline with a word
+    of quotes or expansions as ``plain.Quoted``, that word as its mark (``quoted`` gives the word, as
+    written); and the marked script they were read from. None when :func:`mask` or ``plain.read`` declines,
+    or the script has a here-document or a ``[[`` (the parser's test skips up to a ``]]`` that a quoted word
+    may be)."""
+    if "<<" in src or "[[" in src:
+        return None
+    marked = mask(src, marks, quoted)
+    pipelines = None if marked is None else plain_read(marked, True)
+    return None if pipelines is None or marked is None else (pipelines, marked)

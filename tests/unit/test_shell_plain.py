@@ -4,15 +4,24 @@ credential check's shortcut for relative words (``paths.relative_safe``, ``paths
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hangar.approvals import POLICIES, ToolCall, assess, commands, decide, plain, shell
-from hangar.approvals.paths import MAYBE_SECRET, Where, credential, normalize, relative_safe
+from hangar.approvals import assess, commands, decide, plain, shell
+from hangar.approvals.paths import (
+    MAYBE_SECRET,
+    MAYBE_SECRET_IN,
+    Where,
+    credential,
+    expand_string,
+    normalize,
+    relative_safe,
+)
 from tests.unit.approvals_before import rules as old_rules
+from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, calls
 from tests.unit.test_shell_equivalence import norm, outcome
-
-CWD, HOME, IO = "/workspace", "/home/agent", "/var/lib/hangar/io/t-1"
 
 # Words that are plain text, chosen for what the reader and the rules treat apart: reserved words,
 # assignments, IO numbers (digits, Unicode ones too), names the rules look at, paths in and out of the
@@ -111,23 +120,10 @@ def test_scripts_it_reads_and_ones_it_leaves() -> None:
     assert plain.read("a#b x~y") == [[([], ["a#b", "x~y"], [])]]
 
 
-def _calls(src: str, tainted: bool) -> tuple[ToolCall, old_rules.ToolCall]:
-    return (
-        ToolCall("Bash", {"command": src}, src, CWD, HOME, IO, tainted),
-        old_rules.ToolCall("Bash", {"command": src}, src, CWD, HOME, IO, tainted),
-    )
-
-
 @SETTINGS
 @given(scripts(odd=True), st.booleans())
 def test_the_same_findings_and_verdicts_as_before(src: str, tainted: bool) -> None:
-    new, old = _calls(src, tainted)
-    before = outcome(old_rules.assess, old)
-    if before == ("recursion",):
-        return
-    assert outcome(assess, new) == before
-    for policy in POLICIES:
-        assert outcome(decide, policy, new) == outcome(old_rules.decide, policy, old), policy
+    assert_as_before(src, tainted)
 
 
 def test_a_long_script_of_mixed_commands_as_before() -> None:
@@ -139,7 +135,7 @@ def test_a_long_script_of_mixed_commands_as_before() -> None:
             lines.append(f"git push -f origin b{i}; cp a /tmp/x{i}; cat .netrc > /dev/null")
     src = "\n".join(lines)
     assert plain.read(src) is not None
-    new, old = _calls(src, False)
+    new, old = calls(src, False)
     assert outcome(assess, new) == outcome(old_rules.assess, old)
     assert decide("deny-risky", new).rule == "force-push"
 
@@ -161,7 +157,7 @@ def test_each_program_the_rules_look_at_as_before() -> None:
         for args in ARGS:
             src = f"{program} {args}".strip()
             for tainted in (False, True):  # the findings decide the verdict under every policy
-                new, old = _calls(src, tainted)
+                new, old = calls(src, tainted)
                 assert outcome(assess, new) == outcome(old_rules.assess, old), src
 
 
@@ -184,15 +180,55 @@ PLACES = [
 ]
 PIECES = ["a", "src", ".ssh", "id_rsa", ".netrc", "_netrc", ".git-credentials", ".aws", "config", ".hangar",
           "gh", ".config", "git", "credentials", "io", "t-2", "environ", "shadow", "proc", "etc", ".", "..",
-          "", "x=y", "\x00", "agent", "home", "workspace", "repo"]  # fmt: skip
+          "", "x=y", "\x00", "agent", "home", "workspace", "repo", "k=", "k=~", "k=$HOME", "k=${PWD}", "k=$X",
+          "k=\x00", "=", "~", "$HOME", "a=b="]  # fmt: skip
+
+
+def _secret(word: str, where: Where) -> str | None:
+    """``ProgramRules.secret_kind`` without its shortcut: the word, and an option's value expanded."""
+    candidates = [word]
+    if "=" in word:
+        candidates.append(expand_string(word.partition("=")[2], where))
+    for text in candidates:
+        if text and (kind := credential(normalize(text, where), where)) is not None:
+            return kind
+    return None
 
 
 @settings(max_examples=1500, deadline=None)
 @given(st.sampled_from(PLACES), st.lists(st.sampled_from(PIECES), min_size=1, max_size=5), st.booleans())
+@example(Where(CWD, HOME, IO), ["k=~", ".aws"], False)
+@example(Where(CWD, HOME, IO), ["k=$HOME", ".hangar"], False)
 def test_a_word_the_shortcut_clears_is_no_secret(where: Where, pieces: list[str], absolute: bool) -> None:
     word = ("/" if absolute else "") + "/".join(pieces)
     if relative_safe(where) and MAYBE_SECRET.search(word) is None:
-        assert credential(normalize(word, where), where) is None
+        assert _secret(word, where) is None
+    if relative_safe(where) and MAYBE_SECRET_IN.search(f"ls x;{word} y") is None:
+        assert _secret(word, where) is None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=" \t\n;&|()<>/=.~$nsetrcgi-ab", max_size=16))
+@example("/x")
+@example("a=$HOME/.gitx")
+def test_the_scripts_shortcut_is_its_plain_form(text: str) -> None:
+    """``MAYBE_SECRET_IN``, written for speed, finds something where the alternatives side by side do."""
+    spelled = re.compile(r"(?:\A|[ \t\n;&|()<>])/|=[/~$]|\.\.|\.ssh|netrc|\.git-credentials")
+    assert (MAYBE_SECRET_IN.search(text) is None) == (spelled.search(text) is None)
+
+
+@SETTINGS
+@given(scripts(odd=True))
+def test_a_script_the_shortcut_clears_has_no_word_it_would_not(src: str) -> None:
+    """``MAYBE_SECRET_IN`` finds nothing in a script only when ``MAYBE_SECRET`` finds nothing in any of the
+    words ``plain.read`` reads from it."""
+    read = plain.read(src)
+    if read is None or MAYBE_SECRET_IN.search(src) is not None:
+        return
+    for pipeline in read:
+        for assigns, words, redirects in pipeline:
+            for w in [*assigns, *words, *(t for _, _, t in redirects)]:
+                assert MAYBE_SECRET.search(w) is None, w
 
 
 def test_where_the_shortcut_holds() -> None:
