@@ -35,6 +35,7 @@ from . import (
     sessions,
     steering,
     turn_watch,
+    watch_cache,
 )
 from .auth import Tokens
 from .guard import Guard
@@ -67,6 +68,8 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
         app.state.turns = TurnFactory(app.state.kube)
         app.state.governance = _governance(settings, app.state.kube, app.state.db)
         app.state.readiness = _readiness(settings, app.state.kube, app.state.db)
+        # The approval routes' caches list and watch from the start, so the first poll is already served.
+        watch_cache.api_cache_of(app.state)
         app.state.ready = True
         minted = asyncio.create_task(minted_tokens.keep_fresh(app.state), name="minted-tokens")
         try:
@@ -78,6 +81,7 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
             if app.state.governance is not None:
                 await app.state.governance.close()
             turn_watch.stop_watch(app.state)
+            watch_cache.stop_cache(app.state)
             await app.state.db.close()
             await app.state.kube.close()
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import GROUP, VERSION, Approval, ApprovalStatus, Session, SessionStatus, Turn
+from hangar.models import GROUP, VERSION, Approval, ApprovalStatus
 from hangar.models.limits import bounded
 from hangar.store import Database
 
@@ -29,8 +30,17 @@ from .errors import api_error
 from .names import ApprovalId, SessionRef
 from .routing import Route
 from .views import stamp
+from .watch_cache import ApiCache, SessionLook, api_cache_of, session_look, turn_policy
 
 router = APIRouter(prefix="/api/sessions", tags=["approvals"], route_class=Route)
+
+
+def api_cache(request: Request) -> ApiCache:
+    return api_cache_of(request.app.state)
+
+
+# None: read the apiserver (a caller outside a request, the MCP tools).
+CacheDep = Annotated[ApiCache | None, Depends(api_cache)]
 
 MESSAGE_MAX = 8192
 
@@ -132,66 +142,106 @@ def refusal(a: Obj) -> str | None:
 
 @router.get("/{ref}/approvals", response_model=S.SessionApprovals)
 async def list_approvals(
-    ref: SessionRef, _: Admin, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    ref: SessionRef,
+    _: Admin,
+    k: KubeDep,
+    c: CacheDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     """The running turn's policy (else the session's), the approvals the agent waits on, and recent ones."""
+    # Read from this replica's watch-fed caches (watch_cache.py) when they can answer, else the apiserver.
 
-    async def session_and_policy() -> tuple[SessionStatus, str | None]:
-        st = Session.model_validate(await get_session(k, ref)).status
-        policy = st.policy
-        if st.current_turn:
-            turn = await k.get("turns", st.current_turn)
-            policy = (Turn.model_validate(turn).status.policy if turn else None) or policy
-        return st, policy
+    async def session_and_policy() -> SessionLook:
+        look = await session_look_of(k, c, ref)
+        if look.current_turn:
+            held, policy = c.turn(look.current_turn) if c is not None else (False, None)
+            if not held:
+                turn = await k.get("turns", look.current_turn)
+                policy = turn_policy(turn) if turn else None
+            if policy:
+                return replace(look, policy=policy)
+        return look
 
-    # The listing does not depend on the session's reads: both at once (a person or a client polls this
-    # while an agent waits). A session that is not there is still a 404: gather raises its error.
-    (st, policy), items = await asyncio.gather(session_and_policy(), session_approvals(k, ref))
+    cached = c.approvals_of([ref]) if c is not None else None
+    if cached is not None:
+        look = await session_and_policy()
+        items = [a for a in cached if _requested(Approval.model_validate(a), [ref])]
+    else:
+        # The listing does not depend on the session's reads: both at once (a person or a client polls
+        # this while an agent waits). A session that is not there is still a 404: gather raises its error.
+        look, items = await asyncio.gather(session_and_policy(), session_approvals(k, ref))
     pending, recent = pending_and_recent(items, limit)
     return {
         "session": ref,
-        "policy": policy or "auto",
-        "tainted": st.taint.tainted,
+        "policy": look.policy or "auto",
+        "tainted": look.tainted,
         "pending": pending,
         "recent": recent,
     }
+
+
+async def session_look_of(k: Kube, c: ApiCache | None, ref: str) -> SessionLook:
+    """The session as the cache holds it, else as read (404 when it is not there, or is being deleted). A
+    session the cache does not hold is read: its watch event may not be here yet."""
+    names.check_path("session", ref)
+    look = c.session(ref) if c is not None else None
+    if look is None:
+        look = session_look(await get_session(k, ref))
+    if look.deleted:
+        raise HTTPException(404, f"no session {names.shown(ref)}")
+    return look
 
 
 async def get_approval(k: Kube, ref: str, approval: str) -> Obj:
     return await approval_in(k, [ref], approval, f"session {ref!r}")
 
 
-async def approval_in(k: Kube, sessions: Collection[str], approval: str, where: str) -> Obj:
-    """Approval ``approval`` if one of ``sessions`` requested it, else 404 naming ``where``."""
-    a = await k.get("approvals", approval) if names.valid("approval", approval) else None
+async def approval_in(
+    k: Kube, sessions: Collection[str], approval: str, where: str, cache: ApiCache | None = None
+) -> Obj:
+    """Approval ``approval`` if one of ``sessions`` requested it, else 404 naming ``where``. With ``cache``,
+    as the cache holds it when it does (a decision's first look: its write is a compare-and-set)."""
+    a = None
+    if names.valid("approval", approval):
+        a = cache.approval(approval) if cache is not None else None
+        if a is None or not _requested(Approval.model_validate(a), sessions):
+            a = await k.get("approvals", approval)
     if a is None or not _requested(Approval.model_validate(a), sessions):
         raise HTTPException(404, f"{where} has no approval {names.shown(approval)}")
     return a
 
 
 @router.get("/{ref}/approvals/{approval}", response_model=S.ApprovalView)
-async def read_approval(ref: SessionRef, approval: ApprovalId, _: Admin, k: KubeDep) -> dict[str, Any]:
-    await get_session(k, ref)
-    return approval_view(await get_approval(k, ref, approval))
+async def read_approval(
+    ref: SessionRef, approval: ApprovalId, _: Admin, k: KubeDep, c: CacheDep
+) -> dict[str, Any]:
+    await session_look_of(k, c, ref)
+    return approval_view(await approval_in(k, [ref], approval, f"session {ref!r}", c))
 
 
 @router.post("/{ref}/approvals/{approval}", response_model=S.ApprovalView)
 async def decide_approval(
-    ref: SessionRef, approval: ApprovalId, body: DecisionBody, who: Admin, k: KubeDep, d: DbDep
+    ref: SessionRef,
+    approval: ApprovalId,
+    body: DecisionBody,
+    who: Admin,
+    k: KubeDep,
+    d: DbDep,
+    c: CacheDep = None,
 ) -> dict[str, Any]:
     """Decide a pending approval: allow, deny (the message reaches the agent) or allow_always (calls like
     this one for the rest of the turn). 409 when it can't take a decision any more; nothing changes then."""
     where = f"session {ref!r}"
     # Both reads at once (an agent waits on this decision); a session that is not there is said first.
-    looks: tuple[Obj | BaseException, Obj | BaseException] = await asyncio.gather(
-        get_session(k, ref), approval_in(k, [ref], approval, where), return_exceptions=True
+    looks: tuple[SessionLook | BaseException, Obj | BaseException] = await asyncio.gather(
+        session_look_of(k, c, ref), approval_in(k, [ref], approval, where, c), return_exceptions=True
     )
     for look in looks:
         if isinstance(look, BaseException):
             raise look
     found = looks[1]
     assert isinstance(found, dict)
-    return await decide(k, d, who, [ref], approval, body, where, first=found, session=ref)
+    return await decide(k, d, who, [ref], approval, body, where, first=found, cache=c, session=ref)
 
 
 async def decide(
@@ -203,10 +253,13 @@ async def decide(
     body: DecisionBody,
     where: str,
     first: Obj | None = None,
+    cache: ApiCache | None = None,
     **audit: Any,
 ) -> dict[str, Any]:
     """Decide ``approval``, which must belong to one of ``sessions`` (404 naming ``where`` otherwise).
-    ``first``: the Approval as the caller just read it (the first look; the write is a compare-and-set)."""
+    ``first``: the Approval as the caller just read it or the cache held it (the first look; the write is a
+    compare-and-set, and a look that lost it reads the apiserver). ``cache``: told of the write, so this
+    replica's next listing shows the decision."""
     for _ in range(10):
         a, first = first or await approval_in(k, sessions, approval, where), None
         why = refusal(a)
@@ -230,13 +283,15 @@ async def decide(
             )
         except ApiException as e:
             if e.status == 409:
-                continue  # changed since we read it: look again
+                continue  # changed since we read it (or the cache's look was behind): read it again
             if e.status == 422:
                 # The apiserver's decide-once rule: it left Pending in between.
                 raise HTTPException(409, f"approval {approval} is no longer pending") from None
             if e.status == 404:
                 raise HTTPException(404, f"{where} has no approval {names.shown(approval)}") from None
             raise api_error(e, f"approval {approval} can't be decided") from None
+        if cache is not None:
+            cache.wrote_approval(out)
         audit.setdefault("session", (a.get("spec") or {}).get("session"))
         await d.audit(who.subject, "approval.decide", approval, decision=body.decision, **audit)
         return approval_view(out)

@@ -295,6 +295,28 @@ def test_kubectl_patch_decides_and_a_decision_is_not_changed(
         assert r.returncode != 0 and "decided once" in r.stderr, r.stderr
         obj = json.loads(cluster.kubectl("get", "approval", a["id"], "-o", "json").stdout)
         assert obj["spec"]["decision"] == "allow"
+        # What another writer did reaches the API's listing (its caches follow the watch), and a decision
+        # through REST on the approval kubectl decided is refused with the first one.
+        done = wait(
+            lambda: next(
+                (x for x in approvals(api, name)["recent"] if x["id"] == a["id"] and x["phase"] == "Allowed"),
+                None,
+            ),
+            30,
+            "the kubectl decision in the REST listing",
+            lambda: api.debug(name),
+        )
+        assert "kubectl" in done["by"] and done["resolved_by"] == "person"
+        assert approvals(api, name)["pending"] == []
+        r = decide(api, name, a["id"], "deny")
+        assert r.status_code == 409 and "already decided: allow" in r.text, r.text
+        # A deleted session's approvals are a 404, as before.
+        assert api.delete(f"/api/sessions/{name}").status_code in (200, 202, 204)
+        wait(
+            lambda: api.get(f"/api/sessions/{name}/approvals").status_code == 404,
+            60,
+            "the deleted session's approvals gone",
+        )
     finally:
         cleanup(api, name)
 

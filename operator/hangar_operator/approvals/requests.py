@@ -52,8 +52,15 @@ class PermissionRequests:
         """The turn's approvals policy answers, or a person does."""
         started = time.perf_counter()
         kube = self.ctx.kube_in(ns)
-        # Both at once: the agent waits on this answer, and each read is a round trip to the apiserver.
-        t_obj, s_obj = await asyncio.gather(kube.get("turns", turn_name), kube.get("sessions", session))
+        # The session from the operator's cache (its status — sandbox, taint — is written by the operator
+        # alone, each write put in the cache, and the caller holds the session's lock); the turn is read.
+        # Read both at once when the cache can't say: the agent waits on this answer.
+        cache = self.ctx.cache
+        s_obj = cache.get("sessions", ns, session) if cache.primed else None
+        if s_obj is None:
+            t_obj, s_obj = await asyncio.gather(kube.get("turns", turn_name), kube.get("sessions", session))
+        else:
+            t_obj = await kube.get("turns", turn_name)
         if t_obj is None or s_obj is None:
             return
         turn, s = Turn.model_validate(t_obj), Session.model_validate(s_obj)
