@@ -15,6 +15,9 @@ from . import mcp
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 AGENT_ENV_PREFIX = "HANGAR_AGENT_ENV_"
 DEFAULT_AGENT_UID = 1001
+# The harnesses whose adapter is live (steer, interrupt, permission prompts mid-turn): the hello says it
+# before the adapters are loaded (driver.py); a unit test holds it to the adapters' own ``live``.
+LIVE_HARNESSES = ("claude", "codex")
 
 
 class Config:
