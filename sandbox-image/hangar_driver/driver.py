@@ -349,12 +349,15 @@ class Driver:
 
     def run(self) -> int:
         # The hello first (the link's thread), then the rest of the driver's start beside the operator's
-        # reaction to it: what a command needs is ready before the command loop starts.
+        # reaction to it: what a command needs is ready before the command loop starts. A sandbox with a
+        # checkout says hello once it is made, as before: its session is connected with its workspace.
+        hello_first = not os.environ.get("HANGAR_REPO_URL")
         link_thread = threading.Thread(target=self.link.run_forever, name="hangar-link", daemon=True)
-        link_thread.start()
+        if hello_first:
+            link_thread.start()
         if not self.made:
-            # Compiling the rest takes the GIL: the handshake first, for a moment at most.
-            self.link.connected.wait(HELLO_FIRST)
+            if hello_first:  # compiling the rest takes the GIL: the handshake first, for a moment at most
+                self.link.connected.wait(HELLO_FIRST)
             self.load()
         try:
             self.prepare()
@@ -369,6 +372,8 @@ class Driver:
             self._emit_raw("log", {"level": "error", "message": self.turns.error, "source": "driver"})
         self._emit_raw(P.EV_DRIVER_READY, self._ready_payload())
         self.open_live()
+        if not hello_first:
+            link_thread.start()
         threading.Thread(target=self.command_loop, name="hangar-commands", daemon=True).start()
         threading.Thread(target=self.watcher.run, name="hangar-handback", daemon=True).start()
         while not self.stopping.wait(0.5):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +78,62 @@ def test_commands_and_live_work_before_load_wait_for_it(tmp_path: Path) -> None:
     assert [c for c, _ in handled] == ["c-2", "c-3"]  # from now on at once
     assert d._hello_body()["live"] is True
     d.turns.close()
+
+
+def _hello_and_workspace(tmp_path: Path, **env: str) -> tuple[dict[str, Any], bool]:
+    """Start the real driver (fresh copy, no bytecode, as in a pod) against a listener: its hello, and
+    whether its workspace was a checkout when the hello came."""
+    lib = tmp_path / "lib"
+    shutil.copytree(
+        SANDBOX_IMAGE / "hangar_driver", lib / "hangar_driver", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / "key").write_bytes(KEY)
+    ws = tmp_path / "ws"
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(60)
+    port = listener.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hangar_driver"],
+        env={
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(lib),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HANGAR_GATEWAY": f"127.0.0.1:{port}",
+            "HANGAR_RUN_ID": "default.s.s-r1",
+            "HANGAR_HARNESS": "claude",
+            "HANGAR_RUN_KEY_FILE": str(tmp_path / "key"),
+            "HANGAR_WORKSPACE": str(ws),
+            "HANGAR_STATE_DIR": str(tmp_path / "state"),
+            **env,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(60)
+            hello = json.loads(conn.makefile("rb").readline())
+            return hello, (ws / ".git").is_dir()
+    finally:
+        proc.kill()
+        proc.wait()
+        listener.close()
+
+
+def test_a_sandbox_with_a_checkout_says_hello_once_its_workspace_is_checked_out(tmp_path: Path) -> None:
+    """Connected means its workspace is there (a clone may take minutes; the connect timeout covers it)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(src)]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    (src / "README").write_text("hi\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], check=True)
+    hello, checked_out = _hello_and_workspace(tmp_path, HANGAR_REPO_URL=str(src), HANGAR_REPO_BASE="main")
+    assert hello["type"] == P.HELLO and checked_out
+
+
+def test_a_sandbox_without_one_says_hello_with_its_kind_of_harness(tmp_path: Path) -> None:
+    hello, _ = _hello_and_workspace(tmp_path)
+    assert hello["type"] == P.HELLO and hello["body"]["live"] is True and hello["body"]["harness"] == "claude"
