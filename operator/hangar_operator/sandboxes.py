@@ -274,7 +274,16 @@ class Sandboxes:
                 "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
             )
 
-        await asyncio.gather(make_secret(), make_volume_then_pod())
+        secret_made, pod_made = await asyncio.gather(
+            make_secret(), make_volume_then_pod(), return_exceptions=True
+        )
+        if isinstance(secret_made, BaseException):
+            # No pod waits for a key that is not coming: the next attempt makes both again.
+            if not isinstance(pod_made, BaseException):
+                await kube.delete_core("pods", run.pod, grace_period_seconds=0)
+            raise secret_made
+        if isinstance(pod_made, BaseException):
+            raise pod_made
         counters = st.counters.model_copy()
         counters.sandboxes = n
         written = await patch_status(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from hangar.kube import owner_ref
 from hangar.testing.fake_apiserver import Write
@@ -81,6 +82,22 @@ async def test_the_pod_does_not_wait_for_its_key_secret(tmp_path: Path) -> None:
     assert order[-3:] == ["persistentvolumeclaims", "pods", "secrets"]
     assert rig.status("sessions", "s")["sandbox"]["pod"] == "s-r1"
     assert rig.ctx.run_keys  # the key made now is the one the driver's hello is checked with
+
+
+async def test_a_key_secret_that_could_not_be_made_leaves_no_pod_and_the_next_attempt_starts(
+    tmp_path: Path,
+) -> None:
+    rig = await primed(tmp_path)
+    rig.env()
+    await rig.session("s")
+    rig.kube.fail_next("create_core", "secrets", 500)
+    with pytest.raises(ApiException):
+        await rig.reconcile("s")
+    assert rig.kube.peek("pods", "s-r1") is None  # made beside the Secret, deleted when the Secret failed
+    assert not (rig.status("sessions", "s").get("sandbox") or {}).get("pod")
+    await rig.reconcile("s")  # kopf's retry
+    assert rig.status("sessions", "s")["sandbox"]["pod"] == "s-r1"
+    assert rig.kube.peek("pods", "s-r1") is not None and rig.kube.peek("secrets", "s-r1-key") is not None
 
 
 async def test_the_policy_is_written_with_the_wait_when_no_slot_is_free(tmp_path: Path) -> None:
