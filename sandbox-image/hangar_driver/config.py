@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Dict, List, Optional
 
 from . import mcp
@@ -60,9 +59,7 @@ class Config:
                 "HANGAR_AGENT_UID=%s ignored: the driver is not root, so the agent runs as uid %d"
                 % (uid_s, self.euid)
             )
-        self.state_dir = os.path.abspath(
-            env.get("HANGAR_STATE_DIR") or os.path.join(tempfile.gettempdir(), "hangar-driver-%d" % self.euid)
-        )
+        self._state_dir = os.path.abspath(env["HANGAR_STATE_DIR"]) if env.get("HANGAR_STATE_DIR") else ""
         self.agent_home = os.path.abspath(
             env.get("HANGAR_AGENT_ENV_HOME")
             or env.get("HANGAR_AGENT_HOME")
@@ -82,6 +79,18 @@ class Config:
         self.agent_env = self._agent_env(env)
         self.mcp_servers, mcp_warnings = mcp.load(env.get(mcp.ENV, ""))
         self.warnings += mcp_warnings
+
+    @property
+    def state_dir(self) -> str:
+        """The driver's own directory. Its default is found when first asked for (after the hello): tempfile
+        imports shutil, bz2 and lzma, which a pod compiles nothing of but still loads."""
+        if not self._state_dir:
+            import tempfile
+
+            self._state_dir = os.path.abspath(
+                os.path.join(tempfile.gettempdir(), "hangar-driver-%d" % self.euid)
+            )
+        return self._state_dir
 
     @property
     def run_as(self) -> Optional[Dict[str, int]]:

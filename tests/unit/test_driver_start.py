@@ -46,7 +46,7 @@ def test_the_hello_path_imports_none_of_the_turn_machinery() -> None:
     """``main`` (and the driver's class) import only what the hello needs: a pod compiles what it imports."""
     code = (
         "import json, sys; import hangar_driver.main; "
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('hangar_driver'))))"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('hangar_driver') or m == 'tempfile')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -58,6 +58,7 @@ def test_the_hello_path_imports_none_of_the_turn_machinery() -> None:
     loaded = set(json.loads(out.stdout))
     heavy = {"turns", "adapters", "claude", "codex", "live", "oneshot", "workbench", "repo", "handback"}
     assert not loaded & {f"hangar_driver.{m}" for m in heavy}
+    assert "tempfile" not in loaded  # the state directory's default is found after the hello
     assert {"hangar_driver.link", "hangar_driver.outbox", "hangar_driver.driver"} <= loaded
 
 
