@@ -492,13 +492,17 @@ class PodRunner:
         then the pod fails to start (a kubelet would keep it ContainerCreating; the runner's one watch loop
         can't wait that long)."""
         deadline = time.monotonic() + VOLUME_WAIT
+        waited = False
         while True:
             try:
                 return await read(name, ns)
             except ApiException as e:
                 if e.status != 404 or time.monotonic() > deadline:
                     raise
-            await asyncio.sleep(0.05)
+            if not waited:
+                log.info("waiting for %s/%s, which a pod's volume names", ns, name)
+                waited = True
+            await asyncio.sleep(0.02)
 
     def _translate(self, mounts: dict[str, Path], value: str) -> str:
         """Rewrites container paths (mounts first, then image paths) to local ones, longest prefix first."""
