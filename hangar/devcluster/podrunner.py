@@ -19,10 +19,12 @@ import os
 import shutil
 import signal
 import subprocess
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -32,6 +34,8 @@ from .snapshots import SnapshotEmulator
 log = logging.getLogger("hangar.podrunner")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+VOLUME_WAIT = 10.0  # seconds a pod's start waits for a Secret or ConfigMap its volumes name
+T = TypeVar("T")
 RUNTIME_NOTE = "run by hangar's local pod runner (development runtime, not a kubelet)"
 
 
@@ -467,18 +471,38 @@ class PodRunner:
             path.mkdir(parents=True, exist_ok=True)
             os.chmod(path, 0o755)
             if "secret" in vol:
-                secret = await self.core.read_namespaced_secret(vol["secret"]["secretName"], ns)
+                secret = await self._awaited(
+                    self.core.read_namespaced_secret, vol["secret"]["secretName"], ns
+                )
                 mode = vol["secret"].get("defaultMode", 0o644)
                 for k, v in (secret.data or {}).items():
                     f = path / k
                     f.write_bytes(base64.b64decode(v))
                     os.chmod(f, mode)
             elif "configMap" in vol:
-                cm = await self.core.read_namespaced_config_map(vol["configMap"]["name"], ns)
+                cm = await self._awaited(self.core.read_namespaced_config_map, vol["configMap"]["name"], ns)
                 for k, v in (cm.data or {}).items():
                     (path / k).write_text(v)
             out[name] = path
         return out
+
+    async def _awaited(self, read: Callable[[str, str], Awaitable[T]], name: str, ns: str) -> T:
+        """A volume's Secret or ConfigMap, waited for while it does not exist yet, as a kubelet retries a
+        mount (hangar makes a sandbox's run-key Secret beside its pod): up to ``VOLUME_WAIT`` seconds,
+        then the pod fails to start (a kubelet would keep it ContainerCreating; the runner's one watch loop
+        can't wait that long)."""
+        deadline = time.monotonic() + VOLUME_WAIT
+        waited = False
+        while True:
+            try:
+                return await read(name, ns)
+            except ApiException as e:
+                if e.status != 404 or time.monotonic() > deadline:
+                    raise
+            if not waited:
+                log.info("waiting for %s/%s, which a pod's volume names", ns, name)
+                waited = True
+            await asyncio.sleep(0.02)
 
     def _translate(self, mounts: dict[str, Path], value: str) -> str:
         """Rewrites container paths (mounts first, then image paths) to local ones, longest prefix first."""

@@ -231,9 +231,9 @@ class Sandboxes:
         fresh: bool = False,
         extra: dict[str, Any] | None = None,
     ) -> tuple[Run, Obj]:
-        """The run's key Secret and the workspace volume (``claim``: None when it exists) side by side, then
-        the Pod (its volumes exist: the scheduler and the kubelet find them at once), then the status that
-        holds the slot. ``fresh``: ``claim`` was made without looking whether the volume exists."""
+        """The run's key Secret beside the workspace volume (``claim``: None when it exists) and then the Pod
+        (the volume checked first, see ``_own_volume``), then the status that holds the slot. ``fresh``:
+        ``claim`` was made without looking whether the volume exists."""
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
@@ -259,15 +259,27 @@ class Sandboxes:
                 self.ctx.run_keys[run.id] = key.encode()
             # (an earlier attempt made it: its key is read on the driver's hello)
 
-        async def make_volume() -> None:
+        async def make_volume_then_pod() -> None:
             # A fork's volume exists already: it was cloned when the fork was recorded.
             if claim is not None and not await kube.create_core("persistentvolumeclaims", claim) and fresh:
                 await self._own_volume(ns, s_obj, str(claim["metadata"]["name"]))
+            # The volume is known to be the session's before a pod mounts it; the key Secret needs no such
+            # look, so the pod does not wait for it: a kubelet (and the local runner) waits for a Secret
+            # its volumes name, and the pod is scheduled only once its volume is bound.
+            await kube.create_core(
+                "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
+            )
 
-        await asyncio.gather(make_secret(), make_volume())
-        await kube.create_core(
-            "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
+        secret_made, pod_made = await asyncio.gather(
+            make_secret(), make_volume_then_pod(), return_exceptions=True
         )
+        if isinstance(secret_made, BaseException):
+            # No pod waits for a key that is not coming: the next attempt makes both again.
+            if not isinstance(pod_made, BaseException):
+                await kube.delete_core("pods", run.pod, grace_period_seconds=0)
+            raise secret_made
+        if isinstance(pod_made, BaseException):
+            raise pod_made
         counters = st.counters.model_copy()
         counters.sandboxes = n
         written = await patch_status(

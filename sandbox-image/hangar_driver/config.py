@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Dict, List, Optional
 
 from . import mcp
@@ -15,6 +14,9 @@ from . import mcp
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 AGENT_ENV_PREFIX = "HANGAR_AGENT_ENV_"
 DEFAULT_AGENT_UID = 1001
+# The harnesses whose adapter is live (steer, interrupt, permission prompts mid-turn): the hello says it
+# before the adapters are loaded (driver.py); a unit test holds it to the adapters' own ``live``.
+LIVE_HARNESSES = ("claude", "codex")
 
 
 class Config:
@@ -57,9 +59,7 @@ class Config:
                 "HANGAR_AGENT_UID=%s ignored: the driver is not root, so the agent runs as uid %d"
                 % (uid_s, self.euid)
             )
-        self.state_dir = os.path.abspath(
-            env.get("HANGAR_STATE_DIR") or os.path.join(tempfile.gettempdir(), "hangar-driver-%d" % self.euid)
-        )
+        self._state_dir = os.path.abspath(env["HANGAR_STATE_DIR"]) if env.get("HANGAR_STATE_DIR") else ""
         self.agent_home = os.path.abspath(
             env.get("HANGAR_AGENT_ENV_HOME")
             or env.get("HANGAR_AGENT_HOME")
@@ -79,6 +79,18 @@ class Config:
         self.agent_env = self._agent_env(env)
         self.mcp_servers, mcp_warnings = mcp.load(env.get(mcp.ENV, ""))
         self.warnings += mcp_warnings
+
+    @property
+    def state_dir(self) -> str:
+        """The driver's own directory. Its default is found when first asked for (after the hello): tempfile
+        imports shutil, bz2 and lzma, which a pod compiles nothing of but still loads."""
+        if not self._state_dir:
+            import tempfile
+
+            self._state_dir = os.path.abspath(
+                os.path.join(tempfile.gettempdir(), "hangar-driver-%d" % self.euid)
+            )
+        return self._state_dir
 
     @property
     def run_as(self) -> Optional[Dict[str, int]]:

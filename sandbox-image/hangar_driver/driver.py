@@ -14,30 +14,40 @@ import stat
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from . import hardening, precleared
+from . import hardening
 from . import protocol as P
-from .checkpoint import write_checkpoint
 from .commands import CommandError, safe_name, str_field
-from .config import Config
-from .handback import HandbackWatcher
+from .config import LIVE_HARNESSES, Config
 from .harness import NotLive
 from .link import Link
 from .outbox import Outbox
-from .repo import Repo, deliver, verify, work_patch
-from .turns import TurnRunner
-from .workbench import Workbench
+
+if TYPE_CHECKING:
+    from .handback import HandbackWatcher
+    from .repo import Repo
+    from .turns import TurnRunner
+    from .workbench import Workbench
 
 DRIVER_VERSION = "0.1.0"
 log = logging.getLogger("hangar.driver")
 
 SHUTDOWN_DRAIN = 10.0
+HELLO_FIRST = 0.5  # seconds run() waits for the handshake before it loads the rest
 REMEMBERED_COMMANDS = 10000
 
 
 class Driver:
-    def __init__(self, cfg: Config, key: bytes) -> None:
+    # Made by ``load()``: the turn runner, the harness adapters, the live work, the checkout. A sandbox's
+    # driver has no bytecode cache (it is copied into the pod, and bytecode is per python version), so
+    # importing them means compiling ~5,000 lines: most of the driver's start. ``run`` says hello first.
+    turns: TurnRunner
+    watcher: HandbackWatcher
+    workbench: Workbench
+    repo: Repo
+
+    def __init__(self, cfg: Config, key: bytes, load: bool = True) -> None:
         self.cfg = cfg
         self.key = key
         self.boot = P.new_id()
@@ -47,18 +57,36 @@ class Driver:
             del cfg.agent_env[name]
             cfg.warnings.append("agent environment variable %s dropped: it held the run key" % name)
         self.link = Link(cfg, key, self.outbox, self._hello_body, self.on_command)
-        allowed = {cfg.agent_uid} if cfg.agent_uid is not None else {cfg.euid}
-        self.watcher = HandbackWatcher(self._emit_raw, allowed)
         self.commands: queue.Queue[Optional[Tuple[str, Dict[str, Any]]]] = queue.Queue()
         self.results: collections.OrderedDict[str, Optional[Dict[str, Any]]] = collections.OrderedDict()
         self.results_lock = threading.Lock()
         self.stopping = threading.Event()
         self.shutdown_requested = False
         self.side_threads: List[threading.Thread] = []
+        self.made = False  # load() ran
+        self.live_open = False  # under results_lock: live work is handed on (else kept in early_live)
+        self.early_live: List[Tuple[str, Dict[str, Any]]] = []
+        self.ops: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {}
+        if load:
+            self.load()
+            self.open_live()
+
+    def load(self) -> None:
+        """Import and make the turn runner and the rest (see the class's note). Commands wait in
+        ``self.commands`` until ``run`` starts their loop, live work until ``open_live``: both after
+        ``prepare``, as when the driver said hello only once prepared."""
+        from .handback import HandbackWatcher
+        from .repo import Repo
+        from .turns import TurnRunner
+        from .workbench import Workbench
+
+        cfg = self.cfg
+        allowed = {cfg.agent_uid} if cfg.agent_uid is not None else {cfg.euid}
+        self.watcher = HandbackWatcher(self._emit_raw, allowed)
         self.turns = TurnRunner(cfg, self.watcher, self._emit_turn_event, self.stopping)
         self.workbench = Workbench(cfg, self.link.send_live)
         self.repo = Repo(dict(os.environ), cfg.workspace, cfg.state_dir, cfg.run)
-        self.ops: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
+        self.ops = {
             P.OP_START_TURN: self.turns.start_turn,
             P.OP_PREPARE_TURN: self.turns.prepare_turn,
             P.OP_STEER: self.turns.steer,
@@ -72,6 +100,15 @@ class Driver:
             P.OP_DELIVER: self._op_deliver,
             P.OP_ADOPT: self._op_adopt,
         }
+        self.made = True
+
+    def open_live(self) -> None:
+        """Live work is handed on from now on, and what came before ``load`` and ``prepare`` now."""
+        with self.results_lock:
+            self.live_open = True
+            early, self.early_live = self.early_live, []
+        for command_id, body in early:
+            self.workbench.handle(command_id, body)
 
     # --------------------------------------------------------------- events
 
@@ -93,6 +130,8 @@ class Driver:
             t.start()
 
     def _take_patch(self, turn: str) -> None:
+        from .repo import work_patch
+
         try:
             p = work_patch(self.repo, self.cfg.agent_env, self.cfg.agent_uid, self.cfg.agent_gid)
         except Exception as exc:  # a patch is a view of the work: its failure fails nothing else
@@ -109,7 +148,8 @@ class Driver:
             "python": "%d.%d.%d" % sys.version_info[:3],
             "resume_from": self.outbox.resume_from(),
             "boot": self.boot,
-            "live": self.turns.live,
+            # Before load(), the adapter's kind by its name (config.LIVE_HARNESSES); driver_ready says it after.
+            "live": self.turns.live if self.made else self.cfg.harness in LIVE_HARNESSES,
             "pid": os.getpid(),
         }
 
@@ -122,6 +162,10 @@ class Driver:
             return
         if body.get("op") in P.LIVE_OPS:  # a person's live work: answered by live frames, on its own thread
             self.link.ack_command(command_id)
+            with self.results_lock:
+                if not self.live_open:
+                    self.early_live.append((command_id, body))  # open_live hands it on
+                    return
             self.workbench.handle(command_id, body)
             return
         with self.results_lock:
@@ -201,17 +245,23 @@ class Driver:
             if not self.cfg.checkpoint_dir or not safe_name(path):
                 raise CommandError("path must be absolute, or a file name with HANGAR_CHECKPOINT_DIR set")
             path = os.path.join(self.cfg.checkpoint_dir, path)
+        from .checkpoint import write_checkpoint
+
         home = self.cfg.agent_home if body.get("include_home", True) else None
         return write_checkpoint(path, self.cfg.workspace, home, self.cfg.agent_uid, self.cfg.agent_gid)
 
     def _op_verify(self, body: Dict[str, Any]) -> Dict[str, Any]:
         if self.turns.running():
             raise CommandError("a turn is running: verification waits for the agent to finish")
+        from .repo import verify
+
         return verify(self.repo, body, self.cfg.agent_env, self.cfg.agent_uid, self.cfg.agent_gid)
 
     def _op_deliver(self, body: Dict[str, Any]) -> Dict[str, Any]:
         if self.turns.running():
             raise CommandError("a turn is running: the work is taken once the agent has finished")
+        from .repo import deliver
+
         return deliver(self.repo, body, self.cfg.agent_env, self.cfg.agent_uid, self.cfg.agent_gid)
 
     def _op_adopt(self, body: Dict[str, Any]) -> Dict[str, Any]:
@@ -241,6 +291,8 @@ class Driver:
     # --------------------------------------------------------------- lifecycle
 
     def prepare(self) -> None:
+        from . import precleared
+
         cfg = self.cfg
         os.makedirs(os.path.dirname(cfg.state_dir) or "/", exist_ok=True)
         hardening.secure_dir(cfg.state_dir, None, None, 0o711)
@@ -294,6 +346,17 @@ class Driver:
         }
 
     def run(self) -> int:
+        # The hello first (the link's thread), then the rest of the driver's start beside the operator's
+        # reaction to it: what a command needs is ready before the command loop starts. A sandbox with a
+        # checkout says hello once it is made, as before: its session is connected with its workspace.
+        hello_first = not os.environ.get("HANGAR_REPO_URL")
+        link_thread = threading.Thread(target=self.link.run_forever, name="hangar-link", daemon=True)
+        if hello_first:
+            link_thread.start()
+        if not self.made:
+            if hello_first:  # compiling the rest takes the GIL: the handshake first, for a moment at most
+                self.link.connected.wait(HELLO_FIRST)
+            self.load()
         try:
             self.prepare()
         except Exception as exc:  # keep running: the operator hears why no turn can start
@@ -306,10 +369,11 @@ class Driver:
         if self.turns.error:
             self._emit_raw("log", {"level": "error", "message": self.turns.error, "source": "driver"})
         self._emit_raw(P.EV_DRIVER_READY, self._ready_payload())
+        self.open_live()
+        if not hello_first:
+            link_thread.start()
         threading.Thread(target=self.command_loop, name="hangar-commands", daemon=True).start()
         threading.Thread(target=self.watcher.run, name="hangar-handback", daemon=True).start()
-        link_thread = threading.Thread(target=self.link.run_forever, name="hangar-link", daemon=True)
-        link_thread.start()
         while not self.stopping.wait(0.5):
             pass
         log.info("shutting down")

@@ -103,7 +103,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     key = read_key()
     harden_process()
     cfg = Config(dict(os.environ))
-    driver = Driver(cfg, key)
+    driver = Driver(cfg, key, load=False)  # run() says hello, then loads the rest
     log.info(
         "run %s, harness %s, key %s, agent uid %s", cfg.run, cfg.harness, P.fingerprint(key), cfg.agent_uid
     )

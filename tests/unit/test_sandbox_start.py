@@ -2,8 +2,8 @@
 
 On the operator rig with its cache primed, as in the operator: the session is read from the cache (the watch
 event or the operator's own write that brought the reconcile), not from the apiserver; the policy rides on
-the status write that starts or claims the sandbox; the key Secret and the volume are made side by side,
-before the pod; a freed slot wakes the warm pools that could not fill.
+the status write that starts or claims the sandbox; the key Secret is made beside the volume and the pod
+(the pod waits for the volume only); a freed slot wakes the warm pools that could not fill.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from hangar.kube import owner_ref
 from hangar.testing.fake_apiserver import Write
@@ -49,12 +50,54 @@ async def test_a_new_session_starts_its_sandbox_without_reading_itself_in_one_st
     assert (
         write.verb == "patch_status" and write.body["policy"] == "ask" and write.body["phase"] == "Starting"
     )
-    # The pod comes after its Secret and its volume, which are made side by side.
-    order = [w.resource for w in writes if w.verb == "create_core"]
-    assert sorted(order[:2]) == ["persistentvolumeclaims", "secrets"] and order[2] == "pods"
+    # The pod comes after its volume; its key Secret is made beside them.
+    order = [w.resource for w in writes if w.verb == "create_core" and w.resource != "events"]
+    assert sorted(order) == ["persistentvolumeclaims", "pods", "secrets"]
+    assert order.index("persistentvolumeclaims") < order.index("pods")
     # The driver's hello is checked against the cached session as well: connected, then the policy holds.
     await rig.connect("s")
     assert rig.status("sessions", "s")["phase"] == "Idle"
+
+
+async def test_the_pod_does_not_wait_for_its_key_secret(tmp_path: Path) -> None:
+    """The Secret's create is held until the pod's is done: the pod is made all the same (the runner and a
+    kubelet wait for a Secret a volume names), and the start completes once the Secret is made."""
+    rig = await primed(tmp_path)
+    rig.env()
+    await rig.session("s")
+    create = rig.kube.create_core
+    pod_made = asyncio.Event()
+
+    async def held_create(kind: str, body: dict[str, Any]) -> bool:
+        if kind == "secrets":
+            await asyncio.wait_for(pod_made.wait(), 5)  # a TimeoutError here: the pod waited for the Secret
+        made = await create(kind, body)
+        if kind == "pods":
+            pod_made.set()
+        return made
+
+    rig.kube.create_core = held_create  # type: ignore[method-assign]
+    await rig.reconcile("s")
+    order = [w.resource for w in rig.kube.writes if w.verb == "create_core" and w.resource != "events"]
+    assert order[-3:] == ["persistentvolumeclaims", "pods", "secrets"]
+    assert rig.status("sessions", "s")["sandbox"]["pod"] == "s-r1"
+    assert rig.ctx.run_keys  # the key made now is the one the driver's hello is checked with
+
+
+async def test_a_key_secret_that_could_not_be_made_leaves_no_pod_and_the_next_attempt_starts(
+    tmp_path: Path,
+) -> None:
+    rig = await primed(tmp_path)
+    rig.env()
+    await rig.session("s")
+    rig.kube.fail_next("create_core", "secrets", 500)
+    with pytest.raises(ApiException):
+        await rig.reconcile("s")
+    assert rig.kube.peek("pods", "s-r1") is None  # made beside the Secret, deleted when the Secret failed
+    assert not (rig.status("sessions", "s").get("sandbox") or {}).get("pod")
+    await rig.reconcile("s")  # kopf's retry
+    assert rig.status("sessions", "s")["sandbox"]["pod"] == "s-r1"
+    assert rig.kube.peek("pods", "s-r1") is not None and rig.kube.peek("secrets", "s-r1-key") is not None
 
 
 async def test_the_policy_is_written_with_the_wait_when_no_slot_is_free(tmp_path: Path) -> None:

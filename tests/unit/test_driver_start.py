@@ -1,0 +1,140 @@
+"""The driver's start: it says hello before it loads the turn runner, the adapters and the live work (their
+import is most of its start in a pod, where nothing is byte-compiled), and nothing that needs them runs
+before they and ``prepare`` are done."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hangar_driver import protocol as P
+from hangar_driver.adapters import NAMES, make_harness
+from hangar_driver.config import LIVE_HARNESSES, Config
+from hangar_driver.driver import Driver
+
+SANDBOX_IMAGE = Path(__file__).resolve().parents[2] / "sandbox-image"
+KEY = b"k" * 43
+
+
+def config(tmp_path: Path) -> Config:
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    cfg = Config(
+        {
+            "HANGAR_RUN_ID": "s-r1",
+            "HANGAR_HARNESS": "claude",
+            "HANGAR_GATEWAY": "127.0.0.1:1",
+            "HANGAR_WORKSPACE": str(tmp_path / "ws"),
+            "HANGAR_STATE_DIR": str(tmp_path / "state"),
+        }
+    )
+    cfg.agent_uid = cfg.agent_gid = None  # as this user
+    return cfg
+
+
+def test_the_hello_says_live_as_the_adapter_would() -> None:
+    for name in NAMES:
+        assert make_harness(name, lambda n, p: None).live == (name in LIVE_HARNESSES), name
+
+
+def test_the_hello_path_imports_none_of_the_turn_machinery() -> None:
+    """``main`` (and the driver's class) import only what the hello needs: a pod compiles what it imports."""
+    code = (
+        "import json, sys; import hangar_driver.main; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('hangar_driver') or m == 'tempfile')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(SANDBOX_IMAGE)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = set(json.loads(out.stdout))
+    heavy = {"turns", "adapters", "claude", "codex", "live", "oneshot", "workbench", "repo", "handback"}
+    assert not loaded & {f"hangar_driver.{m}" for m in heavy}
+    assert "tempfile" not in loaded  # the state directory's default is found after the hello
+    assert {"hangar_driver.link", "hangar_driver.outbox", "hangar_driver.driver"} <= loaded
+
+
+def test_commands_and_live_work_before_load_wait_for_it(tmp_path: Path) -> None:
+    d = Driver(config(tmp_path), KEY, load=False)
+    assert not d.made and d._hello_body()["live"] is True and d._hello_body()["run"] == "s-r1"
+    d.on_command("c-1", {"op": P.OP_TAINT})
+    d.on_command("c-2", {"op": P.OP_EXEC, "request": "r1", "argv": ["true"]})
+    assert d.early_live == [("c-2", {"op": P.OP_EXEC, "request": "r1", "argv": ["true"]})]
+    assert d.commands.get_nowait() == ("c-1", {"op": P.OP_TAINT})  # queued: run() starts the loop later
+    d.load()
+    handled: list[tuple[str, dict[str, Any]]] = []
+    d.workbench.handle = lambda cid, body: handled.append((cid, body))  # type: ignore[method-assign]
+    assert not handled  # loaded, not yet prepared: still kept
+    d.open_live()
+    assert handled == [("c-2", {"op": P.OP_EXEC, "request": "r1", "argv": ["true"]})] and not d.early_live
+    d.on_command("c-3", {"op": P.OP_EXEC, "request": "r2", "argv": ["true"]})
+    assert [c for c, _ in handled] == ["c-2", "c-3"]  # from now on at once
+    assert d._hello_body()["live"] is True
+    d.turns.close()
+
+
+def _hello_and_workspace(tmp_path: Path, **env: str) -> tuple[dict[str, Any], bool]:
+    """Start the real driver (fresh copy, no bytecode, as in a pod) against a listener: its hello, and
+    whether its workspace was a checkout when the hello came."""
+    lib = tmp_path / "lib"
+    shutil.copytree(
+        SANDBOX_IMAGE / "hangar_driver", lib / "hangar_driver", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / "key").write_bytes(KEY)
+    ws = tmp_path / "ws"
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(60)
+    port = listener.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hangar_driver"],
+        env={
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(lib),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HANGAR_GATEWAY": f"127.0.0.1:{port}",
+            "HANGAR_RUN_ID": "default.s.s-r1",
+            "HANGAR_HARNESS": "claude",
+            "HANGAR_RUN_KEY_FILE": str(tmp_path / "key"),
+            "HANGAR_WORKSPACE": str(ws),
+            "HANGAR_STATE_DIR": str(tmp_path / "state"),
+            **env,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(60)
+            hello = json.loads(conn.makefile("rb").readline())
+            return hello, (ws / ".git").is_dir()
+    finally:
+        proc.kill()
+        proc.wait()
+        listener.close()
+
+
+def test_a_sandbox_with_a_checkout_says_hello_once_its_workspace_is_checked_out(tmp_path: Path) -> None:
+    """Connected means its workspace is there (a clone may take minutes; the connect timeout covers it)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(src)]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    (src / "README").write_text("hi\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], check=True)
+    hello, checked_out = _hello_and_workspace(tmp_path, HANGAR_REPO_URL=str(src), HANGAR_REPO_BASE="main")
+    assert hello["type"] == P.HELLO and checked_out
+
+
+def test_a_sandbox_without_one_says_hello_with_its_kind_of_harness(tmp_path: Path) -> None:
+    hello, _ = _hello_and_workspace(tmp_path)
+    assert hello["type"] == P.HELLO and hello["body"]["live"] is True and hello["body"]["harness"] == "claude"
