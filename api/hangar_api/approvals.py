@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
@@ -30,17 +30,10 @@ from .errors import api_error
 from .names import ApprovalId, SessionRef
 from .routing import Route
 from .views import stamp
-from .watch_cache import ApiCache, SessionLook, api_cache_of, session_look, turn_policy
+from .watch_cache import ApiCache, CacheDep, SessionLook, session_look, turn_policy
 
 router = APIRouter(prefix="/api/sessions", tags=["approvals"], route_class=Route)
 
-
-def api_cache(request: Request) -> ApiCache:
-    return api_cache_of(request.app.state)
-
-
-# None: read the apiserver (a caller outside a request, the MCP tools).
-CacheDep = Annotated[ApiCache | None, Depends(api_cache)]
 
 MESSAGE_MAX = 8192
 

@@ -24,6 +24,7 @@ from .fields import EnvironmentName, MessageText, ModelId
 from .names import SessionRef
 from .routing import Route
 from .views import session_view, turn_view
+from .watch_cache import CacheDep
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"], route_class=Route)
 
@@ -49,8 +50,12 @@ class Fork(BaseModel):
 
 
 @router.post("", status_code=201, response_model=S.SessionView)
-async def create_session(body: NewSession, who: Admin, k: KubeDep, d: DbDep) -> dict[str, Any]:
-    if await k.get("environments", body.environment) is None:
+async def create_session(
+    body: NewSession, who: Admin, k: KubeDep, d: DbDep, c: CacheDep = None
+) -> dict[str, Any]:
+    # The cache can say an Environment exists, never that it doesn't: a miss reads the apiserver.
+    known = c is not None and c.environment_known(body.environment)
+    if not known and await k.get("environments", body.environment) is None:
         raise HTTPException(
             422, f"unknown environment {body.environment!r}: create it first (kind Environment)"
         )

@@ -242,3 +242,17 @@ def test_session_look_sees_a_deletion() -> None:
     }
     look = session_look(s)
     assert look.deleted and look.policy is None and look.current_turn is None and not look.tainted
+
+
+def test_an_environment_is_known_from_a_usable_cache_and_a_miss_is_never_a_no() -> None:
+    """A session's create skips its Environment GET only when the cache holds that Environment; a cache that
+    is not listed, not watching, or that saw it deleted sends the create to the apiserver."""
+    c = ApiCache(object())  # type: ignore[arg-type]  # nothing to watch: fed by hand below
+    env = {"metadata": {"name": "e1", "resourceVersion": "5"}, "spec": {}}
+    assert not c.environment_known("e1")
+    c.environments.relist([env], "5")
+    assert not c.environment_known("e1")  # listed, but its watch not running: can't say
+    c.environments.watching = True
+    assert c.environment_known("e1") and not c.environment_known("e2")
+    c.environments.apply("DELETED", {"metadata": {"name": "e1", "resourceVersion": "6"}})
+    assert not c.environment_known("e1")
