@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -158,7 +159,10 @@ def namespace_stack(cluster: Any, namespace: str, prefix: str, **kw: Any) -> Ite
         yield s
     finally:
         s.stop_all()
-        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("HANGAR_KEEP_LOGS"):  # as the session stack's: a CI failure can be read after
+            print(f"stack logs kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def audit(stack: Stack, action: str) -> list[dict[str, Any]]:
