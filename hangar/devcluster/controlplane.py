@@ -170,6 +170,10 @@ class ControlPlane:
                     str(self.bins.need("kube-scheduler")),
                     f"--kubeconfig={self.kubeconfig}",
                     "--leader-elect=false",
+                    # A pod first found unschedulable (its volume not bound yet) is retried when the claim
+                    # binds; once in a CI run that retry never came and a sandbox waited out the default
+                    # 5 minutes. Here the scheduler looks again after 10 s (checked every 30 s).
+                    "--pod-max-in-unschedulable-pods-duration=10s",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={free_port()}",
                     f"--authentication-kubeconfig={self.kubeconfig}",
