@@ -380,13 +380,17 @@ class Pools:
             self.ready.pop(m.run_id, None)
             self.seen.pop(m.run_id, None)
             self.ctx.pool_members.pop((ns, m.name), None)
-            self.wake(ns, m.env)  # refill
             try:
                 return await self._adopt(s_obj, m, run, extra or {})
             except BaseException:
                 # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
                 await kube.delete_core("pods", m.name, grace_period_seconds=0)
                 raise
+            finally:
+                # The refill once the claim is written, not beside it: its Secret, volume and pod creates
+                # and its driver's start would compete with the claim's writes for the apiserver and the
+                # CPU while a person waits on this session.
+                self.wake(ns, m.env)
         return None
 
     async def _take(self, m: Member, s_obj: Obj, run: Any) -> bool:

@@ -350,3 +350,24 @@ async def test_after_an_operator_restart_ready_members_are_kept_and_ready_again_
     await rig.session("s1")
     await rig.reconcile("s1")
     assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+
+
+async def test_the_refill_is_woken_once_the_claim_is_written_not_beside_it(tmp_path: Path) -> None:
+    """A claimed member's refill (a Secret, a volume, a pod, a driver's start) would compete with the claim's
+    own writes for the apiserver and the CPU while a person waits: it is woken after the claim's status write."""
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    await make_ready(rig, name)
+    order: list[str] = []
+
+    class Wakeups:
+        def at(self, key: str, when: float, fn: Any) -> None:
+            written = (rig.status("sessions", "s1").get("sandbox") or {}).get("pod") == name
+            order.append(f"{key} after the claim's write" if written else f"{key} before it")
+
+    rig.c.pools.wakeups = Wakeups()  # type: ignore[assignment]
+    await rig.session("s1", prompt="hello")
+    await rig.reconcile("s1")
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+    assert order == ["pools/default/dev after the claim's write"]
