@@ -1,9 +1,11 @@
 """What the tests of the shell readers share: a Bash call to the engine and to the engine before issue 15
-(``approvals_before/``, frozen), and the check that both find the same."""
+(``approvals_before/``, frozen), the check that both find the same, and the check of a fast reader's
+``script()`` against the walk of every parsed pipeline."""
 
 from __future__ import annotations
 
-from hangar.approvals import POLICIES, ToolCall, assess, decide
+from hangar.approvals import POLICIES, ToolCall, assess, commands, decide, shell
+from hangar.approvals.paths import Where
 from tests.unit.approvals_before import rules as old_rules
 from tests.unit.test_shell_equivalence import outcome
 
@@ -28,3 +30,26 @@ def assert_as_before(src: str, tainted: bool) -> None:
     assert outcome(assess, new) == before
     for policy in POLICIES:
         assert outcome(decide, policy, new) == outcome(old_rules.decide, policy, old), policy
+
+
+def assert_script_as_walked(src: str, *, too_deep_is_skipped: bool = False) -> None:
+    """What ``script()`` returns (the programs run) and finds, in order, against ``walk()`` of every pipeline
+    ``shell.parse`` makes of ``src`` (the path that makes every object). A script the parser refuses is not
+    compared; nor, with ``too_deep_is_skipped``, one whose walk overflows the stack."""
+    where = Where(CWD, HOME, IO)
+    try:
+        pipelines = shell.parse(src).pipelines
+    except shell.ShellSyntaxError:
+        return
+    full = commands.ShellAnalysis(where, True)
+    full.stack.append(set())
+    try:
+        for p in pipelines:
+            full.walk(p, 0)
+    except RecursionError:
+        if not too_deep_is_skipped:
+            raise
+        return
+    fast = commands.ShellAnalysis(where, True)
+    assert fast.script(src) == frozenset(full.stack[-1])
+    assert fast.findings == full.findings

@@ -20,7 +20,7 @@ from hangar.approvals.paths import (
     relative_safe,
 )
 from tests.unit.approvals_before import rules as old_rules
-from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, calls
+from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, assert_script_as_walked, calls
 from tests.unit.test_shell_equivalence import norm, outcome
 
 # Words that are plain text, chosen for what the reader and the rules treat apart: reserved words,
@@ -243,18 +243,7 @@ def test_where_the_shortcut_holds() -> None:
 def test_the_programs_a_script_runs_as_the_full_walk_finds_them(src: str) -> None:
     """What ``script()`` returns (the programs run; ``downloads()`` reads it) and its findings, against the
     walk of every parsed pipeline through ``walk()``, the path that makes every object."""
-    where = Where(CWD, HOME, IO)
-    try:
-        pipelines = shell.parse(src).pipelines
-    except shell.ShellSyntaxError:
-        return
-    full = commands.ShellAnalysis(where, True)
-    full.stack.append(set())
-    for p in pipelines:
-        full.walk(p, 0)
-    fast = commands.ShellAnalysis(where, True)
-    assert fast.script(src) == frozenset(full.stack[-1])
-    assert fast.findings == full.findings
+    assert_script_as_walked(src)
 
 
 def test_every_blank_str_split_splits_on_but_the_shell_does_not_sends_a_script_to_the_parser() -> None:

@@ -15,7 +15,7 @@ from hangar.approvals import assess, commands, plain, quick, segments, shell
 from hangar.approvals.paths import Where, render
 from hangar.approvals.shell import Word
 from tests.unit.approvals_before import rules as old_rules
-from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, calls
+from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, assert_script_as_walked, calls
 from tests.unit.test_shell_equivalence import commands as generated_commands
 from tests.unit.test_shell_equivalence import norm, outcome
 from tests.unit.test_shell_plain import PLACES, SETTINGS, WORDS, scripts
@@ -204,22 +204,7 @@ def test_a_marked_words_value_is_its_parts(src: str, where: Where) -> None:
 def test_the_programs_a_script_runs_as_the_full_walk_finds_them(chunks: list[str]) -> None:
     """What ``script()`` returns and finds, in order — with the batches of ``items()``, the substitutions
     walked first, and the pipelines made into objects again — against ``walk()`` of every parsed pipeline."""
-    src = "\n".join(chunks)
-    where = Where(CWD, HOME, IO)
-    try:
-        pipelines = shell.parse(src).pipelines
-    except shell.ShellSyntaxError:
-        return
-    full = commands.ShellAnalysis(where, True)
-    full.stack.append(set())
-    try:
-        for p in pipelines:
-            full.walk(p, 0)
-    except RecursionError:
-        return
-    fast = commands.ShellAnalysis(where, True)
-    assert fast.script(src) == frozenset(full.stack[-1])
-    assert fast.findings == full.findings
+    assert_script_as_walked("\n".join(chunks), too_deep_is_skipped=True)
 
 
 def test_what_the_runs_read_apart_take() -> None:
