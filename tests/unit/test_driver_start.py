@@ -15,26 +15,12 @@ from typing import Any
 
 from hangar_driver import protocol as P
 from hangar_driver.adapters import NAMES, make_harness
-from hangar_driver.config import LIVE_HARNESSES, Config
+from hangar_driver.config import LIVE_HARNESSES
 from hangar_driver.driver import Driver
+from tests.unit.test_prepare_turn import driver_config
 
 SANDBOX_IMAGE = Path(__file__).resolve().parents[2] / "sandbox-image"
 KEY = b"k" * 43
-
-
-def config(tmp_path: Path) -> Config:
-    (tmp_path / "ws").mkdir(exist_ok=True)
-    cfg = Config(
-        {
-            "HANGAR_RUN_ID": "s-r1",
-            "HANGAR_HARNESS": "claude",
-            "HANGAR_GATEWAY": "127.0.0.1:1",
-            "HANGAR_WORKSPACE": str(tmp_path / "ws"),
-            "HANGAR_STATE_DIR": str(tmp_path / "state"),
-        }
-    )
-    cfg.agent_uid = cfg.agent_gid = None  # as this user
-    return cfg
 
 
 def test_the_hello_says_live_as_the_adapter_would() -> None:
@@ -63,7 +49,7 @@ def test_the_hello_path_imports_none_of_the_turn_machinery() -> None:
 
 
 def test_commands_and_live_work_before_load_wait_for_it(tmp_path: Path) -> None:
-    d = Driver(config(tmp_path), KEY, load=False)
+    d = Driver(driver_config(tmp_path), KEY, load=False)
     assert not d.made and d._hello_body()["live"] is True and d._hello_body()["run"] == "s-r1"
     d.on_command("c-1", {"op": P.OP_TAINT})
     d.on_command("c-2", {"op": P.OP_EXEC, "request": "r1", "argv": ["true"]})

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from hangar_driver.config import Config
 from hangar_driver.handback import HandbackWatcher
 from hangar_driver.process import exiting
 from hangar_driver.turns import TurnRunner
+from tests.unit.test_prepare_turn import driver_config
 
 Events = list[tuple[str, dict[str, Any]]]
 
@@ -68,23 +68,11 @@ def runner(tmp_path: Path) -> Iterator[Callable[..., tuple[TurnRunner, Events, P
     made: list[TurnRunner] = []
 
     def make(*behaviours: str) -> tuple[TurnRunner, Events, Path]:
-        (tmp_path / "ws").mkdir(exist_ok=True)
-        (tmp_path / "state" / "io").mkdir(parents=True, exist_ok=True)
         script = tmp_path / "standin.py"
         script.write_text(STANDIN)
         log = tmp_path / "invocations"
         argv = [sys.executable, str(script), str(log), ",".join(behaviours)]
-        cfg = Config(
-            {
-                "HANGAR_RUN_ID": "s-r1",
-                "HANGAR_HARNESS": "claude",
-                "HANGAR_GATEWAY": "127.0.0.1:1",
-                "HANGAR_WORKSPACE": str(tmp_path / "ws"),
-                "HANGAR_STATE_DIR": str(tmp_path / "state"),
-                "HANGAR_CLI_ARGV": json.dumps(argv),
-            }
-        )
-        cfg.agent_uid = cfg.agent_gid = None  # as this user
+        cfg = driver_config(tmp_path, HANGAR_CLI_ARGV=json.dumps(argv))
         events: Events = []
         r = TurnRunner(
             cfg,
