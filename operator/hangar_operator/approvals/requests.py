@@ -54,13 +54,10 @@ class PermissionRequests:
         kube = self.ctx.kube_in(ns)
         # The session from the operator's cache (its status — sandbox, taint — is written by the operator
         # alone, each write put in the cache, and the caller holds the session's lock); the turn is read.
-        # Read both at once when the cache can't say: the agent waits on this answer.
-        cache = self.ctx.cache
-        s_obj = cache.get("sessions", ns, session) if cache.primed else None
-        if s_obj is None:
-            t_obj, s_obj = await asyncio.gather(kube.get("turns", turn_name), kube.get("sessions", session))
-        else:
-            t_obj = await kube.get("turns", turn_name)
+        # Both at once when the cache can't say: the agent waits on this answer.
+        t_obj, s_obj = await asyncio.gather(
+            kube.get("turns", turn_name), self.ctx.cached(ns, "sessions", session)
+        )
         if t_obj is None or s_obj is None:
             return
         turn, s = Turn.model_validate(t_obj), Session.model_validate(s_obj)
