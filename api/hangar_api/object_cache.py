@@ -107,15 +107,6 @@ class ObjectCache(Generic[T]):
         self.rv = rv
         self.listed = True
 
-    def reset(self) -> None:
-        """Forget everything (the watch is gone for good: a new one lists again)."""
-        self.objs.clear()
-        self.labels.clear()
-        self.index.clear()
-        self.gone.clear()
-        self.rv = None
-        self.listed = self.watching = False
-
     # --- inside -----------------------------------------------------------------------------------------
     def _put(self, obj: Obj) -> None:
         name = _name(obj)

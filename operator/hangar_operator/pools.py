@@ -420,7 +420,7 @@ class Pools:
         missing when the operator stopped between the status write and the Secret's create: the key, derived
         with a nonce only that process knew, is gone with it (fail closed: the sandbox is released and the
         next turn starts another). A volume still the pool's is re-owned by the session. Also for a fresh
-        sandbox's run (its Secret came before its pod): the key found is kept for the driver's hello."""
+        sandbox's run (its Secret made with its pod, before the status): its key is kept for the hello."""
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         took = s.status.workspace if s.status.workspace and s.status.workspace != pvc_name(s.name) else None
