@@ -9,6 +9,13 @@ of them: past that the cache empties itself and says so (``overflowed``), and re
 
 Readers trust it only while :attr:`usable` (listed, its watch running, not overflowed); an object it does
 not hold may still exist (its event not here yet), so a miss is a reason to read, never a 404.
+
+Every writer says what was news, so the stream's listeners (``watch_cache.Watched``) hear each state of an
+object once: an event or a write is news when its object is newer than what is held (a resourceVersion names
+one state, so an equal one was heard already); a relist returns its differences as changes (what is new or
+newer than held, and a DELETED stub for what is held but no longer listed). An overflowed cache holds
+nothing to compare with: every event is news, and a relist returns every object it lists (a listener may
+hear an object twice then, never miss it; a deletion during that gap is not seen).
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from typing import Generic, TypeVar
 from hangar.kube import Obj
 
 T = TypeVar("T")
+
+# (ADDED | MODIFIED | DELETED, the object): what a listener is told.
+Change = tuple[str, Obj]
 
 
 def rv_of(obj: Obj) -> int | None:
@@ -71,80 +81,108 @@ class ObjectCache(Generic[T]):
         return len(self.objs)
 
     # --- writers ----------------------------------------------------------------------------------------
-    def apply(self, kind: str, obj: Obj) -> None:
-        """A watch event: ADDED, MODIFIED, DELETED or BOOKMARK (which only moves where the watch goes on)."""
+    def apply(self, kind: str, obj: Obj) -> bool:
+        """A watch event: ADDED, MODIFIED, DELETED or BOOKMARK (which only moves where the watch goes on).
+        True when it is news (see the module's doc)."""
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if rv is not None:
             self.rv = str(rv)
         if kind == "BOOKMARK":
-            return
+            return False
+        if self.overflowed:
+            return True  # nothing held to compare with
         if kind == "DELETED":
-            self._delete(obj)
-        else:
-            self._put(obj)
+            return self._delete(obj)
+        return self._put(obj)
 
-    def wrote(self, obj: Obj) -> None:
-        """The object as one of the API's own writes returned it."""
-        self._put(obj)
+    def wrote(self, obj: Obj) -> bool:
+        """The object as one of the API's own writes returned it; True when it is news."""
+        return self._put(obj)
 
-    def relist(self, items: list[Obj], rv: str | None) -> None:
+    def relist(self, items: list[Obj], rv: str | None) -> list[Change]:
         """A full listing at ``rv``: it replaces what is held, but for what is newer than the listing (a
-        write of ours applied meanwhile). Too many objects: the cache empties and stays overflowed."""
+        write of ours applied meanwhile). Too many objects: the cache empties and stays overflowed.
+        Returns the differences from what was held, as changes."""
         if len(items) > self.capacity:
             self._overflow()
             self.rv = rv
-            return
+            return [("MODIFIED", o) for o in items]
         self.overflowed = False
         at = int(rv) if rv is not None and rv.isdigit() else None
         present = {_name(o) for o in items}
+        changes: list[Change] = []
         for name, (held_rv, _) in list(self.objs.items()):
             if name not in present and (at is None or held_rv is None or held_rv <= at):
+                changes.append(("DELETED", self.stub(name, rv)))
                 self._drop(name)
         # A tombstone older than the listing has nothing left to guard against: the listing is newer.
         self.gone = {n: g for n, g in self.gone.items() if at is not None and g is not None and g > at}
         for o in items:
-            self._put(o)
+            known = _name(o) in self.objs
+            if self._put(o):
+                changes.append(("MODIFIED" if known else "ADDED", o))
         self.rv = rv
         self.listed = True
+        return changes
 
     # --- inside -----------------------------------------------------------------------------------------
-    def _put(self, obj: Obj) -> None:
+    def _put(self, obj: Obj) -> bool:
         name = _name(obj)
         if not name:
-            return
+            return False
         rv = rv_of(obj)
         held = self.objs.get(name)
         if held is not None and not _newer(rv, held[0]):
-            return  # a late event: what is held (our own write, say) is newer
+            return False  # a late event: what is held (our own write, say) is newer
+        # The same version again (the watch event of our own write): replaced, but no news.
+        news = held is None or rv is None or held[0] is None or rv > held[0]
         if name in self.gone:
             tomb = self.gone[name]
             if rv is not None and tomb is not None and rv <= tomb:
-                return  # an event of the object from before it was deleted
+                return False  # an event of the object from before it was deleted
             del self.gone[name]  # made again under the same name
         try:
             value = self.project(obj)
         except Exception:
             # Not readable as the readers need it: not held, so a reader reads it (and fails as before).
             self._drop(name)
-            return
+            return news
         if held is None and len(self.objs) >= self.capacity:
             self._overflow()
-            return
+            return True
         self.objs[name] = (rv, value)
         self._label(name, ((obj.get("metadata") or {}).get("labels") or {}).get(self.label or ""))
+        return news
 
-    def _delete(self, obj: Obj) -> None:
+    def _delete(self, obj: Obj) -> bool:
         name = _name(obj)
         if not name:
-            return
+            return False
         rv = rv_of(obj)
         held = self.objs.get(name)
         if held is not None and rv is not None and held[0] is not None and held[0] > rv:
-            return  # held is newer than this deletion: it was made again since
+            return False  # held is newer than this deletion: it was made again since
+        if held is None and name in self.gone:
+            tomb = self.gone[name]
+            if rv is None or tomb is None or tomb >= rv:
+                return False  # this deletion was heard already
         self._drop(name)
         self.gone[name] = rv
         while len(self.gone) > self.capacity:  # bounded: the oldest tombstones go first
             del self.gone[next(iter(self.gone))]
+        return True
+
+    def stub(self, name: str, rv: str | None) -> Obj:
+        """What the cache can still tell of an object: its name, ``rv`` and its indexed label (the session a
+        Turn or an Approval belongs to, the job a Session is an attempt of). Told of one deleted while the
+        watch was lost, and of each one held to a listener that joins late."""
+        meta: Obj = {"name": name}
+        if rv is not None:
+            meta["resourceVersion"] = rv
+        label = self.labels.get(name)
+        if self.label is not None and label is not None:
+            meta["labels"] = {self.label: label}
+        return {"metadata": meta}
 
     def _drop(self, name: str) -> None:
         self.objs.pop(name, None)

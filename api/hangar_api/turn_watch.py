@@ -1,5 +1,8 @@
-"""One watch on the namespace's Turns for the whole API process: the withdraw route waits on it for the
-driver's verdict, and the MCP resource subscriptions (``hangar_api/mcp/subscriptions.py``) listen to it."""
+"""The requests waiting on a Turn (a withdraw waiting for the driver's verdict) and the listeners of Turn
+changes (the MCP resource subscriptions, ``hangar_api/mcp/subscriptions.py``), fed by the replica's one
+Turn stream: the watch-fed cache's (``watch_cache.py``), which also tells what a relist after a lost watch
+found changed. One stream per replica, not one per request or per use: a burst of withdraws on one busy
+turn would otherwise have the apiserver send every change of it to each."""
 
 from __future__ import annotations
 
@@ -14,84 +17,94 @@ from fastapi import Request
 
 from hangar.kube import Kube, Obj
 
+from .watch_cache import Watched, api_cache_of
+
 log = logging.getLogger("hangar.api.steering")
 
 
-class TurnWatch:
-    """One watch on the namespace's Turns for the whole API process, fanned out to the requests waiting on
-    a turn (a withdraw waiting for the driver's verdict) and to the listeners (the MCP resource
-    subscriptions, ``hangar_api/mcp/subscriptions.py``). One watch, not one per request: a burst of
-    withdraws on one busy turn would otherwise have the apiserver send every change of it to each."""
+class _Waiter:
+    """One request waiting on a turn: ``found`` is the first state told that satisfies ``done``; ``poke``
+    wakes it (that, or the turn deleted: it reads the turn again)."""
 
-    def __init__(self, k: Kube, withdraw_wait: float = 20.0) -> None:
+    def __init__(self, done: Callable[[Obj], bool]) -> None:
+        self.done = done
+        self.found: Obj | None = None
+        self.poke = asyncio.Event()
+
+
+class TurnWatch:
+    def __init__(self, k: Kube, feed: Watched | None, withdraw_wait: float = 20.0) -> None:
         self.k = k
+        self.feed = feed  # None: nothing streams (waiters read the turn every 5 s)
         self.withdraw_wait = withdraw_wait  # seconds a withdraw waits for the driver's verdict, then 202
-        self.waiters: dict[str, list[tuple[Callable[[Obj], bool], asyncio.Future[Obj]]]] = {}
+        self.waiters: dict[str, list[_Waiter]] = {}
         self.listeners: list[Callable[[Obj], None]] = []
-        self.task: asyncio.Task[None] | None = None
+        self.attached = False
 
     def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
+        """Nothing to stop: the stream is the cache's (stopped with it)."""
 
     def _start(self) -> None:
-        if self.task is None or self.task.done():
-            self.task = asyncio.create_task(self._run())
+        if not self.attached and self.feed is not None:
+            self.attached = True
+            self.feed.listen(self.changed)
 
     def listen(self, fn: Callable[[Obj], None]) -> None:
         """Call ``fn`` (synchronous, must not block) with every changed or deleted Turn from now on."""
         self.listeners.append(fn)
         self._start()
 
-    async def _run(self) -> None:
-        while True:
+    def changed(self, kind: str, obj: Obj) -> None:
+        """One change of the stream: the waiters on that turn and the listeners hear of it."""
+        for w in list(self.waiters.get((obj.get("metadata") or {}).get("name", ""), [])):
+            if kind == "DELETED":
+                w.poke.set()  # read again: the turn is gone (a relist's stub holds no state to judge)
+                continue
             try:
-                async for ev in self.k.watch("turns"):
-                    obj = ev.get("object")
-                    if not isinstance(obj, dict):
-                        continue
-                    for done, fut in list(self.waiters.get(obj.get("metadata", {}).get("name", ""), [])):
-                        if not fut.done() and done(obj):
-                            fut.set_result(obj)
-                    for fn in list(self.listeners):
-                        try:
-                            fn(obj)
-                        except Exception:
-                            log.exception("turn watch listener failed")
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.info("turn watch broke (%s); watching again", e)
-                await asyncio.sleep(1)
+                hit = w.found is None and w.done(obj)
+            except Exception:
+                hit = False  # an object the predicate can't read: the waiter reads the turn itself
+            if hit:
+                w.found = obj
+                w.poke.set()
+        for fn in list(self.listeners):
+            try:
+                fn(obj)
+            except Exception:
+                log.exception("turn watch listener failed")
 
     async def wait(self, turn: Obj, done: Callable[[Obj], bool], timeout: float) -> Obj:
         """The turn once ``done(turn)``, or as it is at the timeout. Reads the turn itself once registered
-        (and every 5 s), so a change the watch saw before we listened is not missed."""
+        (and every 5 s, and when poked), so a change the stream told before we listened is not missed."""
         if done(turn):
             return turn
         self._start()
         name = turn["metadata"]["name"]
-        fut: asyncio.Future[Obj] = asyncio.get_running_loop().create_future()
-        entry = (done, fut)
-        self.waiters.setdefault(name, []).append(entry)
+        w = _Waiter(done)
+        self.waiters.setdefault(name, []).append(w)
         deadline = time.monotonic() + timeout
         try:
             while True:
+                w.poke.clear()  # before the read: a change told during it wakes the wait below at once
                 fresh = await self.k.get("turns", name)
                 if fresh is None:
                     return turn
                 turn = fresh
                 if done(turn):
                     return turn
+                if w.found is not None:
+                    return w.found
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return turn
                 with contextlib.suppress(TimeoutError):
-                    return await asyncio.wait_for(asyncio.shield(fut), min(5.0, left))
+                    await asyncio.wait_for(w.poke.wait(), min(5.0, left))
+                if w.found is not None:
+                    return w.found
         finally:
             waiting = self.waiters.get(name, [])
-            if entry in waiting:
-                waiting.remove(entry)
+            if w in waiting:
+                waiting.remove(w)
             if not waiting:
                 self.waiters.pop(name, None)
 
@@ -103,10 +116,12 @@ def stop_watch(state: Any) -> None:
 
 
 def turn_watch_of(state: Any) -> TurnWatch:
-    """The app's one Turn watch (made on first use; started by its first waiter or listener)."""
+    """The app's Turn waiters and listeners (made on first use; they join the Turn stream with the first)."""
     w: TurnWatch | None = getattr(state, "turn_watch", None)
     if w is None:
-        w = state.turn_watch = TurnWatch(state.kube, state.settings.api_withdraw_wait)
+        w = state.turn_watch = TurnWatch(
+            state.kube, api_cache_of(state).feed("turns"), state.settings.api_withdraw_wait
+        )
     return w
 
 

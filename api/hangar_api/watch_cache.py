@@ -8,8 +8,10 @@ apiserver that was a Session, a Turn and an Approval listing per poll (~25 ms of
 machine), and the reads themselves slowed the apiserver the operator was writing the approval to. Each
 API replica keeps one watch per resource (not one per request): a list, then a watch from the listing's
 resourceVersion (bookmarks keep it current); an expired one (410 Gone) lists again, which drops what was
-deleted meanwhile. While a cache is not usable (not listed yet, its watch broken, overflowed) every read
-goes to the apiserver, as before: fail closed. The state and its rules are ``object_cache.py``.
+deleted meanwhile. The stream is shared: listeners (``Watched.listen``: the Turn waiters and the MCP
+subscriptions) hear every change the cache applied, the differences a relist found among them, and the
+API's own writes (``Watched.wrote``), each state of an object once. While a cache is not usable (not listed
+yet, its watch broken, overflowed) every read goes to the apiserver, as before: fail closed. The state and its rules are ``object_cache.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -27,7 +30,7 @@ from hangar.kube import ApiException, Kube, Obj
 from hangar.models import GROUP, VERSION, Session, TurnStatus
 from hangar.models import labels as L
 
-from .object_cache import ObjectCache
+from .object_cache import Change, ObjectCache
 
 log = logging.getLogger("hangar.api.cache")
 
@@ -75,14 +78,52 @@ def approval_kept(obj: Obj) -> Obj:
     return {**obj, "metadata": kept}
 
 
+# Told of each change (kind, object as the apiserver sent it); synchronous, must not block.
+Listener = Callable[[str, Obj], None]
+
+
 class Watched:
-    """One resource's cache and the task that lists and watches it."""
+    """One resource's cache and the task that lists and watches it, and the listeners of its stream."""
 
     def __init__(self, k: Kube, plural: str, cache: ObjectCache[Any]) -> None:
         self.k = k
         self.plural = plural
         self.cache = cache
         self.task: asyncio.Task[None] | None = None
+        self.listeners: list[Listener] = []
+
+    def listen(self, fn: Listener, replay: bool = False) -> None:
+        """Tell ``fn`` of every change from now on (the stream runs once the ``ApiCache`` started).
+        ``replay``: first an ADDED stub (``ObjectCache.stub``) of each object held now, for a listener that
+        keeps its own map of what exists (an overflowed cache holds none to tell)."""
+        if replay:
+            for name, (rv, _) in list(self.cache.objs.items()):
+                fn("ADDED", self.cache.stub(name, None if rv is None else str(rv)))
+        self.listeners.append(fn)
+
+    def wrote(self, obj: Obj) -> None:
+        """One of the API's own writes: held at once (read your writes) and told to the listeners, whose
+        watch event then, at the same version, is no news."""
+        if self.cache.wrote(obj):
+            self._tell([("MODIFIED", obj)])
+
+    def event(self, kind: str, obj: Obj) -> None:
+        """One watch event: applied to the cache, and told when it is news."""
+        if self.cache.apply(kind, obj):
+            self._tell([(kind, obj)])
+
+    def listed(self, items: list[Obj], rv: str | None) -> None:
+        """A listing: it replaces what the cache holds, and what changed while there was no watch (a 410, a
+        broken connection) is told as changes, so no listener misses the gap."""
+        self._tell(self.cache.relist(items, rv))
+
+    def _tell(self, changes: list[Change]) -> None:
+        for kind, obj in changes:
+            for fn in list(self.listeners):
+                try:
+                    fn(kind, obj)
+                except Exception:
+                    log.exception("%s listener failed", self.plural)
 
     def start(self) -> None:
         if self.task is None or self.task.done():
@@ -97,12 +138,13 @@ class Watched:
         out: Obj = await self.k.custom.list_namespaced_custom_object(
             GROUP, VERSION, self.k.namespace, self.plural
         )
-        self.cache.relist(out.get("items") or [], (out.get("metadata") or {}).get("resourceVersion"))
+        self.listed(out.get("items") or [], (out.get("metadata") or {}).get("resourceVersion"))
 
     async def _watch(self) -> None:
         """Events from the cache's resourceVersion until the apiserver ends the watch (then again from where
-        it got to). A 410 (the version expired) or any other error goes up: the caller lists again."""
-        while not self.cache.overflowed:
+        it got to). A 410 (the version expired) or any other error goes up: the caller lists again. An
+        overflowed cache with listeners goes on watching for them (it holds nothing)."""
+        while self.listeners or not self.cache.overflowed:
             w = watch.Watch()
             async with w.stream(
                 self.k.custom.list_namespaced_custom_object,
@@ -118,8 +160,8 @@ class Watched:
                 async for ev in stream:
                     obj = ev.get("raw_object") or ev.get("object")
                     if isinstance(obj, dict):
-                        self.cache.apply(str(ev.get("type") or ""), obj)
-                    if self.cache.overflowed:
+                        self.event(str(ev.get("type") or ""), obj)
+                    if self.cache.overflowed and not self.listeners:
                         break
 
     async def _run(self) -> None:
@@ -127,7 +169,7 @@ class Watched:
         while True:
             try:
                 await self._list()
-                if self.cache.overflowed:
+                if self.cache.overflowed and not self.listeners:
                     log.warning("%s: more than %d objects; read from the apiserver", self.plural, CAPACITY)
                     await asyncio.sleep(OVERFLOW_RETRY)
                     continue
@@ -160,7 +202,8 @@ class ApiCache:
     def __init__(self, k: Kube, capacity: int = CAPACITY) -> None:
         self.approvals: ObjectCache[Obj] = ObjectCache(approval_kept, capacity, label=L.SESSION)
         self.sessions: ObjectCache[SessionLook] = ObjectCache(session_look, capacity)
-        self.turns: ObjectCache[str | None] = ObjectCache(turn_policy, capacity)
+        # Indexed by session: a Turn deleted while the watch was lost is told with its session.
+        self.turns: ObjectCache[str | None] = ObjectCache(turn_policy, capacity, label=L.SESSION)
         self.environments: ObjectCache[bool] = ObjectCache(_exists, capacity)
         self.watched = [
             Watched(k, "approvals", self.approvals),
@@ -169,6 +212,10 @@ class ApiCache:
             Watched(k, "environments", self.environments),
         ]
         self.started = False
+
+    def feed(self, plural: str) -> Watched:
+        """The stream of ``plural`` (to listen to it)."""
+        return next(w for w in self.watched if w.plural == plural)
 
     def start(self) -> None:
         # A Kube without a connection (the unit tier's fake) has nothing to watch: every read goes to it.
@@ -204,7 +251,7 @@ class ApiCache:
 
     def wrote_approval(self, obj: Obj) -> None:
         with contextlib.suppress(Exception):
-            self.approvals.wrote(obj)
+            self.feed("approvals").wrote(obj)
 
 
 def stop_cache(state: Any) -> None:

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from hangar.kube import Obj
+from hangar.testing.fake_kube import FakeKube
 from hangar_api.object_cache import ObjectCache
-from hangar_api.watch_cache import ApiCache, approval_kept, session_look, turn_policy
+from hangar_api.watch_cache import ApiCache, session_look
 
 LABEL = "hangar.dev/session"
 
@@ -188,10 +189,7 @@ def test_tombstones_are_bounded() -> None:
 
 
 def test_api_cache_reads_say_ask_the_apiserver_until_usable() -> None:
-    c = ApiCache.__new__(ApiCache)
-    c.approvals = ObjectCache(approval_kept, 10, label=LABEL)
-    c.sessions = ObjectCache(session_look, 10)
-    c.turns = ObjectCache(turn_policy, 10)
+    c = ApiCache(FakeKube(), capacity=10)  # never started: fed by hand below
     assert c.session("s1") is None and c.approvals_of(["s1"]) is None and c.turn("t1") == (False, None)
     assert c.approval("ap-1") is None
     c.sessions.relist(
