@@ -227,25 +227,42 @@ class Kube:
             await self.custom.delete_namespaced_custom_object(group, version, self.namespace, plural, name)
         return not gone.given
 
-    async def watch(self, plural: str, resource_version: str | None = None) -> AsyncIterator[Obj]:
-        """Yields watch events ({"type", "object"}) for one plural, forever, re-listing after expiry."""
+    async def list_at(self, plural: str) -> tuple[Objs, str | None]:
+        """Every object of ``plural`` in the namespace, and the listing's resourceVersion: where a watch
+        that misses nothing goes on from (:meth:`watch`)."""
+        out = await self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, plural)
+        items: Objs = out.get("items") or []
+        rv = (out.get("metadata") or {}).get("resourceVersion")
+        return items, None if rv is None else str(rv)
+
+    async def watch(
+        self, plural: str, resource_version: str | None = None, *, bookmarks: bool = False
+    ) -> AsyncIterator[Obj]:
+        """Watch events ({"type", "object", "raw_object"}) of one plural after ``resource_version`` (a
+        :meth:`list_at`'s), forever: when the apiserver ends a watch (its timeout) it is watched again from
+        the last version seen. ``bookmarks``: BOOKMARK events too (they keep that version recent). Without a
+        version it starts with an ADDED for every object there is.
+
+        A 410 Gone (the version expired: what happened since is beyond the apiserver's window) is raised,
+        never papered over by watching again from "now", which would skip the gap's changes and deletions:
+        the caller lists again (:meth:`list_at`) and goes on from the listing."""
         while True:
             w = watch.Watch()
             kw: dict[str, Any] = {"timeout_seconds": 300}
             if resource_version:
                 kw["resource_version"] = resource_version
-            try:
-                async with w.stream(
-                    self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, plural, **kw
-                ) as stream:
-                    async for ev in stream:
-                        obj = ev["object"]
-                        resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
-                        yield ev
-            except ApiException as e:
-                if e.status != 410:
-                    raise
-                resource_version = None
+            if bookmarks:
+                kw["allow_watch_bookmarks"] = True
+            async with w.stream(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, plural, **kw
+            ) as stream:
+                async for ev in stream:
+                    obj = ev.get("raw_object") or ev.get("object")
+                    if isinstance(obj, dict):
+                        resource_version = (obj.get("metadata") or {}).get(
+                            "resourceVersion", resource_version
+                        )
+                    yield ev
 
 
 # The kubernetes_asyncio method suffix of each core kind the operator manages.

@@ -8,10 +8,11 @@ apiserver that was a Session, a Turn and an Approval listing per poll (~25 ms of
 machine), and the reads themselves slowed the apiserver the operator was writing the approval to. Each
 API replica keeps one watch per resource (not one per request): a list, then a watch from the listing's
 resourceVersion (bookmarks keep it current); an expired one (410 Gone) lists again, which drops what was
-deleted meanwhile. The stream is shared: listeners (``Watched.listen``: the Turn waiters and the MCP
-subscriptions) hear every change the cache applied, the differences a relist found among them, and the
-API's own writes (``Watched.wrote``), each state of an object once. While a cache is not usable (not listed
-yet, its watch broken, overflowed) every read goes to the apiserver, as before: fail closed. The state and its rules are ``object_cache.py``.
+deleted meanwhile (``Kube.watch`` raises the 410; it never watches on from "now"). The stream is shared:
+listeners (``Watched.listen``: the Turn waiters and the MCP subscriptions) hear every change the cache
+applied, the differences a relist found among them, and the API's own writes (``Watched.wrote``), each state
+of an object once. While a cache is not usable (not listed yet, its watch broken, overflowed) every read goes
+to the apiserver, as before: fail closed. The state and its rules are ``object_cache.py``.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from kubernetes_asyncio import watch
 
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import GROUP, VERSION, Session, TurnStatus
+from hangar.models import Session, TurnStatus
 from hangar.models import labels as L
 
 from .object_cache import Change, ObjectCache
@@ -36,8 +36,6 @@ log = logging.getLogger("hangar.api.cache")
 
 # At most this many objects per resource; past it, that cache empties and the routes read the apiserver.
 CAPACITY = 20_000
-# A watch the apiserver ends after this long (it is watched again from where it was).
-WATCH_SECONDS = 300
 # How long an overflowed cache waits before it lists again (to see whether it fits now).
 OVERFLOW_RETRY = 60.0
 
@@ -135,34 +133,19 @@ class Watched:
         self.cache.watching = False
 
     async def _list(self) -> None:
-        out: Obj = await self.k.custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.k.namespace, self.plural
-        )
-        self.listed(out.get("items") or [], (out.get("metadata") or {}).get("resourceVersion"))
+        self.listed(*await self.k.list_at(self.plural))
 
     async def _watch(self) -> None:
-        """Events from the cache's resourceVersion until the apiserver ends the watch (then again from where
-        it got to). A 410 (the version expired) or any other error goes up: the caller lists again. An
-        overflowed cache with listeners goes on watching for them (it holds nothing)."""
-        while self.listeners or not self.cache.overflowed:
-            w = watch.Watch()
-            async with w.stream(
-                self.k.custom.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                self.k.namespace,
-                self.plural,
-                resource_version=self.cache.rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_SECONDS,
-            ) as stream:
-                self.cache.watching = True
-                async for ev in stream:
-                    obj = ev.get("raw_object") or ev.get("object")
-                    if isinstance(obj, dict):
-                        self.event(str(ev.get("type") or ""), obj)
-                    if self.cache.overflowed and not self.listeners:
-                        break
+        """Events from the cache's resourceVersion (``Kube.watch`` watches again from where it got to when
+        the apiserver ends a watch). A 410 (the version expired) or any other error goes up: the caller
+        lists again. An overflowed cache with listeners goes on watching for them (it holds nothing)."""
+        self.cache.watching = True
+        async for ev in self.k.watch(self.plural, self.cache.rv, bookmarks=True):
+            obj = ev.get("raw_object") or ev.get("object")
+            if isinstance(obj, dict):
+                self.event(str(ev.get("type") or ""), obj)
+            if self.cache.overflowed and not self.listeners:
+                return
 
     async def _run(self) -> None:
         backoff = 0.5
@@ -201,16 +184,21 @@ class ApiCache:
 
     def __init__(self, k: Kube, capacity: int = CAPACITY) -> None:
         self.approvals: ObjectCache[Obj] = ObjectCache(approval_kept, capacity, label=L.SESSION)
-        self.sessions: ObjectCache[SessionLook] = ObjectCache(session_look, capacity)
+        # Indexed by job: an attempt's job is told with it (MCP subscriptions map a job to its attempts).
+        self.sessions: ObjectCache[SessionLook] = ObjectCache(session_look, capacity, label=L.JOB)
         # Indexed by session: a Turn deleted while the watch was lost is told with its session.
         self.turns: ObjectCache[str | None] = ObjectCache(turn_policy, capacity, label=L.SESSION)
         self.environments: ObjectCache[bool] = ObjectCache(_exists, capacity)
+        # Jobs only for the MCP subscriptions' stream: watched from their first listener on.
+        self.jobs: ObjectCache[bool] = ObjectCache(_exists, capacity)
         self.watched = [
             Watched(k, "approvals", self.approvals),
             Watched(k, "sessions", self.sessions),
             Watched(k, "turns", self.turns),
             Watched(k, "environments", self.environments),
+            Watched(k, "jobs", self.jobs),
         ]
+        self.lazy = {"jobs"}
         self.started = False
 
     def feed(self, plural: str) -> Watched:
@@ -218,11 +206,20 @@ class ApiCache:
         return next(w for w in self.watched if w.plural == plural)
 
     def start(self) -> None:
-        # A Kube without a connection (the unit tier's fake) has nothing to watch: every read goes to it.
+        # Not on the unit tier's fake (no connection): its tests write to it from their own thread, which
+        # its watches' queues can't take. Every read goes to it.
         if self.started or not hasattr(self.watched[0].k, "custom"):
             return
         self.started = True
         for w in self.watched:
+            if w.plural not in self.lazy or w.listeners:
+                w.start()
+
+    def listen(self, plural: str, fn: Listener, replay: bool = False) -> None:
+        """``fn`` hears every change of ``plural`` from this replica's one stream of it (``Watched.listen``)."""
+        w = self.feed(plural)
+        w.listen(fn, replay)
+        if self.started:
             w.start()
 
     def stop(self) -> None:

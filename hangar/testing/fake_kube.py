@@ -193,24 +193,37 @@ class FakeKube(Kube):
             self._delete("delete_ext", self._ext(plural), name, None)
         return not gone.given
 
-    async def watch(self, plural: str, resource_version: str | None = None) -> AsyncIterator[Obj]:
+    async def list_at(self, plural: str) -> tuple[Objs, str | None]:
         resource = self._custom(plural)
-        try:
-            self.server.fault("watch", resource, None)
-        except ApiException as e:
-            # Like Kube.watch: an expired resource version starts over, anything else is the caller's.
-            if e.status != 410:
-                raise
-            resource_version = None
+        items = self._list("list_at", resource, None)
+        history = self.server.history
+        return items, str(history[-1][0] if history else 0)
+
+    async def watch(
+        self, plural: str, resource_version: str | None = None, *, bookmarks: bool = False
+    ) -> AsyncIterator[Obj]:
+        # Like Kube.watch: an expired resource version (``fail_next("watch", plural, 410)``) is raised, for
+        # the caller to list again. No bookmarks are sent (the apiserver may send none either).
+        resource = self._custom(plural)
+        self.server.fault("watch", resource, None)
         first, w = self.server.subscribe(resource, self.namespace, resource_version)
         try:
             for ev in first:
                 yield {**ev, "raw_object": ev["object"]}
             while True:
                 ev = await w.queue.get()
+                if ev.get("type") == "ERROR":  # break_watches: the connection is lost
+                    raise api_error(int(ev["object"].get("code") or 500), "the watch was lost")
                 yield {**ev, "raw_object": ev["object"]}
         finally:
             self.server.watchers.remove(w)
+
+    def break_watches(self, plural: str, status: int = 500) -> None:
+        """Ends every open watch of ``plural`` with an error (a lost connection, or with 410 the apiserver
+        saying the watch's version expired); not a write."""
+        for w in self.server.watchers:
+            if w.resource == plural:
+                w.queue.put_nowait({"type": "ERROR", "object": {"code": status}})
 
     # requests -----------------------------------------------------------------------------------------
     def _custom(self, plural: str) -> str:

@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from hangar.kube import ApiException, Kube, owner_ref
 from hangar.testing.fake_kube import FakeKube
 
@@ -273,6 +275,17 @@ async def scenario(k: Kube, eventually: Eventually) -> list[tuple[str, Any]]:
     events.clear()
     await asyncio.wait_for(follow(w0["metadata"]["resourceVersion"]), 30)
     note("watch from a resource version", list(events))
+
+    # a listing's version: a watch from it tells only what came after the listing
+    items, at = await k.list_at("turns")
+    note("listed", sorted(o["metadata"]["name"] for o in items))
+    stream = k.watch("turns", at)
+    after = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.5)  # the watch is open (the real one answers nothing until an event)
+    await k.create("turns", turn("w2"))
+    ev = await asyncio.wait_for(after, 30)
+    note("watch from a listing", (ev["type"], ev["object"]["metadata"]["name"]))
+    await stream.aclose()
     return out
 
 
@@ -313,6 +326,20 @@ async def test_fake_kube_behaves_like_the_apiserver(cluster: Cluster) -> None:
         if got != want
     ]
     assert differ == [], "\n".join(differ)
+
+
+async def test_a_watch_from_an_expired_version_says_410_to_its_caller(cluster: Cluster) -> None:
+    """Kube.watch does not watch on from "now" after a 410 (that would skip what happened in the gap): the
+    caller gets it and lists again. Version 1 is older than any apiserver's watch window here."""
+    k = await Kube.connect(str(cluster.kubeconfig), "default")
+    try:
+        with pytest.raises(ApiException) as e:
+            await asyncio.wait_for(anext(k.watch("turns", "1")), 30)
+        assert e.value.status == 410
+        _, at = await k.list_at("turns")
+        assert at is not None and int(at) > 1
+    finally:
+        await k.close()
 
 
 async def snapshot_scenario(k: Kube) -> list[tuple[str, Any]]:

@@ -246,3 +246,67 @@ async def test_listeners_of_the_turn_watch_share_the_one_stream() -> None:
     w.event("MODIFIED", turn("t1", 4))
     assert seen == ["4", "second 4"]
     assert heard == [("ADDED", "t1", "4")]
+
+
+# --- the stream itself on the fake apiserver: list, watch, a 410, the relist's differences -------------------
+def turn_body(name: str, phase: str = "Running", session: str = "s1") -> Obj:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Turn",
+        "metadata": {"name": name, "labels": {LABEL: session}},
+        "spec": {"session": session, "index": int(name.rsplit("-", 1)[1]), "message": "hi"},
+        "status": {"phase": phase},
+    }
+
+
+async def settle(until: Any) -> None:
+    """Until ``until()`` holds (a lost connection is listed again after a back-off of 0.5 s)."""
+    for _ in range(3000):
+        if until():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the stream did not get there")
+
+
+@pytest.mark.parametrize("status", [410, 500])
+async def test_a_lost_watch_relists_and_tells_only_what_changed_in_the_gap(status: int) -> None:
+    k = FakeKube()
+    k.seed("turns", turn_body("s1-1"))
+    k.seed("turns", turn_body("s1-2", "Completed"))
+    k.seed("turns", turn_body("s1-3", session="s2"))
+    w = Watched(k, "turns", ObjectCache(turn_policy, 100, label=LABEL))
+    heard: list[tuple[str, str, str | None]] = []
+    w.listen(
+        lambda kind, o: heard.append((kind, o["metadata"]["name"], (o.get("status") or {}).get("phase")))
+    )
+    w.start()
+    try:
+        await settle(lambda: w.cache.usable)
+        assert sorted(heard) == [
+            ("ADDED", "s1-1", "Running"),
+            ("ADDED", "s1-2", "Completed"),
+            ("ADDED", "s1-3", "Running"),
+        ]
+        heard.clear()
+        k.set_status("turns", "s1-1", {"phase": "Interrupted"})
+        await settle(lambda: len(heard) == 1)
+        assert heard == [("MODIFIED", "s1-1", "Interrupted")]
+        heard.clear()
+        # The watch is lost; what happens before it is watched again is in no watch event this stream reads.
+        k.break_watches("turns", status)
+        k.set_status("turns", "s1-1", {"phase": "Completed"})
+        await k.delete("turns", "s1-3")
+        await k.create("turns", turn_body("s1-4"))
+        await settle(lambda: len(heard) == 3)
+        assert sorted(heard) == [
+            ("ADDED", "s1-4", None),  # a create's status is not kept (the status subresource)
+            ("DELETED", "s1-3", None),  # a stub: only what the cache still knows
+            ("MODIFIED", "s1-1", "Completed"),
+        ]
+        heard.clear()
+        k.set_status("turns", "s1-2", {"phase": "Failed"})  # and the watch goes on from the listing
+        await settle(lambda: len(heard) == 1)
+        assert heard == [("MODIFIED", "s1-2", "Failed")]
+        assert w.cache.usable and sorted(w.cache.objs) == ["s1-1", "s1-2", "s1-4"]
+    finally:
+        w.stop()

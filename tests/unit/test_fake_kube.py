@@ -401,15 +401,24 @@ async def test_graceful_pods_terminate_until_their_kubelet_is_done() -> None:
     assert k.names("pods") == []
 
 
-async def test_a_watch_whose_resource_version_expired_starts_over_like_kube_watch() -> None:
+async def test_a_watch_whose_resource_version_expired_is_raised_for_a_relist_like_kube_watch() -> None:
     k = FakeKube()
     made = await k.create("sessions", session("a"))
     await k.create("sessions", session("b"))
     k.fail_next("watch", "sessions", 410)
-    stream = k.watch("sessions", made["metadata"]["resourceVersion"])
-    got = [await anext(stream), await anext(stream)]
-    await stream.aclose()
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in got] == [("ADDED", "a"), ("ADDED", "b")]
+    with pytest.raises(ApiException) as e:
+        await anext(k.watch("sessions", made["metadata"]["resourceVersion"]))
+    assert e.value.status == 410  # not started over from "now": the caller lists again
+    items, rv = await k.list_at("sessions")
+    assert [o["metadata"]["name"] for o in items] == ["a", "b"]
+    stream = k.watch("sessions", rv)
+    await k.create("sessions", session("c"))
+    got = await anext(stream)
+    assert (got["type"], got["object"]["metadata"]["name"]) == ("ADDED", "c")  # only what follows the listing
+    k.break_watches("sessions", 410)
+    with pytest.raises(ApiException) as e:
+        await anext(stream)
+    assert e.value.status == 410
     k.fail_next("watch", "sessions", 403)
     with pytest.raises(ApiException) as e:
         await anext(k.watch("sessions"))

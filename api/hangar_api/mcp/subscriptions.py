@@ -8,9 +8,9 @@
   them; we add ours on the lowlevel server, which also advertises ``resources.subscribe: true``). The
   notification goes out on the client's session (its GET stream). A session's subscriptions end with it.
 
-Where changes come from: one watch each on Sessions, Jobs and Approvals, and the app's Turn watch
-(:class:`hangar_api.turn_watch.TurnWatch`, shared with the withdraw route), all started by the first
-subscription. An object maps to the URIs it shows in: a Session to its own, and its job's if it is a job's
+Where changes come from: the replica's one stream each of Sessions, Jobs, Approvals and Turns, the API
+cache's (``hangar_api/watch_cache.py``; Turns through :class:`hangar_api.turn_watch.TurnWatch`, shared with
+the withdraw route), listened to from the first subscription. An object maps to the URIs it shows in: a Session to its own, and its job's if it is a job's
 attempt (label ``hangar.dev/job``); a Turn and an Approval to their session's (and so its job's); a Job to its
 own. The operator writes the activity events straight to the database, so an ``…/events`` URI is checked
 for new events (its scopes' last ``seq``) every half second, and at once when a watched object it belongs to
@@ -55,7 +55,7 @@ from pydantic import BaseModel
 
 from hangar.kube import Obj
 
-from .. import turn_watch
+from .. import turn_watch, watch_cache
 from ..auth import Caller
 from . import common, live_watch
 from .auth import TokensVerifier
@@ -382,13 +382,14 @@ class Subscriptions:
     def _start(self) -> None:
         if self._tasks:
             return
+        # The replica's one stream per resource (watch_cache.py): after a lost watch (a 410) its relist
+        # tells what changed and what was deleted meanwhile, so no change is missed.
+        cache = watch_cache.api_cache_of(self.hub.state)
         turn_watch.turn_watch_of(self.hub.state).listen(self._on_turn)
-        self._tasks = [
-            asyncio.create_task(self._watch("sessions", self._on_session)),
-            asyncio.create_task(self._watch("jobs", self._on_job)),
-            asyncio.create_task(self._watch("approvals", self._on_approval)),
-            asyncio.create_task(self._poll_events()),
-        ]
+        cache.listen("sessions", self._on_session, replay=True)  # which sessions are a job's attempts
+        cache.listen("jobs", self._on_job)
+        cache.listen("approvals", self._on_approval)
+        self._tasks = [asyncio.create_task(self._poll_events())]
 
     def stop(self) -> None:
         for task in self._tasks:
@@ -396,19 +397,6 @@ class Subscriptions:
         for outbox in list(self._legacy.values()):
             outbox.stop()
         self.watches.stop_all()
-
-    async def _watch(self, plural: str, on: Callable[[str, Obj], None]) -> None:
-        while True:
-            try:
-                async for ev in self.hub.kube.watch(plural):
-                    obj = ev.get("object")
-                    if isinstance(obj, dict) and obj.get("metadata"):
-                        on(str(ev.get("type", "")), obj)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.info("%s watch broke (%s); watching again", plural, e)
-                await asyncio.sleep(1)
 
     def _session_changed(self, session: str) -> None:
         self.changed(INBOX)
