@@ -18,7 +18,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
-from hangar.models import GROUP, VERSION, Approval, ApprovalStatus
+from hangar.models import Approval, ApprovalStatus
 from hangar.models.limits import bounded
 from hangar.store import Database
 
@@ -84,15 +84,20 @@ async def session_approvals(k: Kube, ref: str) -> list[Obj]:
     return await approvals_of(k, [ref])
 
 
-async def approvals_of(k: Kube, sessions: Collection[str]) -> list[Obj]:
-    """The approvals of these sessions (a session, or a job's attempts)."""
+async def approvals_of(k: Kube, sessions: Collection[str], cache: ApiCache | None = None) -> list[Obj]:
+    """The approvals of these sessions (a session, or a job's attempts). With ``cache``: as this replica's
+    watch-fed cache holds them when it can say (its own decisions applied at once), else listed."""
     names = sorted(set(sessions))
     if not names:
         return []
-    selector = (
-        f"hangar.dev/session={names[0]}" if len(names) == 1 else f"hangar.dev/session in ({','.join(names)})"
-    )
-    items = await k.list("approvals", label_selector=selector)
+    items = cache.approvals_of(names) if cache is not None else None
+    if items is None:
+        selector = (
+            f"hangar.dev/session={names[0]}"
+            if len(names) == 1
+            else f"hangar.dev/session in ({','.join(names)})"
+        )
+        items = await k.list("approvals", label_selector=selector)
     # Only the ones the operator requested (it writes their status); a hand-made Approval is not one.
     return [a for a in items if _requested(Approval.model_validate(a), names)]
 
@@ -251,10 +256,12 @@ async def decide(
 ) -> dict[str, Any]:
     """Decide ``approval``, which must belong to one of ``sessions`` (404 naming ``where`` otherwise).
     ``first``: the Approval as the caller just read it or the cache held it (the first look; the write is a
-    compare-and-set, and a look that lost it reads the apiserver). ``cache``: told of the write, so this
-    replica's next listing shows the decision."""
-    for _ in range(10):
-        a, first = first or await approval_in(k, sessions, approval, where), None
+    compare-and-set, and a look that lost it reads the apiserver). ``cache``: the first look without
+    ``first``, and told of the write, so this replica's next listing shows the decision."""
+    for attempt in range(10):
+        # The first look may be the cache's; after a lost compare-and-set, the apiserver's.
+        look = cache if attempt == 0 else None
+        a, first = first or await approval_in(k, sessions, approval, where, look), None
         why = refusal(a)
         if why:
             raise HTTPException(409, why)
@@ -265,15 +272,7 @@ async def decide(
         if body.message:
             patch["spec"]["message"] = body.message
         try:
-            out: Obj = await k.custom.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                k.namespace,
-                "approvals",
-                approval,
-                patch,
-                _content_type="application/merge-patch+json",
-            )
+            out = await k.patch("approvals", approval, patch)  # a merge patch at that version
         except ApiException as e:
             if e.status == 409:
                 continue  # changed since we read it (or the cache's look was behind): read it again

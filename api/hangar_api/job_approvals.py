@@ -17,13 +17,18 @@ from .job_attempts import JobsCaller, attempt_sessions, get_job, job_state
 from .names import ApprovalId, JobId
 from .routing import Route
 from .views import job_view
+from .watch_cache import CacheDep
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 
 
 @router.get("/{job_id}/approvals", response_model=S.JobApprovals)
 async def list_approvals(
-    job_id: JobId, who: JobsCaller, k: KubeDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    job_id: JobId,
+    who: JobsCaller,
+    k: KubeDep,
+    c: CacheDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     """The job's policy, the approvals its attempts wait on, and recent ones, across all attempts."""
     j = await get_job(k, who, job_id)
@@ -36,7 +41,8 @@ async def list_approvals(
             {"session": s["metadata"]["name"], "policy": sst.policy, "tainted": sst.taint.tainted}
         )
     policy = st.policy or next((a["policy"] for a in attempts if a["policy"]), None)
-    items = await ap.approvals_of(k, [s["metadata"]["name"] for s in sessions])
+    # The approvals from this replica's watch-fed cache when it can say (watch_cache.py), else listed.
+    items = await ap.approvals_of(k, [s["metadata"]["name"] for s in sessions], c)
     pending, recent = ap.pending_and_recent(items, limit)
     return {
         "job": job_id,
@@ -50,17 +56,29 @@ async def list_approvals(
 
 
 @router.get("/{job_id}/approvals/{approval}", response_model=S.ApprovalView)
-async def read_approval(job_id: JobId, approval: ApprovalId, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
+async def read_approval(
+    job_id: JobId, approval: ApprovalId, who: JobsCaller, k: KubeDep, c: CacheDep
+) -> dict[str, Any]:
     j = await get_job(k, who, job_id)
     names = [s["metadata"]["name"] for s in await attempt_sessions(k, j)]
-    return ap.approval_view(await ap.approval_in(k, names, approval, f"job {job_id!r}"))
+    return ap.approval_view(await ap.approval_in(k, names, approval, f"job {job_id!r}", c))
 
 
 @router.post("/{job_id}/approvals/{approval}", response_model=S.ApprovalView)
 async def decide_approval(
-    job_id: JobId, approval: ApprovalId, body: ap.DecisionBody, who: JobsCaller, k: KubeDep, d: DbDep
+    job_id: JobId,
+    approval: ApprovalId,
+    body: ap.DecisionBody,
+    who: JobsCaller,
+    k: KubeDep,
+    d: DbDep,
+    c: CacheDep = None,
 ) -> dict[str, Any]:
-    """Decide an approval one of the job's attempts waits on (404 if it is not the job's)."""
+    """Decide an approval one of the job's attempts waits on (404 if it is not the job's). The first look
+    is the cache's (the write is a compare-and-set: a stale look reads the apiserver), and the cache is told
+    of the decision, so this replica's next listing shows it."""
     j = await get_job(k, who, job_id)
     names = [s["metadata"]["name"] for s in await attempt_sessions(k, j)]
-    return await ap.decide(k, d, who, names, approval, body, f"job {job_id!r}", job=job_id)
+    where = f"job {job_id!r}"
+    first = await ap.approval_in(k, names, approval, where, c)
+    return await ap.decide(k, d, who, names, approval, body, where, first=first, cache=c, job=job_id)

@@ -22,6 +22,7 @@ from hangar.models.limits import MESSAGE_MAX, bounded
 from .. import approvals as ap
 from .. import job_attempts
 from ..auth import Caller
+from ..watch_cache import api_cache_of
 from . import declines
 from .auth import acting
 from .common import Hub, Target
@@ -86,7 +87,11 @@ async def decide(
     body = ap.DecisionBody(decision=form.decision, message=form.message or None)
     audit: dict[str, Any] = {"via": "mcp", target.kind: target.name}
     try:
-        await ap.decide(hub.kube, hub.db, acting(who), snap_names, approval, body, target.where, **audit)
+        # The cache told of the decision: wait_for_turn's next look (through it) does not ask it again.
+        cache = api_cache_of(hub.state)
+        await ap.decide(
+            hub.kube, hub.db, acting(who), snap_names, approval, body, target.where, cache=cache, **audit
+        )
     except HTTPException as e:  # decided by someone else, expired, withdrawn, gone: nothing changed
         return {"id": approval, "outcome": "stale", "detail": str(e.detail)}
     return {"id": approval, "outcome": "answered", "decision": form.decision, "message": form.message}

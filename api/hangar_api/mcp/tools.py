@@ -19,6 +19,7 @@ from .. import approvals as ap
 from .. import deps, job_approvals, job_attempts, job_release, job_steering, jobs, sessions, steering
 from ..auth import Caller
 from ..views import job_view, session_view
+from ..watch_cache import api_cache_of
 from . import common
 from .auth import TokensVerifier, acting, mcp_caller
 from .common import Hub, refusals, sessions_only
@@ -211,11 +212,12 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
         target = await common.resolve(hub, who, ref)
         body = ap.DecisionBody(decision=decision, message=message)
         with refusals():
+            cache = api_cache_of(hub.state)  # told of the decision: this replica's next reads show it
             if target.kind == "job":
                 return await job_approvals.decide_approval(
-                    target.name, approval, body, acting(who), hub.kube, hub.db
+                    target.name, approval, body, acting(who), hub.kube, hub.db, cache
                 )
-            return await ap.decide_approval(target.name, approval, body, acting(who), hub.kube, hub.db)
+            return await ap.decide_approval(target.name, approval, body, acting(who), hub.kube, hub.db, cache)
 
     @server.tool(annotations=WRITE)
     async def wait_for_turn(

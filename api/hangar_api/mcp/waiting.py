@@ -45,6 +45,7 @@ from .. import approvals as ap
 from .. import job_attempts
 from ..auth import Caller
 from ..views import job_pr, stamp, turn_view
+from ..watch_cache import api_cache_of
 from . import declines, tasks
 from .answers import (
     ANSWER_SCHEMA,
@@ -189,7 +190,9 @@ async def snapshot(hub: Hub, target: Target) -> Snapshot:
         latest = [by_session[n] for n in names if n in by_session]
         waiting = [
             (approval, a)
-            for a in await ap.approvals_of(k, names)
+            # Through this replica's watch-fed cache when it can say: its decisions (answers.decide) are
+            # applied to it at once, so a look after one never asks it again.
+            for a in await ap.approvals_of(k, names, api_cache_of(hub.state))
             if (approval := Approval.model_validate(a)).status.phase == "Pending"
             and not approval.spec.decision
         ]
