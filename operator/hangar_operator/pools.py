@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hangar.kube import ApiException, Obj, owner_ref, status_of
+from hangar.kube import ApiException, Obj, status_of
 from hangar.models import Session
 from hangar.models import labels as L
 from hangar.models.base import iso
@@ -38,6 +38,8 @@ from hangar_driver import protocol as P
 from .context import Context
 from .foreign_status import pod_status
 from .lifecycle import SESSION, move
+from .pool_claims import NO_KEY as NO_KEY  # re-exported: its readers (Sandboxes) know it from here
+from .pool_claims import finish_claim, volume_patch
 from .pool_objects import (
     MEMBER,
     RETIRED,
@@ -49,7 +51,7 @@ from .pool_objects import (
     retire_patch,
 )
 from .runs import Run
-from .sandbox_objects import labels, pvc_name, run_key_secret
+from .sandbox_objects import run_key_secret
 from .status import patch_status
 from .sweeper import Wakeups, waits_for_slot
 
@@ -58,7 +60,6 @@ log = logging.getLogger("hangar.operator.pools")
 READY = "hangar.dev/pool-ready"
 SPEC = "hangar.dev/pool-spec"  # the hash of the Environment spec a member was made from
 BACKSTOP = 60.0  # seconds between looks at a pool that could not fill (no free slot)
-NO_KEY = "has no run key (the operator stopped while it was being made)"  # finish_claim's verdict
 ADOPT_WAIT = 2.0  # seconds a claim waits for the adopted driver's hello before it writes the status
 
 InUse = Callable[[], Awaitable[int]]
@@ -101,17 +102,6 @@ def pool_of(spec: EnvironmentSpec | None) -> int:
     if spec is None or spec.warm_pool is None or spec.repository is not None:
         return 0
     return spec.warm_pool.size
-
-
-def _volume_patch(s_obj: Obj) -> Obj:
-    """A claimed member's volume goes with its sandbox: the session's from now on (status.workspace)."""
-    name = str(s_obj["metadata"]["name"])
-    return {
-        "metadata": {
-            "labels": {**labels(name, component="workspace"), L.POOL: None},
-            "ownerReferences": [owner_ref(s_obj)],
-        }
-    }
 
 
 class Pools:
@@ -415,29 +405,8 @@ class Pools:
         return False
 
     async def finish_claim(self, ns: str, s_obj: Obj, run: Run) -> str:
-        """At a start (the run's key not in this process's memory): what the claim's writes beside its status
-        write left undone is done now. Returns why the sandbox can't be kept, "" if it can. The key Secret is
-        missing when the operator stopped between the status write and the Secret's create: the key, derived
-        with a nonce only that process knew, is gone with it (fail closed: the sandbox is released and the
-        next turn starts another). A volume still the pool's is re-owned by the session. Also for a fresh
-        sandbox's run (its Secret made with its pod, before the status): its key is kept for the hello."""
-        kube = self.ctx.kube_in(ns)
-        s = Session.model_validate(s_obj)
-        took = s.status.workspace if s.status.workspace and s.status.workspace != pvc_name(s.name) else None
-        secret, pvc = await asyncio.gather(
-            kube.get_core("secrets", run.key_secret),
-            kube.get_core("persistentvolumeclaims", took) if took else asyncio.sleep(0),
-        )
-        uid = s_obj["metadata"].get("uid")
-        meta = (pvc or {}).get("metadata") or {}
-        if took and pvc and not any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or []):
-            log.info("session %s/%s: its warm sandbox's volume %s becomes its own", ns, s.name, took)
-            await kube.patch_core("persistentvolumeclaims", took, _volume_patch(s_obj))
-        data = ((secret or {}).get("data") or {}).get("run-key")
-        if not data:
-            return NO_KEY
-        self.ctx.run_keys.setdefault(run.id, base64.b64decode(data))
-        return ""
+        """At a start: what a claim's writes beside its status write left undone (``pool_claims``)."""
+        return await finish_claim(self.ctx, ns, s_obj, run)
 
     async def _adopt(self, s_obj: Obj, m: Member, run: Any, extra: dict[str, Any]) -> Obj:
         kube = self.ctx.kube_in(m.namespace)
@@ -483,7 +452,7 @@ class Pools:
         (written, connected), _, _ = await asyncio.gather(
             write_status(),
             kube.create_core("secrets", secret),
-            kube.patch_core("persistentvolumeclaims", m.workspace, _volume_patch(s_obj)),
+            kube.patch_core("persistentvolumeclaims", m.workspace, volume_patch(s_obj)),
         )
         log.info("session %s/%s took warm sandbox %s (connected: %s)", m.namespace, s.name, m.name, connected)
         # After the write, side by side: the Event, and the pool's key Secret (its key is dead already:
