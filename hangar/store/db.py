@@ -33,6 +33,9 @@ SCHEMA = [
         requests TEXT NOT NULL, result TEXT, error TEXT, created_ms BIGINT NOT NULL,
         updated_ms BIGINT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS mcp_tasks_created ON mcp_tasks (created_ms)",
+    # The running replica's heartbeat per task (a table of its own: an existing mcp_tasks gains no column).
+    """CREATE TABLE IF NOT EXISTS mcp_task_leases (
+        task TEXT PRIMARY KEY, beat_ms BIGINT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS mcp_task_responses (
         task TEXT NOT NULL, input_key TEXT NOT NULL, response TEXT NOT NULL, taken INTEGER NOT NULL,
         PRIMARY KEY (task, input_key))""",

@@ -6,6 +6,10 @@ The replica that runs a task writes its status as it changes; any replica reads 
 whichever replica takes it, and the running replica takes the rows it has not taken yet. A cancel is written
 as the final status at once (a later write of the running replica never overwrites a final status), and the
 running replica, seeing it, stops the work.
+
+The running replica also beats (``mcp_task_leases``: one row per task, its last beat), so a replica that
+died is seen by the others: a task not final whose beat is older than a limit is failed by whichever replica
+looks (:meth:`TaskStore.fail_if_dead`, a conditional write: a beat that came meanwhile keeps it running).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class TaskRow:
     error: dict[str, Any] | None
     created_ms: int
     updated_ms: int
+    beat_ms: int | None = None  # the running replica's last heartbeat (None: it never beat)
 
     @property
     def final(self) -> bool:
@@ -59,8 +64,9 @@ class TaskStore:
 
     async def get(self, task_id: str) -> TaskRow | None:
         rows = await self.db.backend.fetch(
-            "SELECT id, owner, status, message, requests, result, error, created_ms, updated_ms "
-            "FROM mcp_tasks WHERE id = ?",
+            "SELECT t.id, t.owner, t.status, t.message, t.requests, t.result, t.error, t.created_ms, "
+            "t.updated_ms, l.beat_ms FROM mcp_tasks t LEFT JOIN mcp_task_leases l ON l.task = t.id "
+            "WHERE t.id = ?",
             (task_id,),
         )
         if not rows:
@@ -76,6 +82,7 @@ class TaskStore:
             error=None if r[6] is None else dict(json.loads(r[6])),
             created_ms=int(r[7]),
             updated_ms=int(r[8]),
+            beat_ms=None if r[9] is None else int(r[9]),
         )
 
     async def set_status(
@@ -93,6 +100,26 @@ class TaskStore:
             "UPDATE mcp_tasks SET status = ?, message = ?, requests = ?, result = ?, error = ?, updated_ms = ? "
             f"WHERE id = ? AND {_NOT_FINAL}",
             (status, message, json.dumps(requests or {}), _json(result), _json(error), now_ms(), task_id),
+        )
+
+    async def beat(self, task_id: str, at_ms: int) -> None:
+        """The running replica is alive and runs ``task_id`` (its lease renewed)."""
+        await self.db.backend.execute(
+            "INSERT INTO mcp_task_leases (task, beat_ms) VALUES (?, ?) "
+            "ON CONFLICT (task) DO UPDATE SET beat_ms = excluded.beat_ms",
+            (task_id, at_ms),
+        )
+
+    async def fail_if_dead(
+        self, task_id: str, beat_before_ms: int, message: str, error: dict[str, Any]
+    ) -> None:
+        """Fails the task if it is not final and its replica's last beat is older than ``beat_before_ms``;
+        a task that never beat is left alone (its replica can't be judged)."""
+        await self.db.backend.execute(
+            "UPDATE mcp_tasks SET status = 'failed', message = ?, requests = '{}', error = ?, updated_ms = ? "
+            f"WHERE id = ? AND {_NOT_FINAL} AND EXISTS "
+            "(SELECT 1 FROM mcp_task_leases WHERE task = ? AND beat_ms < ?)",
+            (message, json.dumps(error), now_ms(), task_id, task_id, beat_before_ms),
         )
 
     async def cancel(self, task_id: str) -> None:
@@ -130,6 +157,10 @@ class TaskStore:
         """Drops the tasks created before ``older_than_ms`` and their answers."""
         await self.db.backend.execute(
             "DELETE FROM mcp_task_responses WHERE task IN (SELECT id FROM mcp_tasks WHERE created_ms < ?)",
+            (older_than_ms,),
+        )
+        await self.db.backend.execute(
+            "DELETE FROM mcp_task_leases WHERE task IN (SELECT id FROM mcp_tasks WHERE created_ms < ?)",
             (older_than_ms,),
         )
         await self.db.backend.execute("DELETE FROM mcp_tasks WHERE created_ms < ?", (older_than_ms,))

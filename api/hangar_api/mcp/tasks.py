@@ -13,7 +13,11 @@ A task belongs to the token that created it: anyone else's ``tasks/*`` is "task 
 an unknown id. Tasks are kept in the database (``hangar.store.tasks``) for :data:`TTL_MS` from their
 creation, so any API replica answers ``tasks/*``: the replica that runs a task writes its status there, takes
 the answers any replica recorded (within half a second), and stops when any replica recorded a cancel
-(:func:`stop_when_cancelled`, within a second, whatever the work waits on).
+(:func:`stop_when_cancelled`, within a second, whatever the work waits on). It beats every
+:data:`BEAT_SECONDS` (``hangar.store.tasks``); a task whose replica has not beaten for :data:`DEAD_MS` (it
+died, or lost the database that long) is failed with the reason by the first replica that looks at it
+(``tasks/*``, a listen stream), instead of staying ``working`` until its TTL; its replica, should it live
+on, sees the final status and stops the work.
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ MAX_TASKS = 10_000  # running in this process
 CANCEL_CHECK_SECONDS = 1.0  # how often a running task looks for a cancel another replica recorded
 FOLLOW_SECONDS = 0.5  # how often a listen stream reads the tasks it follows
 PURGE_SECONDS = 60.0
+BEAT_SECONDS = 5.0  # how often the running replica says it still runs a task
+DEAD_MS = 30_000  # no beat for this long: the replica running it is gone (six beats missed)
+GONE = "the server running this task stopped (no heartbeat for 30 s); call the tool again"
 
 # Whether a call of a gated tool runs as a task (its caller, its arguments): False runs it as an ordinary
 # call, which answers at once (a refusal stays an immediate error: no task made, nothing run).
@@ -164,18 +171,33 @@ class TaskRun:
 
 
 async def stop_when_cancelled(task: TaskRun) -> None:
-    """Stops the task's work (its runner) once a cancel is recorded, by any replica, or the task is gone:
-    also while the work waits on something else than the task (an exec's answer from the sandbox)."""
+    """Stops the task's work (its runner) once a cancel is recorded, by any replica, or the task is gone or
+    final otherwise (failed by another replica that judged this one dead): also while the work waits on
+    something else than the task (an exec's answer from the sandbox). Beats meanwhile."""
+    beat = time.monotonic()
     while True:
         await asyncio.sleep(CANCEL_CHECK_SECONDS)
         try:
+            if time.monotonic() - beat >= BEAT_SECONDS:
+                await task.store.beat(task.task_id, now_ms())
+                beat = time.monotonic()
             row = await task.store.get(task.task_id)
         except Exception:
             continue  # the database is away for a moment: look again (the work's own writes fail meanwhile)
-        if row is None or row.status == "cancelled":
+        if row is None or row.final:
             if task.runner is not None:
                 task.runner.cancel()
             return
+
+
+async def judged(store: TaskStore, row: TaskRow, running_here: bool) -> TaskRow:
+    """The task as a reader should see it: failed, with the reason, when it is not final and the replica
+    running it stopped beating :data:`DEAD_MS` ago (never one this process runs)."""
+    if row.final or running_here or row.beat_ms is None or now_ms() - row.beat_ms <= DEAD_MS:
+        return row
+    error = {"code": INTERNAL_ERROR, "message": GONE}
+    await store.fail_if_dead(row.id, now_ms() - DEAD_MS, GONE, error)
+    return await store.get(row.id) or row
 
 
 class TaskIdParams(RequestParams):
@@ -230,6 +252,8 @@ class Tasks(Extension):
             raise _missing()
         await self._expire()
         row = await self.store.get(task_id)
+        if row is not None:
+            row = await judged(self.store, row, row.id in self._local)
         expired = row is not None and now_ms() - row.created_ms > TTL_MS
         if row is None or expired or row.owner != self._owner(ctx):  # someone else's: as a missing one
             raise MCPError(INVALID_PARAMS, f"Failed to retrieve task: no task {task_id!r} (or it expired)")
@@ -267,6 +291,7 @@ class Tasks(Extension):
         task = TaskRun(secrets.token_urlsafe(18), self._owner(ctx), store, message="started")
         # Durable before it is returned: a tasks/get on any replica finds it.
         await store.create(task.task_id, task.owner, "started", now_ms())
+        await store.beat(task.task_id, now_ms())
         self._local[task.task_id] = task
 
         async def body() -> None:
@@ -362,6 +387,7 @@ class Tasks(Extension):
                 if row is None:
                     open_ids.remove(task_id)  # expired: nothing more will come
                     continue
+                row = await judged(self.store, row, task_id in self._local)
                 seen = (row.status, row.message, tuple(sorted(row.requests)))
                 if last.get(task_id) != seen:
                     await send(wire(row))
