@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -53,11 +55,14 @@ pytestmark = [
 
 
 @contextmanager
-def replicas(stack: Stack, n: int = 2) -> Iterator[list[int]]:
-    """``n`` more API processes on the stack's apiserver and database, with one MCP state key."""
+def replicas(
+    stack: Stack, n: int = 2, procs: list[subprocess.Popen[bytes]] | None = None
+) -> Iterator[list[int]]:
+    """``n`` more API processes on the stack's apiserver and database, with one MCP state key (``procs``:
+    filled with their processes, for a test that kills one)."""
     root = Path(tempfile.mkdtemp(prefix="hangar-replicas-", dir="/tmp"))
     key = secrets.token_urlsafe(32)
-    procs: list[subprocess.Popen[bytes]] = []
+    procs = [] if procs is None else procs
     ports = [free_port() for _ in range(n)]
     try:
         for i, port in enumerate(ports):
@@ -78,7 +83,8 @@ def replicas(stack: Stack, n: int = 2) -> Iterator[list[int]]:
         yield ports
     finally:
         for p in procs:
-            stop_process(p.pid, p, grace=10)
+            if p.poll() is None:
+                stop_process(p.pid, p, grace=10)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -329,3 +335,37 @@ async def test_a_task_run_by_one_replica_is_followed_answered_and_cancelled_thro
         x for x in api.get("/api/sessions/mcp-rep-task/approvals").json()["recent"] if x["id"] == p["id"]
     )
     assert rec["phase"] == "Allowed" and rec["by"] == "mcp-client"
+
+
+async def test_a_task_whose_replica_died_is_failed_by_the_other(
+    cluster: Cluster, stack: Stack, model: ScriptedModel
+) -> None:
+    """Replica A runs a task and is killed (no cancel written, no beat any more): replica B fails it with the
+    reason once A's last beat is 30 s old, instead of showing it working until its TTL (an hour)."""
+    model.add(
+        Step(text="Writing.", command="echo hi > mcp-rep-dead.txt"),
+        Step(when="tool_result", text="FINAL: written."),
+    )
+    claude_env(cluster, "mcp-env-ask", model, approvals="ask")
+    api = Api(stack)
+    new_session(api, "mcp-rep-dead", "mcp-env-ask", "write it")
+    await in_thread(wait, lambda: pending(api, "mcp-rep-dead"), 120, "the approval")
+    procs: list[subprocess.Popen[bytes]] = []
+    with replicas(stack, procs=procs) as (port_a, port_b):
+        a_url, b_url = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
+        args = {"ref": "mcp-rep-dead", "timeout_seconds": 600}
+        async with client_at(
+            stack, a_url, mode=MODERN, extensions=[TasksClient()], elicitation_callback=never
+        ) as on_a:
+            made = await on_a.session.call_tool("wait_for_turn", args, allow_claimed=True)
+            assert isinstance(made, TaskCreated), made
+        async with client_at(stack, b_url, mode=MODERN, extensions=[TasksClient()]) as on_b:
+            await until_status(on_b, made.task_id, "input_required")
+            os.kill(procs[0].pid, signal.SIGKILL)
+            await in_thread(procs[0].wait)
+            killed = time.monotonic()
+            st = await until_status(on_b, made.task_id, "failed", timeout=120)
+            waited = time.monotonic() - killed
+            assert "stopped (no heartbeat for 30 s)" in (st.error or {}).get("message", ""), st
+            assert "call the tool again" in (st.status_message or ""), st
+            assert 20 < waited < 90, waited  # its last beat's age, not the task's hour
