@@ -74,9 +74,9 @@ async def decide_approval(
     d: DbDep,
     c: CacheDep = None,
 ) -> dict[str, Any]:
-    """Decide an approval one of the job's attempts waits on (404 if it is not the job's). The first look
-    is the cache's (the write is a compare-and-set: a stale look reads the apiserver), and the cache is told
-    of the decision, so this replica's next listing shows it."""
+    """Decide an approval one of the job's attempts waits on (404 if it is not the job's)."""
+    # The first look is the cache's (the write is a compare-and-set: a stale look reads the apiserver), and
+    # the cache is told of the decision, so this replica's next listing shows it.
     j = await get_job(k, who, job_id)
     names = [s["metadata"]["name"] for s in await attempt_sessions(k, j)]
     where = f"job {job_id!r}"
