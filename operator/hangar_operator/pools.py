@@ -6,7 +6,8 @@ verified, for new sessions to take (docs/architecture.md, "Warm sandbox pools").
   on the pod, ``hangar.dev/pool-ready``, so an operator restart finds it again when the driver reconnects).
 - A session claims one with a compare-and-set on the pod's resourceVersion (``claim_patch``): of concurrent
   claims, in this process or another, the apiserver lets exactly one through. The session's run key is
-  derived from the member's (``adopt``), the member's key Secret is deleted and its run refused from then.
+  derived from the member's (``adopt``, sent beside the compare-and-set and undone if it loses), the
+  member's key Secret is deleted and its run refused from then.
 - Every member holds a sandbox slot; a claim turns it into the session's slot. The pool refills only into
   slots no waiting session wants, and gives its members back when sessions wait for a slot.
 - Members past ``maxAgeSeconds``, of an older spec, ended, or not ready within the connect timeout are
