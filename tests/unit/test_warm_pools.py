@@ -187,6 +187,12 @@ async def test_a_member_claimed_elsewhere_is_not_taken_its_adopt_undone_and_the_
     fresh = base64.b64decode(rig.get("secrets", "s1-r1-key")["data"]["run-key"])
     assert await rig.c.sandboxes.key_for_run("s1-r1") == fresh
     assert rig.status("sessions", "other").get("sandbox", {}).get("pod") is None  # never had it recorded
+    # The adopted driver's hello, verified before its connection was dropped, reaches on_connect late: it
+    # does not make the fresh sandbox connected; the fresh driver's own hello does.
+    await rig.c.router.on_connect("s1-r1", {"driver_version": "test", "adopted_from": pool_run})
+    assert rig.status("sessions", "s1")["sandbox"]["connected"] is False
+    await rig.connect("s1")
+    assert rig.status("sessions", "s1")["sandbox"]["connected"] is True
 
 
 async def test_the_claims_compare_and_set_and_the_adopt_go_side_by_side(tmp_path: Path) -> None:
@@ -352,7 +358,9 @@ async def test_a_driver_back_as_the_sessions_run_during_the_claim_makes_it_idle_
     st = rig.status("sessions", "s1")
     assert st["phase"] == "Idle" and st["sandbox"]["connected"] is True and st["sandbox"]["pod"] == name
     assert ("s1", "SandboxConnected") in [(o, r) for (o, r, _) in rig.events()]
-    await rig.connect("s1")  # its on_connect, after the lock: nothing left to change
+    # its on_connect, after the lock (the hello of the member it names): nothing left to change
+    hello = {"driver_version": "test", "adopted_from": Member("default", "dev", name).run_id}
+    await rig.c.router.on_connect("s1-r1", hello)
     assert rig.status("sessions", "s1")["phase"] == "Idle"
 
 
@@ -367,7 +375,9 @@ async def test_a_claimed_sandbox_gets_the_sessions_policy_and_taint_as_a_fresh_o
     await rig.reconcile("s1")
     assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
     assert rig.commands(pool_run) == ["adopt-s1-r1"]
-    await rig.connect("s1")
+    # The adopted driver's hello in place names the member it was: the one the status names.
+    await rig.c.router.on_connect("s1-r1", {"driver_version": "test", "adopted_from": pool_run})
+    assert rig.status("sessions", "s1")["sandbox"]["connected"] is True
     # The turn goes to the session's run (the pool's is forgotten), with the policy and the taint.
     assert rig.commands(pool_run) == [] and rig.commands("s1-r1") == ["start-s1-1"]
     start = rig.ctx.gateway._runs["s1-r1"].pending["start-s1-1"]
