@@ -1,7 +1,7 @@
 """Side by side with agent-sandbox: create → ready for N agent-sandbox Sandboxes and N hangar sessions,
 alternately, on the same control plane and the same local pod runner, as a ratio.
 
-Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool] [--json] [--keep-logs]
+Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool] [--no-settle] [--json] [--keep-logs]
 
 - **hangar**: ``POST /api/sessions`` (no message) → the Session's ``status.sandbox.connected`` is true: the
   operator has made the run-key Secret, the workspace PVC and the pod, the runner has run it, and the driver
@@ -16,6 +16,9 @@ Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool
   before the next sample). hangar: with ``--hangar-pool`` a second Environment keeps a warm pool
   (``spec.warmPool``) of the same size, full before each sample; without it ``--pools`` compares agent-sandbox's
   pool against hangar without one.
+- Before every sample of either side the machine settles (``bench/_settle.py``): this bench's own processes
+  (control plane, stack, pods, agent-sandbox's controller) quiet, so no sample runs while the previous one's
+  refill or pre-started CLI still starts. ``--no-settle``: back to back, as before 2026-12-02 07:00.
 
 The agent-sandbox controller is built once from the Go module proxy (``sigs.k8s.io/agent-sandbox@v0.5.2``,
 several minutes) and cached under ~/.cache/hangar (``bench/_agent_sandbox.py``).
@@ -33,6 +36,7 @@ from typing import Any
 
 import _agent_sandbox
 from _kube import NAMESPACE, TIMEOUT, Check, Cluster, bare_pod_spec, ready_condition
+from _settle import settle
 from _stack import bench_run, claude_env, header, print_result
 from _stats import log, summary
 
@@ -58,6 +62,8 @@ class Compare(Cluster):
         self.work = work
         self.poll = poll
         self.how = how  # how "ready" is seen, on both sides: "watch" or "poll" (every `poll` seconds)
+        self.settle = True  # before each sample, this bench's processes quiet (_settle.py); --no-settle: off
+        self.settled: list[float] = []
 
     async def environment(self, model: ScriptedModel, name: str = ENVIRONMENT, **spec: Any) -> None:
         await self.create_environment(name, claude_env(model), **spec)
@@ -193,6 +199,8 @@ class Compare(Cluster):
             if i % 2:
                 sides.reverse()
             for side, fn in sides:
+                if self.settle:  # both sides alike: what the previous sample set off has finished
+                    self.settled.append(await settle())
                 took = await fn(f"{label}-{side}{i}")
                 (h if side == "h" else s).append(took)
             log(f"{label} {i + 1}/{n}: hangar {h[-1]:.3f} s, agent-sandbox {s[-1]:.3f} s")
@@ -222,7 +230,16 @@ def table(out: dict[str, Any]) -> str:
             f"| {label}{r.get('note', '')} | {h['p50']:.3f} / {h['p99']:.3f} s | {s['p50']:.3f} / {s['p99']:.3f} s"
             f" | **{r['ratio_p50']}x** / {r['ratio_p99']}x |"
         )
-    lines.append(f"\nload average at the end: {out.get('load_end')}")
+    st = out.get("settled")
+    lines.append(
+        "\nbefore each sample, both sides: "
+        + (
+            f"this bench's processes quiet (waited {st['p50']:.2f} s p50, {st['max']:.2f} s max)"
+            if st
+            else "nothing (--no-settle)"
+        )
+    )
+    lines.append(f"load average at the end: {out.get('load_end')}")
     return "\n".join(lines)
 
 
@@ -243,6 +260,11 @@ def main() -> int:
         default="watch",
         help="how ready is seen on both sides: a watch (default) or a poll every --poll s",
     )
+    ap.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="samples back to back (before 2026-12-02 07:00): no wait for this bench's processes to be quiet",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
@@ -250,7 +272,16 @@ def main() -> int:
         print("--hangar-pool goes with --pools", file=sys.stderr)
         return 2
     _agent_sandbox.ensure()
-    res = header({"n": a.n, "pools": a.pools, "pool_size": a.pool_size, "poll": a.poll, "ready": a.ready})
+    res = header(
+        {
+            "n": a.n,
+            "pools": a.pools,
+            "pool_size": a.pool_size,
+            "poll": a.poll,
+            "ready": a.ready,
+            "settle": not a.no_settle,
+        }
+    )
     try:
         with bench_run(a.keep_logs) as br:
             cp, stack = br.start()
@@ -261,6 +292,7 @@ def main() -> int:
 
                 async def run() -> None:
                     async with Compare(stack, cp.kubeconfig, br.root / "compare", a.poll, a.ready) as c:
+                        c.settle = not a.no_settle
                         await c.wait_node()
                         await c.environment(model)
                         res["cold"] = await c.interleaved(a.n, c.hangar, c.sandbox, "cold")
@@ -279,6 +311,7 @@ def main() -> int:
                             else:
                                 res["pools"] = await c.interleaved(a.n, c.hangar, claim, "pool")
                                 res["pools"]["note"] = " (hangar without a pool)"
+                        res["settled"] = summary(c.settled) if c.settled else None
 
                 asyncio.run(run())
             finally:

@@ -1,6 +1,6 @@
 """Warm sandbox pools: a session's connect latency from a warm pool, beside a bare pod and a cold session.
 
-Run: .venv/bin/python bench/warm_pool.py [--sessions N] [--size N] [--no-cold] [--no-dial] [--json]
+Run: .venv/bin/python bench/warm_pool.py [--sessions N] [--size N] [--no-cold] [--no-dial] [--no-settle] [--json]
 [--ready watch|poll] [--poll S] [--keep-logs]
 
 The same machinery as ``bench/sessions.py`` (a local control plane, a Stack, the scripted model; every
@@ -17,8 +17,11 @@ first, not counted:
   makes a sandbox's (the same volumes, the init copy of the driver, the same storage class), whose
   ``python3 -c`` dials a listener of this bench and sends one line; create of the Secret → the line arrives.
 
-Each session is deleted (and its pod gone) before the next sample. The issue's goals: warm / floor ≤ 1.0x,
-cold / dial ≤ 1.3x.
+Each session is deleted (and its pod gone) before the next sample. Then, before every sample of every kind
+alike, the machine settles (``bench/_settle.py``): the warm pool is full again (its refill done, not only one
+member ready) and this bench's own processes (control plane, stack, pods) are quiet, so no sample runs while
+the previous one's refill or pre-started CLI still starts. ``--no-settle``: back to back, as before
+2026-12-02 07:00. The issue's goals: warm / floor ≤ 1.0x, cold / dial ≤ 1.3x.
 
 Turning a pool on from another benchmark is one Environment field: ``spec.warmPool: {size: N}`` (optional
 ``maxAgeSeconds``, ``harness``); wait for ``status.pool.ready`` before timing a claim.
@@ -32,6 +35,7 @@ import time
 from typing import Any
 
 from _kube import NAMESPACE
+from _settle import settle
 from _stack import claude_missing, header, print_result  # bench/ is on sys.path
 from _stats import log, med, summary
 from sessions import Bench, connect_flags, with_bench
@@ -42,6 +46,9 @@ WARM, COLD = "bench-warm", "bench-cold"
 class PoolBench(Bench):
     env_name = WARM
     connected_at_claim = 0  # warm sessions whose claim saw the driver back and wrote connected itself
+    pool_size = 2
+    settle = True  # before each sample: the pool full and this bench's processes quiet (_settle.py)
+    settled: list[float] = []  # seconds waited for the CPU to settle, each sample
 
     async def delete_session(self, name: str, pod: str | None) -> None:
         if self.env_name == WARM:
@@ -66,6 +73,9 @@ class PoolBench(Bench):
         await self.until_custom("hangar.dev", "v1alpha1", "environments", WARM, ready)
 
     async def sample(self, kind: str, i: int) -> dict[str, Any]:
+        if self.settle:  # every kind alike: the previous sample's refill and CLI start done
+            await self.pool_ready(self.pool_size)
+            self.settled.append(await settle())
         if kind == "floor":
             return await self.floor_pod(i)
         if kind == "dial":
@@ -123,6 +133,7 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
         "machine": res["machine"],
         "figures": figures,
         "connected_at_claim": res.get("connected_at_claim"),
+        "settle": res.get("settle"),
         "ratios": ratios,
         "breakdown": breakdown,
     }
@@ -149,6 +160,15 @@ def table(out: dict[str, Any]) -> str:
         f"warm sessions whose claim saw the driver back (one status write): {out['connected_at_claim']} "
         "(the warm-up included)"
     )
+    st = out.get("settle")
+    lines.append(
+        "before each sample: "
+        + (
+            f"the pool full and the bench's processes quiet (waited {st['p50']:.2f} s p50, {st['p99']:.2f} s max)"
+            if st
+            else "nothing (--no-settle: back to back)"
+        )
+    )
     lines.append("(p99 is nearest-rank: below 100 samples it is the maximum)")
     return "\n".join(lines)
 
@@ -158,6 +178,11 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=15, help="samples of each kind (default 15)")
     ap.add_argument("--size", type=int, default=2, help="the warm pool's size (default 2)")
     ap.add_argument("--no-cold", action="store_true", help="skip the sessions without a pool")
+    ap.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="samples back to back (before 2026-12-02 07:00): no wait for the pool's refill and quiet CPU",
+    )
     connect_flags(ap)
     a = ap.parse_args()
     if claude_missing():
@@ -170,14 +195,17 @@ def main() -> int:
             "dial": not a.no_dial,
             "poll": a.poll,
             "ready": a.ready,
+            "settle": not a.no_settle,
         }
     )
 
     async def measure(b: PoolBench) -> None:
+        b.pool_size, b.settle, b.settled = a.size, not a.no_settle, []
         await b.environment(WARM, warmPool={"size": a.size, "maxAgeSeconds": 3600})
         await b.environment(COLD)
         res["samples"] = await b.run(a.sessions, not a.no_cold, not a.no_dial)
         res["connected_at_claim"] = b.connected_at_claim
+        res["settle"] = summary(b.settled) if b.settled else None
 
     if not with_bench(a, PoolBench, measure):
         return 130

@@ -8,28 +8,17 @@ import asyncio
 import base64
 import logging
 
-from hangar.kube import Obj, owner_ref
+from hangar.kube import Obj
 from hangar.models import Session
-from hangar.models import labels as L
 
 from .context import Context
+from .pool_objects import volume_patch
 from .runs import Run
-from .sandbox_objects import labels, pvc_name
+from .sandbox_objects import pvc_name
 
 log = logging.getLogger("hangar.operator.pools")
 
 NO_KEY = "has no run key (the operator stopped while it was being made)"  # finish_claim's verdict
-
-
-def volume_patch(s_obj: Obj) -> Obj:
-    """A claimed member's volume goes with its sandbox: the session's from now on (status.workspace)."""
-    name = str(s_obj["metadata"]["name"])
-    return {
-        "metadata": {
-            "labels": {**labels(name, component="workspace"), L.POOL: None},
-            "ownerReferences": [owner_ref(s_obj)],
-        }
-    }
 
 
 async def finish_claim(ctx: Context, ns: str, s_obj: Obj, run: Run) -> str:

@@ -6,9 +6,14 @@ different from a fresh one, except that its driver runs nothing until a session 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import ValidationError
 
 from hangar.config import Settings
 from hangar.kube import Obj, owner_ref
@@ -17,7 +22,7 @@ from hangar.models.environment import EnvironmentSpec
 from hangar_driver.protocol import new_run_key
 
 from .runs import Run
-from .sandbox_objects import pvc_name, sandbox_pod, workspace_pvc
+from .sandbox_objects import labels, pvc_name, sandbox_pod, workspace_pvc
 
 MEMBER = "pool-member"  # the component label of an unclaimed warm sandbox (a claimed one is "sandbox")
 RETIRED = "pool-retired"  # one being removed: no claim can take it (the relabel is a compare-and-set)
@@ -124,5 +129,55 @@ def retire_patch(member_pod: Obj) -> Obj:
         "metadata": {
             "resourceVersion": member_pod["metadata"]["resourceVersion"],
             "labels": {L.COMPONENT: RETIRED},
+        }
+    }
+
+
+def spec_hash(spec: Obj) -> str:
+    """What a member was made from: the Environment's spec without the pool's size (resizing keeps members)."""
+    body = json.loads(json.dumps(spec))
+    (body.get("warmPool") or {}).pop("size", None)
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def created(pod: Obj) -> float:
+    ts = str(pod["metadata"].get("creationTimestamp") or "")
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def resource_version(obj: Obj) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except ValueError:  # opaque by contract: then the one this process wrote is kept
+        return 0
+
+
+def env_spec(env_obj: Obj | None) -> EnvironmentSpec | None:
+    if env_obj is None or env_obj["metadata"].get("deletionTimestamp"):
+        return None
+    try:
+        return EnvironmentSpec.model_validate(env_obj.get("spec") or {})
+    except ValidationError:
+        return None
+
+
+def pool_of(spec: EnvironmentSpec | None) -> int:
+    """The pool's size: 0 without one, and for an Environment with a repository (a checkout is per
+    session: its branch is the session's, so it can't be made before the session)."""
+    if spec is None or spec.warm_pool is None or spec.repository is not None:
+        return 0
+    return spec.warm_pool.size
+
+
+def volume_patch(s_obj: Obj) -> Obj:
+    """A claimed member's volume goes with its sandbox: the session's from now on (status.workspace)."""
+    name = str(s_obj["metadata"]["name"])
+    return {
+        "metadata": {
+            "labels": {**labels(name, component="workspace"), L.POOL: None},
+            "ownerReferences": [owner_ref(s_obj)],
         }
     }

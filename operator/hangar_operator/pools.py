@@ -6,7 +6,8 @@ verified, for new sessions to take (docs/architecture.md, "Warm sandbox pools").
   on the pod, ``hangar.dev/pool-ready``, so an operator restart finds it again when the driver reconnects).
 - A session claims one with a compare-and-set on the pod's resourceVersion (``claim_patch``): of concurrent
   claims, in this process or another, the apiserver lets exactly one through. The session's run key is
-  derived from the member's (``adopt``), the member's key Secret is deleted and its run refused from then.
+  derived from the member's (``adopt``, sent beside the compare-and-set and undone if it loses), the
+  member's key Secret is deleted and its run refused from then.
 - Every member holds a sandbox slot; a claim turns it into the session's slot. The pool refills only into
   slots no waiting session wants, and gives its members back when sessions wait for a slot.
 - Members past ``maxAgeSeconds``, of an older spec, ended, or not ready within the connect timeout are
@@ -17,16 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
-import json
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any
-
-from pydantic import ValidationError
 
 from hangar.kube import ApiException, Obj, status_of
 from hangar.models import Session
@@ -39,16 +35,22 @@ from .context import Context
 from .foreign_status import pod_status
 from .lifecycle import SESSION, move
 from .pool_claims import NO_KEY as NO_KEY  # re-exported: its readers (Sandboxes) know it from here
-from .pool_claims import finish_claim, volume_patch
+from .pool_claims import finish_claim
 from .pool_objects import (
     MEMBER,
     RETIRED,
     Member,
     claim_patch,
+    created,
+    env_spec,
     member_objects,
     new_member_name,
     parse_pool_run,
+    pool_of,
+    resource_version,
     retire_patch,
+    spec_hash,
+    volume_patch,
 )
 from .runs import Run
 from .sandbox_objects import run_key_secret
@@ -63,45 +65,6 @@ BACKSTOP = 60.0  # seconds between looks at a pool that could not fill (no free 
 ADOPT_WAIT = 2.0  # seconds a claim waits for the adopted driver's hello before it writes the status
 
 InUse = Callable[[], Awaitable[int]]
-
-
-def spec_hash(spec: Obj) -> str:
-    """What a member was made from: the Environment's spec without the pool's size (resizing keeps members)."""
-    body = json.loads(json.dumps(spec))
-    (body.get("warmPool") or {}).pop("size", None)
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _created(pod: Obj) -> float:
-    ts = str(pod["metadata"].get("creationTimestamp") or "")
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
-def _rv(obj: Obj) -> int:
-    try:
-        return int(obj["metadata"].get("resourceVersion") or 0)
-    except ValueError:  # opaque by contract: then the one this process wrote is kept
-        return 0
-
-
-def _env_spec(env_obj: Obj | None) -> EnvironmentSpec | None:
-    if env_obj is None or env_obj["metadata"].get("deletionTimestamp"):
-        return None
-    try:
-        return EnvironmentSpec.model_validate(env_obj.get("spec") or {})
-    except ValidationError:
-        return None
-
-
-def pool_of(spec: EnvironmentSpec | None) -> int:
-    """The pool's size: 0 without one, and for an Environment with a repository (a checkout is per
-    session: its branch is the session's, so it can't be made before the session)."""
-    if spec is None or spec.warm_pool is None or spec.repository is not None:
-        return 0
-    return spec.warm_pool.size
 
 
 class Pools:
@@ -120,6 +83,11 @@ class Pools:
         # Seams for the unit rig, whose gateway is never started: is a run's driver connected, and the time.
         self.is_connected: Callable[[str], bool] = ctx.gateway.connected
         self.clock: Callable[[], float] = time.time
+        # A member recorded ready is kept for a connect timeout from this process's start (or its driver's
+        # last disconnect) for its driver to come back; one that does not (adopted by a claim an earlier
+        # process never finished, say) is retired.
+        self.started = self.clock()
+        self.down: dict[str, float] = {}  # member run id -> when its ready driver disconnected
         self.wait_connected: Callable[[str, float], Awaitable[bool]] = ctx.gateway.wait_connected
 
     # --- the pool ---------------------------------------------------------------------------------------
@@ -148,13 +116,13 @@ class Pools:
     async def _reconcile(self, ns: str, env: str) -> None:
         kube = self.ctx.kube_in(ns)
         env_obj = await kube.get("environments", env)
-        spec = _env_spec(env_obj)
+        spec = env_spec(env_obj)
         size = pool_of(spec)
         want_spec = spec_hash(env_obj["spec"]) if env_obj and size else ""
         now, timeout = self.clock(), self.ctx.settings.connect_timeout
         waiting = self._waiting()
         live: list[tuple[Member, Obj]] = []
-        for pod in sorted(await kube.list_core("pods", label_selector=f"{L.POOL}={env}"), key=_created):
+        for pod in sorted(await kube.list_core("pods", label_selector=f"{L.POOL}={env}"), key=created):
             m = Member(ns, env, pod["metadata"]["name"])
             component = (pod["metadata"].get("labels") or {}).get(L.COMPONENT)
             if component == RETIRED:  # a retirement that did not finish
@@ -162,9 +130,10 @@ class Pools:
                 continue
             if component != MEMBER:
                 continue
-            age = now - _created(pod)
+            age = now - created(pod)
             # Ready before an operator restart: its driver reconnects (and is ready again) in a moment.
             recorded_ready = (pod["metadata"].get("annotations") or {}).get(READY) == "true"
+            recorded_ready = recorded_ready and now - self.down.get(m.run_id, self.started) <= timeout
             why = ""
             if not size:
                 why = "the pool was removed"
@@ -212,7 +181,7 @@ class Pools:
             await self._status(ns, env_obj, size, ready, len(live) + made - ready)
         if size:
             due = [
-                _created(p) + spec.warm_pool.max_age_seconds + 1 for _, p in live if spec and spec.warm_pool
+                created(p) + spec.warm_pool.max_age_seconds + 1 for _, p in live if spec and spec.warm_pool
             ]
             if len(live) + made > ready:
                 due.append(now + timeout + 1)
@@ -267,6 +236,7 @@ class Pools:
 
     def _forget(self, m: Member) -> None:
         self.keys.pop(m.run_id, None)
+        self.down.pop(m.run_id, None)
         self.ready.pop(m.run_id, None)
         self.seen.pop(m.run_id, None)
         self.ctx.gateway.forget(m.run_id)
@@ -333,12 +303,13 @@ class Pools:
         old = self.seen.get(m.run_id)
         if old is None or m.run_id not in self.ready:
             return  # only a ready member is claimed at a remembered version
-        if _rv(pod) > _rv(old):
+        if resource_version(pod) > resource_version(old):
             self.seen[m.run_id] = pod
 
     def member_disconnected(self, run_id: str) -> None:
         m = self.ready.pop(run_id, None)
         if m is not None:
+            self.down[run_id] = self.clock()
             self.wake(m.namespace, m.env)
 
     def session_connected(self, run_id: str) -> None:
@@ -357,24 +328,33 @@ class Pools:
         s = Session.model_validate(s_obj)
         if not pool_of(env) or env.warm_pool is None or s.spec.harness != env.warm_pool.harness:
             return None
-        kube = self.ctx.kube_in(ns)
         mine = [m for m in self.ready.values() if (m.namespace, m.env) == (ns, s.spec.environment)]
         for m in mine:
             if not self._is_ready(m):
                 continue
             run = self.ctx.run(ns, s.name, s.status.counters.sandboxes + 1)
-            if not await self._take(m, s_obj, run):
-                self.ready.pop(m.run_id, None)
-                self.seen.pop(m.run_id, None)
-                continue
+            # Out of the ready set before the first await: no other claim in this process picks it.
             self.ready.pop(m.run_id, None)
-            self.seen.pop(m.run_id, None)
+            seen = self.seen.pop(m.run_id, None)
+            # The compare-and-set and the adopt side by side (one round trip, not two): the adopt goes over
+            # the member's one connection, to this process's gateway only, and its driver takes one adopt in
+            # its life, so no other claimer can have adopted it; the compare-and-set records the claim before
+            # the status write names the pod. A lost compare-and-set (or a failed step) undoes the adopt.
+            took, key = await asyncio.gather(
+                self._take(m, s_obj, run, seen), self._send_adopt(m, run), return_exceptions=True
+            )
+            if took is not True or isinstance(key, BaseException):
+                await self._undo_adopt(m, run)
+                for failed in (took, key):
+                    if isinstance(failed, BaseException):
+                        raise failed
+                continue
             self.ctx.pool_members.pop((ns, m.name), None)
             try:
-                return await self._adopt(s_obj, m, run, extra or {})
+                return await self._adopted(s_obj, m, run, str(key), extra or {})
             except BaseException:
                 # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
-                await kube.delete_core("pods", m.name, grace_period_seconds=0)
+                await self.ctx.kube_in(ns).delete_core("pods", m.name, grace_period_seconds=0)
                 raise
             finally:
                 # The refill once the claim is written, not beside it: its Secret, volume and pod creates
@@ -383,11 +363,24 @@ class Pools:
                 self.wake(ns, m.env)
         return None
 
-    async def _take(self, m: Member, s_obj: Obj, run: Any) -> bool:
-        """The claim's compare-and-set: at the version this process last wrote (no read in the way), and
-        once more at a fresh read when something else (the kubelet's status) moved it since."""
+    async def _undo_adopt(self, m: Member, run: Run) -> None:
+        """A claim that did not go through after its adopt went out (fail closed): the session's run forgets
+        the derived key and any connection (its hello is refused from now on), and the member, adopted or
+        about to be and so of use to no one, is removed; its pool refills. The session starts another."""
+        self.ctx.run_keys.pop(run.id, None)
+        self.adopting.pop(run.id, None)
+        self.ctx.gateway.forget(run.id)
+        self.ctx.gateway.forget(m.run_id)
+        self.keys.pop(m.run_id, None)
+        await self.ctx.kube_in(m.namespace).delete_core("pods", m.name, grace_period_seconds=0)
+        log.info("warm sandbox %s/%s removed: its claim did not go through", m.namespace, m.name)
+        self.wake(m.namespace, m.env)
+
+    async def _take(self, m: Member, s_obj: Obj, run: Run, seen: Obj | None) -> bool:
+        """The claim's compare-and-set: at the newest version this process saw (``seen``: no read in the way),
+        and once more at a fresh read when something else (the kubelet's status) moved it since."""
         kube = self.ctx.kube_in(m.namespace)
-        pod = self.seen.get(m.run_id)
+        pod = seen
         for _ in range(2):
             if pod is None:
                 pod = await self._member_pod(m.namespace, m.name)
@@ -408,12 +401,12 @@ class Pools:
         """At a start: what a claim's writes beside its status write left undone (``pool_claims``)."""
         return await finish_claim(self.ctx, ns, s_obj, run)
 
-    async def _adopt(self, s_obj: Obj, m: Member, run: Any, extra: dict[str, Any]) -> Obj:
-        kube = self.ctx.kube_in(m.namespace)
-        s = Session.model_validate(s_obj)
+    async def _send_adopt(self, m: Member, run: Run) -> str:
+        """Tells the member's driver to become the session's run; returns the derived key (its Secret is
+        written with the claim's status). The key is served for the run's hello from now on."""
         pool_key = self.keys.pop(m.run_id, None)
         if pool_key is None:
-            secret = await kube.get_core("secrets", m.key_secret)
+            secret = await self.ctx.kube_in(m.namespace).get_core("secrets", m.key_secret)
             data = ((secret or {}).get("data") or {}).get("run-key")
             if not data:
                 raise RuntimeError(f"warm sandbox {m.name} has no key")
@@ -421,11 +414,18 @@ class Pools:
         nonce = secrets.token_urlsafe(24)
         key = P.derive_run_key(pool_key, run.id, nonce)
         # The driver says hello as the session's run on its connection (protocol "Adoption in place") while
-        # the writes below go on: verified with this key; its on_connect waits for the session's lock, which
-        # the caller holds.
+        # the writes go on: verified with this key; its on_connect waits for the session's lock, which the
+        # caller holds.
         self.ctx.run_keys[run.id] = key.encode()
         self.adopting[run.id] = m.run_id
         await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
+        return key
+
+    async def _adopted(self, s_obj: Obj, m: Member, run: Run, key: str, extra: dict[str, Any]) -> Obj:
+        """The claim went through and the adopt is out: the one status write (connected, once the driver is
+        back as the session's run), beside the key Secret and the volume's re-owning."""
+        kube = self.ctx.kube_in(m.namespace)
+        s = Session.model_validate(s_obj)
         secret, _ = run_key_secret(s_obj, run, key=key)
 
         async def write_status() -> tuple[Obj, bool]:

@@ -94,6 +94,11 @@ class Sandboxes:
         st = Session.model_validate(s_obj).status
         if st.sandbox.run != run_pod:
             return False
+        # A warm sandbox's driver adopted as this run by a claim that was then undone (Pools._undo_adopt) may
+        # have said hello before its connection was dropped: it is not the sandbox the status names.
+        adopted = parse_pool_run(str(hello.get("adopted_from") or ""))
+        if adopted is not None and adopted != (ns, st.sandbox.pod):
+            return False
         patch: dict[str, Any] = {"sandbox": {"connected": True}}
         first = st.phase == "Starting"
         if first:

@@ -158,11 +158,18 @@ async def test_a_claim_is_a_compare_and_set_on_the_pods_resource_version(tmp_pat
     assert rig.get("pods", name)["metadata"]["labels"][L.SESSION] == "a"
 
 
-async def test_a_member_claimed_elsewhere_is_skipped_and_the_session_starts_fresh(tmp_path: Path) -> None:
+async def test_a_member_claimed_elsewhere_is_not_taken_its_adopt_undone_and_the_session_starts_fresh(
+    tmp_path: Path,
+) -> None:
+    """The compare-and-set goes out beside the adopt: when it loses, the adopt is undone (fail closed). The
+    session's run forgets the derived key and its connection, the member (whose driver took the adopt, so no
+    other claimer can use it) is removed, and the session starts a fresh sandbox with a key of its own."""
     rig = await pool_rig(tmp_path, size=1)
     await rig.c.pools.reconcile("default", "dev")
     [name] = members(rig)
-    await make_ready(rig, name)
+    pool_run = await make_ready(rig, name)
+    pool_key = await rig.c.sandboxes.key_for_run(pool_run)
+    assert pool_key is not None
     # Another claimer relabels it first (this process still thinks it is ready).
     other = await rig.session("other")
     pod = rig.get("pods", name)
@@ -171,8 +178,71 @@ async def test_a_member_claimed_elsewhere_is_skipped_and_the_session_starts_fres
     )
     await rig.session("s1", prompt="hi")
     await rig.reconcile("s1")
-    assert rig.status("sessions", "s1")["sandbox"]["pod"] == "s1-r1"
-    assert rig.get("pods", name)["metadata"]["labels"][L.SESSION] == "other"
+    st = rig.status("sessions", "s1")
+    assert st["sandbox"]["pod"] == "s1-r1" and not st.get("workspace")  # fresh, not the member's volume
+    assert rig.kube.peek("pods", name) is None  # removed: its driver took an adopt
+    assert pool_run not in rig.ctx.gateway._runs and rig.commands(pool_run) == []
+    assert "s1-r1" not in rig.c.pools.adopting
+    # The fresh run's key is its own Secret's, not one derived from the member's.
+    fresh = base64.b64decode(rig.get("secrets", "s1-r1-key")["data"]["run-key"])
+    assert await rig.c.sandboxes.key_for_run("s1-r1") == fresh
+    assert rig.status("sessions", "other").get("sandbox", {}).get("pod") is None  # never had it recorded
+    # The adopted driver's hello, verified before its connection was dropped, reaches on_connect late: it
+    # does not make the fresh sandbox connected; the fresh driver's own hello does.
+    await rig.c.router.on_connect("s1-r1", {"driver_version": "test", "adopted_from": pool_run})
+    assert rig.status("sessions", "s1")["sandbox"]["connected"] is False
+    await rig.connect("s1")
+    assert rig.status("sessions", "s1")["sandbox"]["connected"] is True
+
+
+async def test_the_claims_compare_and_set_and_the_adopt_go_side_by_side(tmp_path: Path) -> None:
+    """One round trip, not two: the compare-and-set on the member's pod is still on its way when the adopt
+    goes out (it waits here until the adopt is queued; one after the other, it would wait forever)."""
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    pool_run = await make_ready(rig, name)
+    patch_core = rig.kube.patch_core
+    saw_adopt: list[bool] = []
+
+    async def cas_waits_for_the_adopt(kind: str, pod: str, body: dict[str, Any]) -> dict[str, Any]:
+        if kind == "pods" and "resourceVersion" in body.get("metadata", {}):
+            for _ in range(200):
+                if rig.commands(pool_run):
+                    break
+                await asyncio.sleep(0)
+            saw_adopt.append(rig.commands(pool_run) == ["adopt-s1-r1"])
+        return await patch_core(kind, pod, body)
+
+    rig.kube.patch_core = cas_waits_for_the_adopt  # type: ignore[method-assign]
+    await rig.session("s1")
+    await rig.reconcile("s1")
+    assert saw_adopt == [True]
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+
+
+async def test_a_compare_and_set_that_fails_undoes_the_adopt_and_the_reconcile_fails(tmp_path: Path) -> None:
+    """Not a lost race but an apiserver error: the adopt that went beside it is undone all the same (the member
+    removed, the derived key forgotten), and the reconcile raises to be tried again (no session's sandbox)."""
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    pool_run = await make_ready(rig, name)
+    patch_core = rig.kube.patch_core
+
+    async def cas_fails(kind: str, pod: str, body: dict[str, Any]) -> dict[str, Any]:
+        if kind == "pods" and "resourceVersion" in body.get("metadata", {}):
+            raise ApiException(status=500, reason="etcd is away")
+        return await patch_core(kind, pod, body)
+
+    rig.kube.patch_core = cas_fails  # type: ignore[method-assign]
+    await rig.session("s1")
+    with pytest.raises(ApiException):
+        await rig.reconcile("s1")
+    assert rig.kube.peek("pods", name) is None
+    assert "s1-r1" not in rig.ctx.run_keys and "s1-r1" not in rig.c.pools.adopting
+    assert pool_run not in rig.ctx.gateway._runs
+    assert not (rig.status("sessions", "s1").get("sandbox") or {}).get("pod")
 
 
 async def test_only_fresh_sessions_of_the_pools_harness_take_a_member(tmp_path: Path) -> None:
@@ -288,7 +358,9 @@ async def test_a_driver_back_as_the_sessions_run_during_the_claim_makes_it_idle_
     st = rig.status("sessions", "s1")
     assert st["phase"] == "Idle" and st["sandbox"]["connected"] is True and st["sandbox"]["pod"] == name
     assert ("s1", "SandboxConnected") in [(o, r) for (o, r, _) in rig.events()]
-    await rig.connect("s1")  # its on_connect, after the lock: nothing left to change
+    # its on_connect, after the lock (the hello of the member it names): nothing left to change
+    hello = {"driver_version": "test", "adopted_from": Member("default", "dev", name).run_id}
+    await rig.c.router.on_connect("s1-r1", hello)
     assert rig.status("sessions", "s1")["phase"] == "Idle"
 
 
@@ -303,7 +375,9 @@ async def test_a_claimed_sandbox_gets_the_sessions_policy_and_taint_as_a_fresh_o
     await rig.reconcile("s1")
     assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
     assert rig.commands(pool_run) == ["adopt-s1-r1"]
-    await rig.connect("s1")
+    # The adopted driver's hello in place names the member it was: the one the status names.
+    await rig.c.router.on_connect("s1-r1", {"driver_version": "test", "adopted_from": pool_run})
+    assert rig.status("sessions", "s1")["sandbox"]["connected"] is True
     # The turn goes to the session's run (the pool's is forgotten), with the policy and the taint.
     assert rig.commands(pool_run) == [] and rig.commands("s1-r1") == ["start-s1-1"]
     start = rig.ctx.gateway._runs["s1-r1"].pending["start-s1-1"]
@@ -342,6 +416,7 @@ async def test_after_an_operator_restart_ready_members_are_kept_and_ready_again_
     rig.ctx.pool_members.clear()
     real = pools.clock
     pools.clock = lambda: real() + rig.ctx.settings.connect_timeout + 5  # its first connect is long past
+    pools.started = pools.clock()  # the new process's start
     await pools.reconcile("default", "dev")
     assert members(rig) == [name] and len(rig.ctx.pool_members) == 1  # counted again, not retired
     key = await rig.c.sandboxes.key_for_run(run)  # read back from its Secret for the driver's hello
@@ -350,6 +425,39 @@ async def test_after_an_operator_restart_ready_members_are_kept_and_ready_again_
     await rig.session("s1")
     await rig.reconcile("s1")
     assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+
+
+async def test_a_member_recorded_ready_whose_driver_never_comes_back_is_retired_after_a_connect_timeout(
+    tmp_path: Path,
+) -> None:
+    """A process that sent an adopt and stopped before the compare-and-set leaves a member still labelled the
+    pool's whose driver says hello only as a run nobody has: kept a connect timeout from the new process's
+    start (or a ready driver's disconnect), then retired and replaced, not held until maxAgeSeconds."""
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    run = await make_ready(rig, name)
+    pools = rig.c.pools
+    pools.keys.clear(), pools.ready.clear(), pools.seen.clear()  # a restart
+    rig.ctx.pool_members.clear()
+    now = [pools.clock()]
+    pools.clock = lambda: now[0]
+    pools.started = now[0]
+    await pools.reconcile("default", "dev")
+    assert members(rig) == [name]  # within the window: its driver may yet come back
+    now[0] += rig.ctx.settings.connect_timeout + 1
+    await pools.reconcile("default", "dev")
+    assert len(members(rig)) == 1 and members(rig) != [name]  # retired, and a new one made
+    # The same from a ready driver's disconnect in this process.
+    [second] = members(rig)
+    second_run = await make_ready(rig, second)
+    pools.member_disconnected(second_run)
+    await pools.reconcile("default", "dev")
+    assert members(rig) == [second]
+    now[0] += rig.ctx.settings.connect_timeout + 1
+    await pools.reconcile("default", "dev")
+    assert members(rig) != [second]
+    assert run not in pools.down and second_run not in pools.down  # forgotten with their members
 
 
 async def test_the_refill_is_woken_once_the_claim_is_written_not_beside_it(tmp_path: Path) -> None:
