@@ -68,6 +68,8 @@ def approval_view(a: Obj) -> dict[str, Any]:
         "message": st.message if st.message is not None else spec.get("message"),
         "resolved_by": st.resolved_by,
         "requested_at": stamp(st.requested_at),
+        # The sandbox's own word on when its agent asked (bounded by the operator): for measuring only.
+        "sandbox_asked_at": stamp(st.sandbox_asked_at),
         "deadline": stamp(st.deadline),
         "decided_at": stamp(st.decided_at),
         "delivered_at": stamp(st.delivered_at),

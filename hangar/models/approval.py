@@ -59,6 +59,11 @@ class ApprovalStatus(Model):
     receipt: str | None = Field(default=None, description="Tower's id for the call (A-9)")
     tower: TowerAnswer | None = Field(default=None, description="Tower's answer (shadow: beside hangar's)")
     requested_at: datetime | None = None
+    sandbox_asked_at: datetime | None = Field(
+        default=None,
+        description="The sandbox's claim: when its driver read the agent's prompt (its clock, bounded by when "
+        "the operator received it). Shown for measuring; nothing is decided, timed or ordered by it",
+    )
     decided_at: datetime | None = None
     delivered_at: datetime | None = None
     deadline: datetime | None = None

@@ -35,7 +35,7 @@ from ..context import Context
 from ..lifecycle import APPROVAL, move
 from ..status import patch_status
 from .controller import Approvals
-from .policy import AGENT_HOME, approval_name, shown_command
+from .policy import AGENT_HOME, approval_name, sandbox_time, shown_command
 
 
 class Filer(Protocol):
@@ -48,9 +48,13 @@ class PermissionRequests:
         self.approvals = approvals
         self.tower = tower
 
-    async def on_permission(self, ns: str, session: str, turn_name: str, p: dict[str, Any]) -> None:
-        """The turn's approvals policy answers, or a person does."""
+    async def on_permission(
+        self, ns: str, session: str, turn_name: str, p: dict[str, Any], received: datetime | None = None
+    ) -> None:
+        """The turn's approvals policy answers, or a person does. ``received``: when the gateway had the
+        event (it bounds the time the sandbox says its agent asked)."""
         started = time.perf_counter()
+        received = received or datetime.now(UTC)
         kube = self.ctx.kube_in(ns)
         # The session from the operator's cache (its status — sandbox, taint — is written by the operator
         # alone, each write put in the cache, and the caller holds the session's lock); the turn is read.
@@ -61,6 +65,9 @@ class PermissionRequests:
         if t_obj is None or s_obj is None:
             return
         turn, s = Turn.model_validate(t_obj), Session.model_validate(s_obj)
+        asked = sandbox_time(p.get("asked_at"), received, turn.status.started_at)
+        # Written beside the operator's own times: the sandbox's word, for measuring only.
+        claimed = {"sandboxAskedAt": iso(asked)} if asked is not None else {}
         run = self.ctx.run_of(ns, s.status.sandbox.run)
         request_id = str(p.get("request_id") or "")
         if run is None or not request_id:
@@ -124,7 +131,7 @@ class PermissionRequests:
             metrics.APPROVAL_DECISION_SECONDS.observe(time.perf_counter() - started)
             keep = verdict.rule == "handback" or decision == "deny" or tower is not None
             if keep:
-                await self._record_resolved(kube, s_obj, run.pod, name, record, verdict)
+                await self._record_resolved(kube, s_obj, run.pod, name, record, verdict, claimed)
                 await self._governance(ns, name, tower)
             metrics.APPROVALS.labels(policy=policy, outcome=decision, resolver="policy").inc()
             await self.ctx.activity(
@@ -144,7 +151,7 @@ class PermissionRequests:
                 turn_name,
             )
             return
-        await self._request(ns, s_obj, env, run.pod, name, record, verdict)
+        await self._request(ns, s_obj, env, run.pod, name, record, verdict, claimed)
         await self._governance(ns, name, tower)
 
     @staticmethod
@@ -260,7 +267,14 @@ class PermissionRequests:
             return existing
 
     async def _record_resolved(
-        self, kube: Kube, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any], v: Verdict
+        self,
+        kube: Kube,
+        s_obj: Obj,
+        run_pod: str,
+        name: str,
+        spec: dict[str, Any],
+        v: Verdict,
+        claimed: dict[str, Any],
     ) -> None:
         obj = await self.create(kube, s_obj, run_pod, name, spec)
         if Approval.model_validate(obj).status.phase is not None:
@@ -280,6 +294,7 @@ class PermissionRequests:
                 "requestedAt": now,
                 "decidedAt": now,
                 "reason": v.reason,
+                **claimed,
             },
         )
         await self.approvals.set_pending(kube, spec["session"], count=True)
@@ -293,6 +308,7 @@ class PermissionRequests:
         name: str,
         spec: dict[str, Any],
         v: Verdict,
+        claimed: dict[str, Any],
     ) -> None:
         kube = self.ctx.kube_in(ns)
         session = spec["session"]
@@ -317,6 +333,7 @@ class PermissionRequests:
                 "requestedAt": iso(now),
                 "deadline": iso(deadline),
                 "reason": v.reason,
+                **claimed,
             },
         )
         # Pending (and listed) from here on. The session's record of it and the activity event are written
