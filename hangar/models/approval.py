@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from . import labels as L
 from .base import ApprovalPolicy, Condition, Model, Resource, ResourceInfo, col
 
 Decision = Literal["allow", "deny", "allow_always"]
@@ -103,3 +104,31 @@ class Approval(Resource):
     kind: str = "Approval"
     spec: ApprovalSpec
     status: ApprovalStatus = Field(default_factory=ApprovalStatus)
+
+
+def asked_times(st: ApprovalStatus, metadata: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """When a call was requested and when it is denied unanswered: its status once written, else what the
+    operator stamped on the Approval of a call that asks as it created it (``labels.REQUESTED_AT``,
+    ``DEADLINE``)."""
+    if st.phase is not None:
+        return st.requested_at, st.deadline
+    notes = metadata.get("annotations") or {}
+    return _time(notes.get(L.REQUESTED_AT)), _time(notes.get(L.DEADLINE))
+
+
+def waiting(a: Approval) -> bool:
+    """Does the agent wait on a person's decision: Pending, or created by the operator as a call that asks
+    whose status (Pending) is not written yet. One created by hand (no status, no stamp) is not."""
+    if a.status.phase is not None:
+        return a.status.phase == "Pending"
+    return asked_times(a.status, a.metadata)[0] is not None
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None

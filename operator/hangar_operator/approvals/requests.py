@@ -27,6 +27,7 @@ from hangar.approvals import shell_command as call_command
 from hangar.kube import ApiException, Kube, Obj, owner_ref
 from hangar.models import API_VERSION, Approval, Session, Turn
 from hangar.models import labels as L
+from hangar.models.approval import asked_times
 from hangar.models.base import iso
 from hangar.models.environment import EnvironmentSpec
 
@@ -155,8 +156,13 @@ class PermissionRequests:
         await self._governance(ns, name, tower)
 
     @staticmethod
-    async def _environment(kube: Kube, s: Session) -> EnvironmentSpec | None:
-        env_obj = await kube.get("environments", s.spec.environment)
+    async def _environment(kube: Kube, s: Session, cached: Context | None = None) -> EnvironmentSpec | None:
+        """The session's Environment, read; with ``cached``, as that context's watch cache holds it (for
+        the timeout of a call that asks: nothing is allowed by it)."""
+        name = s.spec.environment
+        env_obj = await (
+            cached.cached(kube.namespace, "environments", name) if cached else kube.get("environments", name)
+        )
         return EnvironmentSpec.model_validate(env_obj["spec"]) if env_obj else None
 
     async def _governance(self, ns: str, name: str, tower: str | None) -> None:
@@ -243,21 +249,30 @@ class PermissionRequests:
         )
 
     # --- records ----------------------------------------------------------------------------------------
-    def body(self, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "Approval",
-            "metadata": {
-                "name": name,
-                "labels": {L.SESSION: spec["session"], L.TURN: spec["turn"], L.RUN: run_pod, **L.part_of()},
-                "ownerReferences": [owner_ref(s_obj)],
-            },
-            "spec": spec,
+    def body(
+        self, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any], stamps: dict[str, str] | None = None
+    ) -> Obj:
+        meta: dict[str, Any] = {
+            "name": name,
+            "labels": {L.SESSION: spec["session"], L.TURN: spec["turn"], L.RUN: run_pod, **L.part_of()},
+            "ownerReferences": [owner_ref(s_obj)],
         }
+        if stamps:
+            meta["annotations"] = stamps
+        return {"apiVersion": API_VERSION, "kind": "Approval", "metadata": meta, "spec": spec}
 
-    async def create(self, kube: Kube, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
+    async def create(
+        self,
+        kube: Kube,
+        s_obj: Obj,
+        run_pod: str,
+        name: str,
+        spec: dict[str, Any],
+        stamps: dict[str, str] | None = None,
+    ) -> Obj:
+        """``stamps``: a call that asks, pending from this write on (``labels.REQUESTED_AT``, ``DEADLINE``)."""
         try:
-            return await kube.create("approvals", self.body(s_obj, run_pod, name, spec))
+            return await kube.create("approvals", self.body(s_obj, run_pod, name, spec, stamps))
         except ApiException as e:
             if e.status != 409:
                 raise
@@ -312,18 +327,23 @@ class PermissionRequests:
     ) -> None:
         kube = self.ctx.kube_in(ns)
         session = spec["session"]
-        create = self.create(kube, s_obj, run_pod, name, spec)
         if env is None:
-            # The Environment (its timeout) is read while the Approval is created: the agent waits on this.
-            s = Session.model_validate(s_obj)
-            obj, env = await asyncio.gather(create, self._environment(kube, s))
-        else:
-            obj = await create
-        if Approval.model_validate(obj).status.phase is not None:
-            return  # the event was applied before (an operator restart): nothing to do twice
+            # The Environment (its timeout) as the operator's cache holds it: the agent waits on this.
+            env = await self._environment(kube, Session.model_validate(s_obj), self.ctx)
         timeout = (env.approval_timeout_seconds if env else None) or self.ctx.settings.approval_timeout
         now = datetime.now(UTC)
         deadline = now + timedelta(seconds=timeout)
+        # Stamped on the Approval as it is created: it is pending from this one write on (the API lists it),
+        # and its status, with the same times, follows without a read.
+        stamps = {L.REQUESTED_AT: iso(now), L.DEADLINE: iso(deadline)}
+        obj = await self.create(kube, s_obj, run_pod, name, spec, stamps)
+        ap = Approval.model_validate(obj)
+        if ap.status.phase is not None:
+            return  # the event was applied before (an operator restart): nothing to do twice
+        # Created before (the event applied again after a failed status write): the times it is shown with.
+        first, until = asked_times(ap.status, ap.metadata)
+        if first is not None and until is not None:
+            now, deadline = first, until
         await patch_status(
             kube,
             "approvals",
@@ -336,8 +356,8 @@ class PermissionRequests:
                 **claimed,
             },
         )
-        # Pending (and listed) from here on. The session's record of it and the activity event are written
-        # at once, to two different stores.
+        # Pending in its status too. The session's record of it and the activity event are written at once,
+        # to two different stores.
         self.approvals.arm(ns, name, session, deadline)
         await asyncio.gather(
             self.approvals.set_pending(
