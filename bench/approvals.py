@@ -440,8 +440,14 @@ def table(out: dict[str, Any]) -> str:
             a,
             0,
             ("asked_to_pending_visible_ms", "the agent asks (the driver reads its prompt) → pending on REST"),
-            ("of_which_asked_to_status_ms", "  of which: asked → status Pending written (driver, operator)"),
-            ("of_which_status_to_rest_ms", "  of which: status Pending → visible (REST poll)"),
+            (
+                "of_which_asked_to_status_ms",
+                "  of which: asked → requestedAt (the driver, the operator's reads)",
+            ),
+            (
+                "of_which_status_to_rest_ms",
+                "  of which: requestedAt → visible (the writes, the watch, the poll)",
+            ),
             ("request_to_pending_visible_ms", "model reply → pending visible (REST; the CLI's share in it)"),
             ("decision_to_delivered_ms", "decision (POST) → delivered to the CLI"),
             ("round_trip_overhead_ms", "round-trip overhead (both legs)"),
