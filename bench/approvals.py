@@ -18,6 +18,10 @@ For each, two legs, both excluding the human:
   (polled every ``--poll`` seconds, default 10 ms). It covers the CLI turning the reply into a
   ``can_use_tool`` prompt, the driver, the signed channel, the operator creating the Approval and marking
   the session, and the API reading it.
+- *the agent asks → pending visible* (the goal's figure): the Approval's ``status.sandboxAskedAt`` (the
+  driver's clock when it read the CLI's prompt: the sandbox's word, bounded by the operator) → the same
+  poll. What the CLI takes to turn the model's reply into a prompt is not in it (the floor below measures
+  that alone); split at ``status.requestedAt`` into the driver and the operator, then the API and the poll.
 - *decision → delivered to the CLI*: ``POST /api/sessions/{name}/approvals/{id}`` sent → the Approval's
   ``status.deliveredAt``, which the operator stamps when the driver's signed ``command_result`` says it
   wrote the answer to the CLI. It covers the API's compare-and-set, the watch reaching the operator's kopf
@@ -280,6 +284,8 @@ def bench_ask(stack: Stack, asks: int, poll: float) -> dict[str, Any]:
         leg_a: list[float] = []
         leg_b: list[float] = []
         leg_rest: list[float] = []
+        leg_asked: list[float] = []
+        leg_written: list[float] = []
         for i, ident in enumerate(seen):
             a = by_id.get(ident) or {}
             reply = stamps[i].at
@@ -288,14 +294,22 @@ def bench_ask(stack: Stack, asks: int, poll: float) -> dict[str, Any]:
             requested = wall(a.get("requested_at"))
             if requested is not None:
                 leg_rest.append((visible[i] - requested) * 1000)
+            # The sandbox's word on when the driver read the CLI's prompt: where "the agent asked" is.
+            asked = wall(a.get("sandbox_asked_at"))
+            if asked is not None:
+                leg_asked.append((visible[i] - asked) * 1000)
+                if requested is not None:
+                    leg_written.append((requested - asked) * 1000)
             delivered = wall(a.get("delivered_at"))
             if delivered is not None:
                 leg_b.append((delivered - posted[i]) * 1000)
         return {
             "asks": len(seen),
             "turn": t["phase"],
-            "request_to_pending_visible_ms": summary(leg_a) if leg_a else None,
+            "asked_to_pending_visible_ms": summary(leg_asked) if leg_asked else None,
+            "of_which_asked_to_status_ms": summary(leg_written) if leg_written else None,
             "of_which_status_to_rest_ms": summary(leg_rest) if leg_rest else None,
+            "request_to_pending_visible_ms": summary(leg_a) if leg_a else None,
             "decision_to_delivered_ms": summary(leg_b) if leg_b else None,
             "round_trip_overhead_ms": summary([x + y for x, y in zip(leg_a, leg_b, strict=False)])
             if leg_a and leg_b
@@ -425,8 +439,16 @@ def table(out: dict[str, Any]) -> str:
         lines += _percentiles(
             a,
             0,
-            ("request_to_pending_visible_ms", "request → pending visible (REST)"),
-            ("of_which_status_to_rest_ms", "  of which: status Pending → visible (REST poll)"),
+            ("asked_to_pending_visible_ms", "the agent asks (the driver reads its prompt) → pending on REST"),
+            (
+                "of_which_asked_to_status_ms",
+                "  of which: asked → requestedAt (the driver, the operator's reads)",
+            ),
+            (
+                "of_which_status_to_rest_ms",
+                "  of which: requestedAt → visible (the writes, the watch, the poll)",
+            ),
+            ("request_to_pending_visible_ms", "model reply → pending visible (REST; the CLI's share in it)"),
             ("decision_to_delivered_ms", "decision (POST) → delivered to the CLI"),
             ("round_trip_overhead_ms", "round-trip overhead (both legs)"),
         )

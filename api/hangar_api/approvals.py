@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import Approval, ApprovalStatus
+from hangar.models.approval import asked_times, waiting
 from hangar.models.limits import bounded
 from hangar.store import Database
 
@@ -50,6 +51,7 @@ def approval_view(a: Obj) -> dict[str, Any]:
     spec: dict[str, Any] = a.get("spec") or {}
     stored: dict[str, Any] = a.get("status") or {}
     st = ApprovalStatus.model_validate(stored)
+    requested, deadline = asked_times(st, a.get("metadata") or {})
     return {
         "id": a["metadata"]["name"],
         "session": spec.get("session"),
@@ -67,8 +69,10 @@ def approval_view(a: Obj) -> dict[str, Any]:
         "by": st.by or spec.get("decidedBy"),
         "message": st.message if st.message is not None else spec.get("message"),
         "resolved_by": st.resolved_by,
-        "requested_at": stamp(st.requested_at),
-        "deadline": stamp(st.deadline),
+        "requested_at": stamp(requested),
+        # The sandbox's own word on when its agent asked (bounded by the operator): for measuring only.
+        "sandbox_asked_at": stamp(st.sandbox_asked_at),
+        "deadline": stamp(deadline),
         "decided_at": stamp(st.decided_at),
         "delivered_at": stamp(st.delivered_at),
         "reason": st.reason,
@@ -103,16 +107,18 @@ async def approvals_of(k: Kube, sessions: Collection[str], cache: ApiCache | Non
 
 
 def _requested(a: Approval, sessions: Collection[str]) -> bool:
-    return bool(a.status.phase) and a.spec.session in sessions
+    """The operator requested it: it wrote its status, or created it as a call that asks (pending from its
+    create on: its status follows)."""
+    return (bool(a.status.phase) or waiting(a)) and a.spec.session in sessions
 
 
 def pending_and_recent(items: list[Obj], limit: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The approvals waiting (oldest first) and the latest ``limit`` resolved ones (newest first)."""
-    typed = [(Approval.model_validate(a).status, a) for a in items]
-    pending = [(st, a) for st, a in typed if st.phase == "Pending"]
-    done = [(st, a) for st, a in typed if st.phase != "Pending"]
-    pending.sort(key=lambda x: stamp(x[0].requested_at) or "")
-    done.sort(key=lambda x: stamp(x[0].decided_at) or "", reverse=True)
+    typed = [Approval.model_validate(a) for a in items]
+    pending = [(ap, a) for ap, a in zip(typed, items, strict=True) if waiting(ap)]
+    done = [(ap, a) for ap, a in zip(typed, items, strict=True) if not waiting(ap)]
+    pending.sort(key=lambda x: stamp(asked_times(x[0].status, x[0].metadata)[0]) or "")
+    done.sort(key=lambda x: stamp(x[0].status.decided_at) or "", reverse=True)
     return [approval_view(a) for _, a in pending], [approval_view(a) for _, a in done[:limit]]
 
 
@@ -121,9 +127,9 @@ def refusal(a: Obj) -> str | None:
     ap = Approval.model_validate(a)
     name, spec, st = ap.name, ap.spec, ap.status
     phase = st.phase
-    if phase == "Pending" and not spec.decision:
-        return None
-    if phase == "Pending" or st.resolved_by == "person":
+    if waiting(ap) and not spec.decision:
+        return None  # Pending, or created as a call that asks, its status not written yet
+    if waiting(ap) or st.resolved_by == "person":
         decision = st.decision or spec.decision
         by = st.by or spec.decided_by or "someone"
         return f"approval {name} was already decided: {decision} by {by}; the first decision is kept"

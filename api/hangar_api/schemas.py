@@ -199,6 +199,7 @@ class ApprovalView(View):
     message: str | None
     resolved_by: str | None
     requested_at: str | None
+    sandbox_asked_at: str | None
     deadline: str | None
     decided_at: str | None
     delivered_at: str | None

@@ -66,13 +66,18 @@ def turn_policy(obj: Obj) -> str | None:
 
 
 def approval_kept(obj: Obj) -> Obj:
-    """An Approval without its managedFields (most of its size; no route shows them)."""
+    """An Approval without its managedFields (most of its size; no route shows them), and of its annotations
+    only the operator's stamps of a call that asks (pending from its create, before its status is written)."""
     meta = obj.get("metadata") or {}
     kept = {
         k: meta[k]
         for k in ("name", "namespace", "resourceVersion", "labels", "creationTimestamp")
         if k in meta
     }
+    notes = meta.get("annotations") or {}
+    stamps = {k: notes[k] for k in (L.REQUESTED_AT, L.DEADLINE) if k in notes}
+    if stamps:
+        kept["annotations"] = stamps
     return {**obj, "metadata": kept}
 
 

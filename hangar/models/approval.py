@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from . import labels as L
 from .base import ApprovalPolicy, Condition, Model, Resource, ResourceInfo, col
 
 Decision = Literal["allow", "deny", "allow_always"]
@@ -59,6 +60,11 @@ class ApprovalStatus(Model):
     receipt: str | None = Field(default=None, description="Tower's id for the call (A-9)")
     tower: TowerAnswer | None = Field(default=None, description="Tower's answer (shadow: beside hangar's)")
     requested_at: datetime | None = None
+    sandbox_asked_at: datetime | None = Field(
+        default=None,
+        description="The sandbox's claim: when its driver read the agent's prompt (its clock, bounded by when "
+        "the operator received it). Shown for measuring; nothing is decided, timed or ordered by it",
+    )
     decided_at: datetime | None = None
     delivered_at: datetime | None = None
     deadline: datetime | None = None
@@ -98,3 +104,31 @@ class Approval(Resource):
     kind: str = "Approval"
     spec: ApprovalSpec
     status: ApprovalStatus = Field(default_factory=ApprovalStatus)
+
+
+def asked_times(st: ApprovalStatus, metadata: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """When a call was requested and when it is denied unanswered: its status once written, else what the
+    operator stamped on the Approval of a call that asks as it created it (``labels.REQUESTED_AT``,
+    ``DEADLINE``)."""
+    if st.phase is not None:
+        return st.requested_at, st.deadline
+    notes = metadata.get("annotations") or {}
+    return _time(notes.get(L.REQUESTED_AT)), _time(notes.get(L.DEADLINE))
+
+
+def waiting(a: Approval) -> bool:
+    """Does the agent wait on a person's decision: Pending, or created by the operator as a call that asks
+    whose status (Pending) is not written yet. One created by hand (no status, no stamp) is not."""
+    if a.status.phase is not None:
+        return a.status.phase == "Pending"
+    return asked_times(a.status, a.metadata)[0] is not None
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None

@@ -24,6 +24,11 @@ BASE_BRANCH = "hangar.dev/base-branch"
 TOWER_APPROVAL = "hangar.dev/tower-approval"
 TOWER_DECISION = "hangar.dev/tower-decision"
 
+# On the Approval of a call that asks (a person decides), set by the operator as it creates it: the times its
+# status will hold (requestedAt, deadline), so that it is pending from its create on (docs/approvals.md).
+REQUESTED_AT = "hangar.dev/requested-at"
+DEADLINE = "hangar.dev/deadline"
+
 HANGAR = "hangar"
 
 

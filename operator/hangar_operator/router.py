@@ -236,7 +236,7 @@ class Router:
         elif name == "handback" and turn:
             await self.outcomes.handback(ns, turn, p)
         elif name == "permission_request" and turn:
-            await self.requests.on_permission(ns, session, turn, p)
+            await self.requests.on_permission(ns, session, turn, p, received)
         elif name == "command_result" and p.get("op") in ("verify", "deliver") and self.on_job_result:
             await self.on_job_result(ns, session, p)
         elif name == "command_result" and p.get("op") == "checkpoint":

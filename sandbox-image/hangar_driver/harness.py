@@ -21,7 +21,8 @@ Events (name, payload) an adapter emits:
 - ``tool_use``       {"tool": str, "input": dict, "id": str}
 - ``tool_result``    {"id": str, "is_error": bool, "output": str (first 4000 chars)}
 - ``permission_request`` {"request_id": str, "tool": str, "input": dict, "command": str | None,
-                          "cwd": str | None, "suggestions": list}   the CLI waits until ``answer``
+                          "cwd": str | None, "suggestions": list}   the CLI waits until ``answer``; the
+                          turn runner adds ``asked_at`` (Unix seconds: when the prompt was read)
 - ``permission_cancelled`` {"request_id": str}          the CLI withdrew its own request (interrupt)
 - ``steer``          {"steer_id": str, "status": "delivered" | "queued", "written_at"?: float}   exactly once
                      per steer accepted by ``steer`` (cancelled ones excepted, see ``withdraw``); ``written_at``

@@ -87,6 +87,9 @@ class TurnRunner:
             if name == "permission_request":
                 # What the control plane's rules resolve paths against, as this sandbox sees them.
                 payload = dict(payload)
+                # When the CLI's prompt was read (this is the adapter's reader thread, right after the line):
+                # where "the agent asked" is measured from. The sandbox's own clock: shown, never relied on.
+                payload["asked_at"] = time.time()
                 payload.setdefault("home", self.cfg.agent_home)
                 if self.current_turn:
                     # The turn it belongs to, so the operator need not read the session to find it.

@@ -98,6 +98,9 @@ def test_ask_allow_runs_the_command_and_bad_decisions_are_refused(
         assert "echo hi > allowed.txt" in a["command"]
         assert a["policy"] == "ask" and a["why"] == "approvals: ask" and a["phase"] == "Pending"
         assert a["id"].startswith("ap-") and len(a["id"]) == 15 and a["deadline"]
+        # When the agent asked, by the sandbox's clock (its driver read the prompt): kept, never after the
+        # operator had it.
+        assert a["sandbox_asked_at"] and a["sandbox_asked_at"] <= a["requested_at"], a
         listing = approvals(api, name)
         assert listing["policy"] == "ask"
         s = api.session(name)

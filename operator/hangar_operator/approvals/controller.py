@@ -28,7 +28,7 @@ from typing import Any
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import Approval, Session
 from hangar.models import labels as L
-from hangar.models.approval import APPROVAL_DONE
+from hangar.models.approval import APPROVAL_DONE, waiting
 from hangar.models.base import iso
 from hangar.models.environment import EnvironmentSpec
 
@@ -439,7 +439,7 @@ class Approvals:
         kube = self.ctx.kube_in(ns)
         for _ in range(5):
             obj = await kube.get("approvals", name)
-            if obj is None or Approval.model_validate(obj).status.phase != "Pending":
+            if obj is None or not waiting(Approval.model_validate(obj)):
                 return
             if not held and await self.held(kube, Approval.model_validate(obj).spec.session or "", name):
                 return  # its turn ended and its sandbox went on purpose: it waits for Tower
@@ -448,7 +448,8 @@ class Approvals:
 
     async def _withdraw_where(self, ns: str, selector: str, why: str) -> None:
         for obj in await self.ctx.kube_in(ns).list("approvals", label_selector=selector):
-            if Approval.model_validate(obj).status.phase == "Pending":
+            # Pending, or shown as pending since its create (its status write failed for good).
+            if waiting(Approval.model_validate(obj)):
                 await self.withdraw_one(ns, obj["metadata"]["name"], why)
 
     async def withdraw_turn(self, ns: str, turn: str, why: str) -> None:

@@ -1,8 +1,11 @@
-"""Pure rules of the approvals side: names, what a person is shown, and which tool results taint."""
+"""Pure rules of the approvals side: names, what a person is shown, which tool results taint, and the times a
+sandbox claims."""
 
 from __future__ import annotations
 
 import hashlib
+import math
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hangar.approvals import canonical_json, display_command
@@ -14,6 +17,9 @@ WEB_TOOLS = frozenset({"WebFetch", "WebSearch", "web_search", "web_fetch"})
 # The CLIs' own tools that read an MCP server's resource ({"server": …, "uri": …}).
 MCP_RESOURCE_TOOLS = frozenset({"ReadMcpResourceTool", "read_mcp_resource"})
 MAX_TAINT_REASONS = 20
+# How long before the operator received it a time the sandbox claims is still kept: an event resent after the
+# driver's link was down a while is old but may be true; older than this it is dropped.
+SANDBOX_TIME_MAX_AGE = timedelta(hours=1)
 
 
 def approval_name(run: str, request_id: str) -> str:
@@ -65,3 +71,21 @@ def untrusted_source(tool: str, env: EnvironmentSpec | None) -> str | None:
     if trust == "trusted":
         return None
     return f"read a result of untrusted MCP server {server} ({tool})"
+
+
+def sandbox_time(value: Any, received: datetime, not_before: datetime | None = None) -> datetime | None:
+    """A time the sandbox claims (Unix seconds, its own clock), bounded by the operator's: one after
+    ``received`` (when the operator had the event) is clamped to it; one before ``not_before`` (the turn's
+    start), or more than ``SANDBOX_TIME_MAX_AGE`` before ``received``, is dropped (None), as is anything but a
+    finite number. The sandbox is not trusted: the result is for showing and measuring only."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    earliest = received - SANDBOX_TIME_MAX_AGE
+    if not_before is not None:
+        earliest = max(earliest, not_before)
+    # Compared as numbers first: a huge or negative value can't become a datetime.
+    if value > received.timestamp():
+        return received
+    if value < earliest.timestamp():
+        return None
+    return datetime.fromtimestamp(float(value), UTC)

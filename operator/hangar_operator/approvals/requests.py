@@ -27,6 +27,7 @@ from hangar.approvals import shell_command as call_command
 from hangar.kube import ApiException, Kube, Obj, owner_ref
 from hangar.models import API_VERSION, Approval, Session, Turn
 from hangar.models import labels as L
+from hangar.models.approval import asked_times
 from hangar.models.base import iso
 from hangar.models.environment import EnvironmentSpec
 
@@ -35,7 +36,7 @@ from ..context import Context
 from ..lifecycle import APPROVAL, move
 from ..status import patch_status
 from .controller import Approvals
-from .policy import AGENT_HOME, approval_name, shown_command
+from .policy import AGENT_HOME, approval_name, sandbox_time, shown_command
 
 
 class Filer(Protocol):
@@ -48,9 +49,13 @@ class PermissionRequests:
         self.approvals = approvals
         self.tower = tower
 
-    async def on_permission(self, ns: str, session: str, turn_name: str, p: dict[str, Any]) -> None:
-        """The turn's approvals policy answers, or a person does."""
+    async def on_permission(
+        self, ns: str, session: str, turn_name: str, p: dict[str, Any], received: datetime | None = None
+    ) -> None:
+        """The turn's approvals policy answers, or a person does. ``received``: when the gateway had the
+        event (it bounds the time the sandbox says its agent asked)."""
         started = time.perf_counter()
+        received = received or datetime.now(UTC)
         kube = self.ctx.kube_in(ns)
         # The session from the operator's cache (its status — sandbox, taint — is written by the operator
         # alone, each write put in the cache, and the caller holds the session's lock); the turn is read.
@@ -61,6 +66,9 @@ class PermissionRequests:
         if t_obj is None or s_obj is None:
             return
         turn, s = Turn.model_validate(t_obj), Session.model_validate(s_obj)
+        asked = sandbox_time(p.get("asked_at"), received, turn.status.started_at)
+        # Written beside the operator's own times: the sandbox's word, for measuring only.
+        claimed = {"sandboxAskedAt": iso(asked)} if asked is not None else {}
         run = self.ctx.run_of(ns, s.status.sandbox.run)
         request_id = str(p.get("request_id") or "")
         if run is None or not request_id:
@@ -124,7 +132,7 @@ class PermissionRequests:
             metrics.APPROVAL_DECISION_SECONDS.observe(time.perf_counter() - started)
             keep = verdict.rule == "handback" or decision == "deny" or tower is not None
             if keep:
-                await self._record_resolved(kube, s_obj, run.pod, name, record, verdict)
+                await self._record_resolved(kube, s_obj, run.pod, name, record, verdict, claimed)
                 await self._governance(ns, name, tower)
             metrics.APPROVALS.labels(policy=policy, outcome=decision, resolver="policy").inc()
             await self.ctx.activity(
@@ -144,12 +152,17 @@ class PermissionRequests:
                 turn_name,
             )
             return
-        await self._request(ns, s_obj, env, run.pod, name, record, verdict)
+        await self._request(ns, s_obj, env, run.pod, name, record, verdict, claimed)
         await self._governance(ns, name, tower)
 
     @staticmethod
-    async def _environment(kube: Kube, s: Session) -> EnvironmentSpec | None:
-        env_obj = await kube.get("environments", s.spec.environment)
+    async def _environment(kube: Kube, s: Session, cached: Context | None = None) -> EnvironmentSpec | None:
+        """The session's Environment, read; with ``cached``, as that context's watch cache holds it (for
+        the timeout of a call that asks: nothing is allowed by it)."""
+        name = s.spec.environment
+        env_obj = await (
+            cached.cached(kube.namespace, "environments", name) if cached else kube.get("environments", name)
+        )
         return EnvironmentSpec.model_validate(env_obj["spec"]) if env_obj else None
 
     async def _governance(self, ns: str, name: str, tower: str | None) -> None:
@@ -236,21 +249,30 @@ class PermissionRequests:
         )
 
     # --- records ----------------------------------------------------------------------------------------
-    def body(self, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "Approval",
-            "metadata": {
-                "name": name,
-                "labels": {L.SESSION: spec["session"], L.TURN: spec["turn"], L.RUN: run_pod, **L.part_of()},
-                "ownerReferences": [owner_ref(s_obj)],
-            },
-            "spec": spec,
+    def body(
+        self, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any], stamps: dict[str, str] | None = None
+    ) -> Obj:
+        meta: dict[str, Any] = {
+            "name": name,
+            "labels": {L.SESSION: spec["session"], L.TURN: spec["turn"], L.RUN: run_pod, **L.part_of()},
+            "ownerReferences": [owner_ref(s_obj)],
         }
+        if stamps:
+            meta["annotations"] = stamps
+        return {"apiVersion": API_VERSION, "kind": "Approval", "metadata": meta, "spec": spec}
 
-    async def create(self, kube: Kube, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any]) -> Obj:
+    async def create(
+        self,
+        kube: Kube,
+        s_obj: Obj,
+        run_pod: str,
+        name: str,
+        spec: dict[str, Any],
+        stamps: dict[str, str] | None = None,
+    ) -> Obj:
+        """``stamps``: a call that asks, pending from this write on (``labels.REQUESTED_AT``, ``DEADLINE``)."""
         try:
-            return await kube.create("approvals", self.body(s_obj, run_pod, name, spec))
+            return await kube.create("approvals", self.body(s_obj, run_pod, name, spec, stamps))
         except ApiException as e:
             if e.status != 409:
                 raise
@@ -260,7 +282,14 @@ class PermissionRequests:
             return existing
 
     async def _record_resolved(
-        self, kube: Kube, s_obj: Obj, run_pod: str, name: str, spec: dict[str, Any], v: Verdict
+        self,
+        kube: Kube,
+        s_obj: Obj,
+        run_pod: str,
+        name: str,
+        spec: dict[str, Any],
+        v: Verdict,
+        claimed: dict[str, Any],
     ) -> None:
         obj = await self.create(kube, s_obj, run_pod, name, spec)
         if Approval.model_validate(obj).status.phase is not None:
@@ -280,6 +309,7 @@ class PermissionRequests:
                 "requestedAt": now,
                 "decidedAt": now,
                 "reason": v.reason,
+                **claimed,
             },
         )
         await self.approvals.set_pending(kube, spec["session"], count=True)
@@ -293,21 +323,27 @@ class PermissionRequests:
         name: str,
         spec: dict[str, Any],
         v: Verdict,
+        claimed: dict[str, Any],
     ) -> None:
         kube = self.ctx.kube_in(ns)
         session = spec["session"]
-        create = self.create(kube, s_obj, run_pod, name, spec)
         if env is None:
-            # The Environment (its timeout) is read while the Approval is created: the agent waits on this.
-            s = Session.model_validate(s_obj)
-            obj, env = await asyncio.gather(create, self._environment(kube, s))
-        else:
-            obj = await create
-        if Approval.model_validate(obj).status.phase is not None:
-            return  # the event was applied before (an operator restart): nothing to do twice
+            # The Environment (its timeout) as the operator's cache holds it: the agent waits on this.
+            env = await self._environment(kube, Session.model_validate(s_obj), self.ctx)
         timeout = (env.approval_timeout_seconds if env else None) or self.ctx.settings.approval_timeout
         now = datetime.now(UTC)
         deadline = now + timedelta(seconds=timeout)
+        # Stamped on the Approval as it is created: it is pending from this one write on (the API lists it),
+        # and its status, with the same times, follows without a read.
+        stamps = {L.REQUESTED_AT: iso(now), L.DEADLINE: iso(deadline)}
+        obj = await self.create(kube, s_obj, run_pod, name, spec, stamps)
+        ap = Approval.model_validate(obj)
+        if ap.status.phase is not None:
+            return  # the event was applied before (an operator restart): nothing to do twice
+        # Created before (the event applied again after a failed status write): the times it is shown with.
+        first, until = asked_times(ap.status, ap.metadata)
+        if first is not None and until is not None:
+            now, deadline = first, until
         await patch_status(
             kube,
             "approvals",
@@ -317,10 +353,11 @@ class PermissionRequests:
                 "requestedAt": iso(now),
                 "deadline": iso(deadline),
                 "reason": v.reason,
+                **claimed,
             },
         )
-        # Pending (and listed) from here on. The session's record of it and the activity event are written
-        # at once, to two different stores.
+        # Pending in its status too. The session's record of it and the activity event are written at once,
+        # to two different stores.
         self.approvals.arm(ns, name, session, deadline)
         await asyncio.gather(
             self.approvals.set_pending(
