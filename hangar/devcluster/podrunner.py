@@ -410,18 +410,17 @@ class PodRunner:
         key = f"{meta['namespace']}/{meta['name']}"
         proc = self.pods.get(key)
         if proc is not None and proc.uid != meta["uid"]:
-            await self._kill(proc)
+            self._stop(proc)
             self.pods.pop(key, None)
             proc = None
         if kind == "DELETED":
             if proc:
-                await self._kill(proc)
                 self.pods.pop(key, None)
-            self._cleanup(meta["uid"])
+            self._stop(proc, cleanup=meta["uid"])
             return
         if meta.get("deletionTimestamp"):
             if proc and not proc.stopping:
-                await self._kill(proc)
+                self._stop(proc)
             try:
                 await self.core.delete_namespaced_pod(
                     meta["name"],
@@ -437,19 +436,53 @@ class PodRunner:
             return
         phase = (pod.get("status") or {}).get("phase", "Pending")
         if proc is None and phase == "Pending":
-            self.pods[key] = PodProcess(key, meta["uid"])
+            # Each pod starts (and stops) on its own task, as a kubelet's pod workers do: a pod that waits for
+            # its Secret, or one slow to stop, holds up no other pod's start and no other event.
+            proc = self.pods[key] = PodProcess(key, meta["uid"])
+            self._in_task(self._start_pod(proc, pod))
+
+    def _in_task(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
             try:
-                await self._start(pod)
-            except Exception as e:
-                log.exception("could not start pod %s", key)
-                await self._set_status(
-                    meta["namespace"],
-                    meta["name"],
-                    "Failed",
-                    exit_code=128,
-                    reason="StartError",
-                    message=str(e)[:500],
-                )
+                await work
+            except Exception:
+                log.exception("pod work failed")
+
+        task = asyncio.create_task(run())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _stop(self, proc: PodProcess | None, cleanup: str = "") -> None:
+        """Stop a pod's processes on a task of its own (``cleanup``: then remove the pod's directory). Marked
+        stopping now, so a start still on its way does not run it."""
+        if proc is not None:
+            proc.stopping = True
+
+        async def stop() -> None:
+            if proc is not None:
+                await self._kill(proc)
+            if cleanup:
+                self._cleanup(cleanup)
+
+        self._in_task(stop())
+
+    async def _start_pod(self, proc: PodProcess, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            await self._start(pod, proc)
+        except Exception as e:
+            if proc.stopping:  # deleted while it started: nothing to report
+                self._cleanup(meta["uid"])
+                return
+            log.exception("could not start pod %s", proc.key)
+            await self._set_status(
+                meta["namespace"],
+                meta["name"],
+                "Failed",
+                exit_code=128,
+                reason="StartError",
+                message=str(e)[:500],
+            )
 
     def _pod_dir(self, uid: str) -> Path:
         return self.root / "pods" / uid
@@ -457,7 +490,7 @@ class PodRunner:
     def _cleanup(self, uid: str) -> None:
         shutil.rmtree(self._pod_dir(uid), ignore_errors=True)
 
-    async def _volumes(self, pod: dict[str, Any]) -> dict[str, Path]:
+    async def _volumes(self, pod: dict[str, Any], proc: PodProcess | None = None) -> dict[str, Path]:
         ns = pod["metadata"]["namespace"]
         out: dict[str, Path] = {}
         for vol in pod["spec"].get("volumes") or []:
@@ -472,7 +505,7 @@ class PodRunner:
             os.chmod(path, 0o755)
             if "secret" in vol:
                 secret = await self._awaited(
-                    self.core.read_namespaced_secret, vol["secret"]["secretName"], ns
+                    self.core.read_namespaced_secret, vol["secret"]["secretName"], ns, proc
                 )
                 mode = vol["secret"].get("defaultMode", 0o644)
                 for k, v in (secret.data or {}).items():
@@ -480,24 +513,28 @@ class PodRunner:
                     f.write_bytes(base64.b64decode(v))
                     os.chmod(f, mode)
             elif "configMap" in vol:
-                cm = await self._awaited(self.core.read_namespaced_config_map, vol["configMap"]["name"], ns)
+                cm = await self._awaited(
+                    self.core.read_namespaced_config_map, vol["configMap"]["name"], ns, proc
+                )
                 for k, v in (cm.data or {}).items():
                     (path / k).write_text(v)
             out[name] = path
         return out
 
-    async def _awaited(self, read: Callable[[str, str], Awaitable[T]], name: str, ns: str) -> T:
+    async def _awaited(
+        self, read: Callable[[str, str], Awaitable[T]], name: str, ns: str, proc: PodProcess | None
+    ) -> T:
         """A volume's Secret or ConfigMap, waited for while it does not exist yet, as a kubelet retries a
-        mount (hangar makes a sandbox's run-key Secret beside its pod): up to ``VOLUME_WAIT`` seconds,
-        then the pod fails to start (a kubelet would keep it ContainerCreating; the runner's one watch loop
-        can't wait that long)."""
+        mount (hangar makes a sandbox's run-key Secret beside its pod), on the pod's own task: up to
+        ``VOLUME_WAIT`` seconds (then the pod fails to start; a kubelet would keep it ContainerCreating),
+        or until the pod is deleted."""
         deadline = time.monotonic() + VOLUME_WAIT
         waited = False
         while True:
             try:
                 return await read(name, ns)
             except ApiException as e:
-                if e.status != 404 or time.monotonic() > deadline:
+                if e.status != 404 or time.monotonic() > deadline or (proc and proc.stopping):
                     raise
             if not waited:
                 log.info("waiting for %s/%s, which a pod's volume names", ns, name)
@@ -554,10 +591,10 @@ class PodRunner:
             out[m["mountPath"]] = local
         return out
 
-    async def _start(self, pod: dict[str, Any]) -> None:
+    async def _start(self, pod: dict[str, Any], proc: PodProcess) -> None:
         meta, spec = pod["metadata"], pod["spec"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        vols = await self._volumes(pod)
+        key = proc.key
+        vols = await self._volumes(pod, proc)
         for ic in spec.get("initContainers") or []:
             self._emulate_init(ic, self._mounts(ic, vols))
         c = spec["containers"][0]
@@ -571,6 +608,10 @@ class PodRunner:
         Path(cwd).mkdir(parents=True, exist_ok=True)
         logdir = self._pod_dir(meta["uid"])
         logdir.mkdir(parents=True, exist_ok=True)
+        # Deleted while its volumes were made: never run (nothing awaits from here to Popen).
+        if proc.stopping:
+            self._cleanup(meta["uid"])
+            return
         with (logdir / f"{c['name']}.log").open("ab") as fh:
             popen = subprocess.Popen(
                 [exe, *argv[1:]],
@@ -581,7 +622,6 @@ class PodRunner:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        proc = self.pods[key]
         proc.popen = popen
         proc.started = now()
         await self._set_status(

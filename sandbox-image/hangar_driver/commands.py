@@ -5,13 +5,20 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 _SAFE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 class CommandError(Exception):
     """A command refused or failed; the message goes into command_result.error."""
+
+
+class NotLive(Exception):
+    """The harness cannot take this request mid-turn (one-shot harness, or no turn running). Here, not in
+    ``harness``, so that the driver's core needs no harness module before its hello."""
 
 
 def safe_name(value: Any, limit: int = 128) -> bool:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional
 
 from . import mcp
+
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 AGENT_ENV_PREFIX = "HANGAR_AGENT_ENV_"

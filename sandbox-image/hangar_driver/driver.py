@@ -7,31 +7,30 @@ Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import collections
-import logging
 import os
 import queue
 import stat
 import sys
 import threading
-import traceback
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from . import hardening
 from . import protocol as P
-from .commands import CommandError, safe_name, str_field
+from .commands import CommandError, NotLive, safe_name, str_field
 from .config import LIVE_HARNESSES, Config
-from .harness import NotLive
+from .lazylog import log
 from .link import Link
 from .outbox import Outbox
 
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple
+
     from .handback import HandbackWatcher
     from .repo import Repo
     from .turns import TurnRunner
     from .workbench import Workbench
 
 DRIVER_VERSION = "0.1.0"
-log = logging.getLogger("hangar.driver")
 
 SHUTDOWN_DRAIN = 10.0
 HELLO_FIRST = 0.5  # seconds run() waits for the handshake before it loads the rest
@@ -228,6 +227,8 @@ class Driver:
                 "harness %s cannot take this now: %s" % (self.cfg.harness, exc),
             )
         except Exception as exc:
+            import traceback  # not on the way to the hello (its import brings tokenize)
+
             log.error("command %s (%s) failed:\n%s", command_id, op, traceback.format_exc())
             result["ok"], result["error"] = False, "%s: %s" % (exc.__class__.__name__, exc)
         with self.results_lock:
@@ -353,9 +354,12 @@ class Driver:
         link_thread = threading.Thread(target=self.link.run_forever, name="hangar-link", daemon=True)
         if hello_first:
             link_thread.start()
-        if not self.made:
-            if hello_first:  # compiling the rest takes the GIL: the handshake first, for a moment at most
+            if not self.made:  # compiling the rest takes the GIL: the handshake first, for a moment at most
                 self.link.connected.wait(HELLO_FIRST)
+        # After the hello: logging's import is not on its way (lazylog.py).
+        cfg, key = self.cfg, P.fingerprint(self.key)
+        log.info("run %s, harness %s, key %s, agent uid %s", cfg.run, cfg.harness, key, cfg.agent_uid)
+        if not self.made:
             self.load()
         try:
             self.prepare()

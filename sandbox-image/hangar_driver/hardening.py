@@ -6,15 +6,16 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import sys
-from typing import Optional
 
 from . import protocol as P
+from .lazylog import log
 
-log = logging.getLogger("hangar.driver")
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
+if TYPE_CHECKING:
+    from typing import Optional
 
 KEY_FD_ENV = "HANGAR_DRIVER_KEY_FD"  # the pipe the re-executed driver reads its key from
 

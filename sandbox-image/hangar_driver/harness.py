@@ -42,12 +42,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .commands import NotLive
+
+__all__ = ["Emit", "Event", "Harness", "NotLive", "TurnConfig"]
+
 Emit = Callable[[str, Dict[str, Any]], None]
 Event = Tuple[str, Dict[str, Any]]  # (name, payload), as given to ``emit``
-
-
-class NotLive(Exception):
-    """The harness cannot take this request mid-turn (one-shot harness, or no turn running)."""
 
 
 class TurnConfig:

@@ -7,19 +7,20 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-import logging
 import random
 import select
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import protocol as P
 from .config import Config
+from .lazylog import log
 from .outbox import Outbox
 
-log = logging.getLogger("hangar.driver")
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 BACKOFF_MIN, BACKOFF_MAX = 0.2, 5.0
 STABLE_CONNECTION = 5.0  # a connection that lived this long resets the backoff

@@ -67,21 +67,20 @@ Commands (``command`` frames; every one is answered by a ``command_result`` even
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
-from typing import Any, List, Optional
 
-from . import hardening
-from . import protocol as P
+from . import hardening, lazylog
 from .config import Config
 from .driver import Driver
 from .hardening import harden_process, read_key
 
-__all__ = ["Config", "Driver", "harden_process", "main"]
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, List, Optional
 
-log = logging.getLogger("hangar.driver")
+__all__ = ["Config", "Driver", "harden_process", "main"]
 
 
 def __getattr__(name: str) -> Any:
@@ -92,21 +91,15 @@ def __getattr__(name: str) -> Any:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    logging.basicConfig(
-        level=os.environ.get("HANGAR_DRIVER_LOG", "INFO"),
-        format="%(asctime)s hangar-driver %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    # The driver's logging (lazylog.py): set up when first used, which on a good start is after the hello.
+    lazylog.set_up_on_first_use()
     if sys.version_info < (3, 8):  # noqa: UP036 (an older python3 in the image gets a clear message)
         sys.stderr.write("hangar-driver needs Python 3.8 or later\n")
         return 2
     key = read_key()
     harden_process()
     cfg = Config(dict(os.environ))
-    driver = Driver(cfg, key, load=False)  # run() says hello, then loads the rest
-    log.info(
-        "run %s, harness %s, key %s, agent uid %s", cfg.run, cfg.harness, P.fingerprint(key), cfg.agent_uid
-    )
+    driver = Driver(cfg, key, load=False)  # run() says hello, then logs the start and loads the rest
 
     def _term(signum: int, frame: Any) -> None:
         driver.stopping.set()

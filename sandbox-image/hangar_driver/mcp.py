@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Tuple
+
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Tuple
 
 ENV = "HANGAR_MCP_SERVERS"
 MAX_SERVERS = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
-Servers = Dict[str, Dict[str, Any]]
+if TYPE_CHECKING:
+    Servers = Dict[str, Dict[str, Any]]
 
 
 def spelled(name: str) -> str:

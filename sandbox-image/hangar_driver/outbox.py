@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import collections
 import itertools
-import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
 
 from . import protocol as P
+from .lazylog import log
 
-log = logging.getLogger("hangar.driver")
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 MAX_EVENT_BYTES = P.MAX_FRAME_BYTES - 64 * 1024
 

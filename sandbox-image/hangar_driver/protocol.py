@@ -128,7 +128,10 @@ import json
 import math
 import secrets
 import time
-from typing import Any, Dict, Optional, Union
+
+TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Union
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 4 * 1024 * 1024
@@ -211,8 +214,9 @@ HARNESS_EVENTS = frozenset(
 EVENT_NAMES = HARNESS_EVENTS | {EV_DRIVER_READY, EV_HANDBACK, EV_COMMAND_RESULT}
 HANDBACK_KINDS = frozenset({"done", "progress", "ask", "result", "artifact"})
 
-Frame = Dict[str, Any]
-Key = Union[str, bytes]
+if TYPE_CHECKING:
+    Frame = Dict[str, Any]
+    Key = Union[str, bytes]
 
 
 class ProtocolError(ValueError):

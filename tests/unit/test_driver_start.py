@@ -48,6 +48,25 @@ def test_the_hello_path_imports_none_of_the_turn_machinery() -> None:
     assert {"hangar_driver.link", "hangar_driver.outbox", "hangar_driver.driver"} <= loaded
 
 
+def test_the_hello_path_imports_no_logging_typing_or_traceback() -> None:
+    """Nor the stdlib's larger modules that only annotations and log lines need (lazylog.py): the driver
+    logs through ``lazylog`` and imports typing for mypy only. ``-S``: what site imports is not the driver's."""
+    code = (
+        "import sys; before = set(sys.modules); import hangar_driver.main; "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        env={**os.environ, "PYTHONPATH": str(SANDBOX_IMAGE)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = set(out.stdout.split())
+    assert "hangar_driver.lazylog" in loaded
+    assert not loaded & {"logging", "typing", "traceback", "tokenize", "hangar_driver.harness"}
+
+
 def test_commands_and_live_work_before_load_wait_for_it(tmp_path: Path) -> None:
     d = Driver(driver_config(tmp_path), KEY, load=False)
     assert not d.made and d._hello_body()["live"] is True and d._hello_body()["run"] == "s-r1"

@@ -1,0 +1,92 @@
+"""A session without a pool beside its floor, and nothing else: the cold path's A/B bench.
+
+Run: .venv/bin/python bench/cold.py [--sessions N] [--json] [--ready watch|poll] [--keep-logs]
+
+``bench/warm_pool.py``'s cold and dial samples alone, interleaved (dial i, cold i; one warm-up of each, not
+counted): there, each cold sample follows a warm one, whose claim wakes the pool's refill and whose session
+pre-starts a CLI (~0.5 s of CPU) beside the cold sample, which on a loaded machine hides a change to the
+cold path in noise. The issue's goal: cold / dial ≤ 1.3x.
+
+- **cold**: ``POST /api/sessions`` to an Environment without a pool → ``sandbox.connected``.
+- **dial**: a Secret, a PVC and a pod made as hangar makes a sandbox's, whose python dials the bench
+  (``bench/_dial_floor.py``): the first create → the line arrives.
+
+To compare two commits, run it on each (``git archive`` one into a directory and run its copy with
+``PYTHONPATH`` on its packages), alternating, and compare the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from _sessions_report import connect_flags  # bench/ is on sys.path
+from _stack import claude_missing, header, print_result
+from _stats import log, summary
+from sessions import with_bench
+from warm_pool import COLD, PoolBench
+
+
+class ColdBench(PoolBench):
+    env_name = COLD
+
+    async def run_cold(self, n: int) -> dict[str, list[dict[str, Any]]]:
+        log("warm-up (not counted)")
+        for k in ("dial", "cold"):
+            await self.sample(k, -1)
+        out: dict[str, list[dict[str, Any]]] = {"dial": [], "cold": []}
+        for i in range(n):
+            for k in ("dial", "cold"):
+                out[k].append(await self.sample(k, i))
+            log(f"{i + 1}/{n}: dial {out['dial'][-1]['total']:.3f} s   cold {out['cold'][-1]['total']:.3f} s")
+        return out
+
+
+def report(res: dict[str, Any]) -> dict[str, Any]:
+    samples = res["samples"]
+    c, d = (summary([x["total"] for x in samples[k]]) for k in ("cold", "dial"))
+    return {
+        "date": res["date"],
+        "machine": res["machine"],
+        "figures": {"cold": c, "dial": d},
+        "ratios": {"cold / dial": {"p50": c["p50"] / d["p50"], "p99": c["p99"] / d["p99"]}},
+    }
+
+
+def table(out: dict[str, Any]) -> str:
+    lines = [f"hangar bench/cold.py — {out['date']} — {out['machine']}", ""]
+    labels = {"cold": "session without a pool → sandbox.connected", "dial": "pod like hangar's → dialled"}
+    lines.append(f"{'figure (seconds)':48} {'n':>3} {'p50':>7} {'p99':>7}")
+    for k, f in out["figures"].items():
+        lines.append(f"{labels[k]:48} {f['n']:3d} {f['p50']:7.3f} {f['p99']:7.3f}")
+    r = out["ratios"]["cold / dial"]
+    lines += ["", f"{'cold / dial':48}     {r['p50']:6.2f}x {r['p99']:6.2f}x"]
+    lines.append("(p99 is nearest-rank: below 100 samples it is the maximum)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=15, help="samples of each kind (default 15)")
+    connect_flags(ap)
+    a = ap.parse_args()
+    if claude_missing():
+        return 2
+    res = header({"sessions": a.sessions, "poll": a.poll, "ready": a.ready})
+
+    async def measure(b: ColdBench) -> None:
+        await b.environment(COLD)
+        res["samples"] = await b.run_cold(a.sessions)
+
+    if not with_bench(a, ColdBench, measure):
+        return 130
+    out = report(res)
+    if a.json:
+        out["samples"] = res["samples"]
+        out["args"] = res["args"]
+    return print_result(out, a.json, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
