@@ -30,6 +30,7 @@ from warm_pool import COLD, PoolBench
 
 class ColdBench(PoolBench):
     env_name = COLD
+    pool_size = 0  # no warm pool here: the settle before each sample waits for this bench's processes only
 
     async def run_cold(self, n: int) -> dict[str, list[dict[str, Any]]]:
         log("warm-up (not counted)")

@@ -74,7 +74,8 @@ class PoolBench(Bench):
 
     async def sample(self, kind: str, i: int) -> dict[str, Any]:
         if self.settle:  # every kind alike: the previous sample's refill and CLI start done
-            await self.pool_ready(self.pool_size)
+            if self.pool_size:  # bench/cold.py has no pool
+                await self.pool_ready(self.pool_size)
             self.settled.append(await settle())
         if kind == "floor":
             return await self.floor_pod(i)
