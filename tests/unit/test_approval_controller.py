@@ -43,6 +43,7 @@ async def test_a_person_allows_and_the_answer_goes_to_the_driver_once(tmp_path: 
     assert rig.commands("s1-r1").count(f"answer-{name}") == 1
     assert rig.status("sessions", "s1").get("pendingApprovals") in (None, [])
     await rig.event("s1", "command_result", op="answer", ok=True, command_id=f"answer-{name}")
+    await rig.c.approvals.deliveries.settled()  # recorded on its own task (approvals/delivery.py)
     assert rig.status("approvals", name)["deliveredAt"]
 
 
@@ -133,6 +134,7 @@ async def test_delivered_at_is_when_the_drivers_word_arrived_not_when_the_lock_c
     await asyncio.sleep(0.5)
     release.set()
     await asyncio.gather(task, confirm)
+    await rig.c.approvals.deliveries.settled()
     delivered = datetime.fromisoformat(rig.status("approvals", name)["deliveredAt"])
     assert arrived <= delivered + timedelta(milliseconds=1) < arrived + timedelta(milliseconds=400)
 

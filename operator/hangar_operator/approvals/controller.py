@@ -36,6 +36,7 @@ from .. import metrics
 from ..context import Context, resource
 from ..lifecycle import APPROVAL, move
 from ..status import patch_status, with_conditions
+from .delivery import Deliveries, ended
 from .policy import (
     WEB_TOOLS,
     approval_name,
@@ -68,12 +69,14 @@ class Approvals:
         self.tools: dict[tuple[str, str], str] = {}
         # Approvals whose answer this process sent: only the others are re-sent (after a restart).
         self.sent: set[tuple[str, str]] = set()
+        self.deliveries = Deliveries(ctx, self.sent)
         # Set by controllers.py: governance's callbacks (they sit above this module).
         self.hooks: list[Hook] = []
         self.on_held_decision: HeldDecision | None = None
         self.on_withdrawn: Withdrawn | None = None
 
     def stop(self) -> None:
+        self.deliveries.stop()
         for t in self.timers.values():
             t.cancel()
         self.timers.clear()
@@ -107,7 +110,8 @@ class Approvals:
         elif name == "command_result" and p.get("op") == "answer":
             cid = str(p.get("command_id") or "")
             if cid.startswith("answer-ap-") and p.get("ok"):
-                await self._delivered(ns, cid[len("answer-") :], received)
+                # Written on its own task: the agent's next request waits on this lock (``delivery.py``).
+                self.deliveries.confirmed(ns, cid[len("answer-") :], received)
         elif name == "turn_ended" and turn:
             await self.withdraw_turn(ns, turn, "the turn ended")
             self.forget_run(run)
@@ -171,26 +175,22 @@ class Approvals:
         self.sent.add((ns, name))
         await self.ctx.gateway.send(run, "answer", body, command_id=f"answer-{name}")
 
-    async def _delivered(self, ns: str, name: str, received: datetime | None = None) -> None:
-        # Stamped with the time the driver's word arrived: the CLI had its answer then, whatever the
-        # operator still had to write under the session's lock before it could record it.
-        at = iso(received) if received is not None else iso()
-        self.sent.discard((ns, name))
-        kube = self.ctx.kube_in(ns)
-        obj = await kube.get("approvals", name)
-        if obj is None:
-            return
-        st = Approval.model_validate(obj).status
-        if st.delivered_at is None and st.phase in ("Allowed", "Denied", "Expired"):
-            await patch_status(kube, "approvals", obj, {"deliveredAt": at})
-
     # --- decisions ----------------------------------------------------------------------------------------
     async def reconcile(self, ns: str, name: str, seen: Obj | None = None) -> None:
         """Deliver a decision, expire, or re-arm the timer (a raw event, a timer, the listing at start-up).
 
         ``seen``: the Approval in the watch event. It names the session, and one showing a decision to
         deliver is the first look (a person waits: one read fewer; a stale one loses its compare-and-set).
-        Any other state is read afresh (a stale one would re-send an answer already confirmed)."""
+        Any other state is read afresh (a stale one would re-send an answer already confirmed), unless the
+        event shows one no reconcile can act on (``ended``): its own status writes' and its ``deliveredAt``'s
+        events would each hold the session's lock for a read while the agent's next events wait on it."""
+        if seen is not None:
+            sst = Approval.model_validate(seen).status
+            if ended(sst.phase, sst.delivered_at is not None, (ns, name) in self.sent):
+                self._disarm(ns, name)
+                for hook in self.hooks:
+                    await hook(ns, name)
+                return
         obj = seen if seen is not None else await self.ctx.kube_in(ns).get("approvals", name)
         if obj is None:
             self._disarm(ns, name)
