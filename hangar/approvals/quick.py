@@ -20,6 +20,7 @@ on generated lines); :func:`word` gives a mark's ``Word``, made as the lexer mak
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .paths import _SIMPLE_PARAM, UNKNOWN, Where
@@ -84,6 +85,18 @@ def value(raw: str, where: Where) -> tuple[str | None, str, tuple[str, ...]]:
     if "$" not in raw:
         text = _QUOTE.sub(r"\1\2", raw)
         return text, text, ()
+    if "'" not in raw:
+        # No single quote: every '"' is a quote and every "$" starts one of _EXP's expansions (plain text and
+        # double-quoted text hold no bare "$"), so one C split finds them, and no Python call per piece.
+        pieces = _EXP_SPLIT.split(raw)
+        runs: list[str] = []
+        for i in range(1, len(pieces), 2):
+            pieces[i], run = _expanded(pieces[i], where)
+            if run is not None:
+                runs.append(run)
+        for i in range(0, len(pieces), 2):
+            pieces[i] = pieces[i].replace('"', "")
+        return None, "".join(pieces), tuple(runs)
     nested: list[str] = []
     expanded = False
 
@@ -110,6 +123,21 @@ def value(raw: str, where: Where) -> tuple[str | None, str, tuple[str, ...]]:
 
     rendered = _VALUE_PIECE.sub(piece, raw)
     return (None if expanded else rendered), rendered, tuple(nested)
+
+
+_EXP_SPLIT = re.compile(f"({_EXP})")
+
+
+@functools.lru_cache(maxsize=1024)
+def _expanded(e: str, where: Where) -> tuple[str, str | None]:
+    """One of ``_EXP``'s expansions as :func:`value` renders it, and the command it runs (``Word.nested``):
+    the same few (``$(date +%s)``, ``$HOME``) recur in a long script's words."""
+    if e[1] == "(":
+        return UNKNOWN, e[2:-1]
+    inner = e[2:-1] if e[1] == "{" else e[1:]
+    m = _SIMPLE_PARAM.match(e)
+    known = where.known(m.group(1)) if m else None
+    return (known if known is not None else UNKNOWN), (inner if "$" in inner else None)
 
 
 def word(raw: str) -> Word:

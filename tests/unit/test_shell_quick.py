@@ -187,6 +187,12 @@ def test_a_quoted_pipeline_in_strings_is_the_parsed_ones(src: str) -> None:
 @given(SOURCES, st.sampled_from(PLACES))
 @example('\'$HOME\' "$HOME" ${HOME}/x $PWD$HANGAR_IO "a\'b" \'a"b\' "$(a)$1${X:-y}" x\'y\'"z"', PLACES[0])
 @example('echo $$ "$$x" ${a}$-', PLACES[2])
+# Words without a single quote (value()'s split path): quotes around and between expansions, $$ and names
+# run together, a name that a quote ends, the same substitution twice.
+@example(
+    'a"$HOME"b$PWD"x$1y"$12 "$$$$"$X"Y" "step 1: $(date +%s)" "$(date +%s)"$(date +%s) ${H}"}"', PLACES[0]
+)
+@example('"$HOME/$HANGAR_IO" $HOME$PWD ""$HOME"" x=$(a b) "${PWD}"', PLACES[1])
 def test_a_marked_words_value_is_its_parts(src: str, where: Where) -> None:
     """``quick.value`` of each word ``mask`` took is ``plain.text``, ``render`` and ``nested`` of its
     ``Word`` (the lexer's parts), wherever the turn is (known variables, empty ones)."""
