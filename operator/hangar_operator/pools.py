@@ -320,11 +320,17 @@ class Pools:
 
     # --- claiming ---------------------------------------------------------------------------------------
     async def claim(
-        self, ns: str, s_obj: Obj, env: EnvironmentSpec, extra: dict[str, Any] | None = None
+        self,
+        ns: str,
+        s_obj: Obj,
+        env: EnvironmentSpec,
+        extra: dict[str, Any] | None = None,
+        after: Callable[[Obj], Awaitable[None]] | None = None,
     ) -> Obj | None:
         """Gives the session a ready member of its Environment's pool, or None (it starts a fresh sandbox).
-        Returns the session as written (with ``extra``, more status fields, in the same write). Caller
-        holds the session's lock."""
+        Returns the session as written (with ``extra``, more status fields, in the same write). ``after``
+        (the caller's record of the start) runs with the written session beside the claim's writes that
+        follow the status write. Caller holds the session's lock."""
         s = Session.model_validate(s_obj)
         if not pool_of(env) or env.warm_pool is None or s.spec.harness != env.warm_pool.harness:
             return None
@@ -351,7 +357,7 @@ class Pools:
                 continue
             self.ctx.pool_members.pop((ns, m.name), None)
             try:
-                return await self._adopted(s_obj, m, run, str(key), extra or {})
+                return await self._adopted(s_obj, m, run, str(key), extra or {}, after)
             except BaseException:
                 # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
                 await self.ctx.kube_in(ns).delete_core("pods", m.name, grace_period_seconds=0)
@@ -421,9 +427,17 @@ class Pools:
         await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
         return key
 
-    async def _adopted(self, s_obj: Obj, m: Member, run: Run, key: str, extra: dict[str, Any]) -> Obj:
+    async def _adopted(
+        self,
+        s_obj: Obj,
+        m: Member,
+        run: Run,
+        key: str,
+        extra: dict[str, Any],
+        after: Callable[[Obj], Awaitable[None]] | None,
+    ) -> Obj:
         """The claim went through and the adopt is out: the one status write (connected, once the driver is
-        back as the session's run), beside the key Secret and the volume's re-owning."""
+        back as the session's run), then the key Secret and the volume's re-owning."""
         kube = self.ctx.kube_in(m.namespace)
         s = Session.model_validate(s_obj)
         secret, _ = run_key_secret(s_obj, run, key=key)
@@ -447,23 +461,24 @@ class Pools:
             }
             return await patch_status(kube, "sessions", s_obj, patch), connected
 
-        # The status write does not wait for the key Secret or the volume's re-owning: a crash before they are
-        # done is mended at the next start (finish_claim, from Sandboxes.check on resume).
-        (written, connected), _, _ = await asyncio.gather(
-            write_status(),
+        # The status write alone first, the claim's other writes after it: sent side by side, the key
+        # Secret's create and the volume's patch shared the apiserver and etcd with it and it came back
+        # last as often as first. It needs neither of them: a crash before they are done is mended at the
+        # next start (finish_claim, from Sandboxes.check on resume); the key is served from memory.
+        written, connected = await write_status()
+        log.info("session %s/%s took warm sandbox %s (connected: %s)", m.namespace, s.name, m.name, connected)
+        # Then side by side: the key Secret, the volume's re-owning, the Event, and the pool's key Secret's
+        # delete (its key is dead already: key_for_run refuses a claimed member, and a crash before the
+        # delete leaves only an Environment-owned Secret that the Environment's deletion takes).
+        await asyncio.gather(
             kube.create_core("secrets", secret),
             kube.patch_core("persistentvolumeclaims", m.workspace, volume_patch(s_obj)),
-        )
-        log.info("session %s/%s took warm sandbox %s (connected: %s)", m.namespace, s.name, m.name, connected)
-        # After the write, side by side: the Event, and the pool's key Secret (its key is dead already:
-        # key_for_run refuses a claimed member, and a crash before the delete leaves only an Environment-owned
-        # Secret that the Environment's deletion takes).
-        await asyncio.gather(
             kube.delete_core("secrets", m.key_secret),
             self.ctx.events.emit(
                 kube, written, "Normal", "SandboxConnected", f"warm sandbox {m.name} connected as {run.pod}"
             )
             if connected
             else asyncio.sleep(0),
+            after(written) if after is not None else asyncio.sleep(0),
         )
         return written

@@ -154,17 +154,22 @@ class Sandboxes:
             return False
         if s.spec.fork_of or s.spec.stopped or st.resuming or st.checkpoints or st.suspended:
             return False
-        written = await self.pools.claim(ns, s_obj, env, extra or {})
+
+        async def record(written: Obj) -> None:
+            # Beside the claim's writes after its status write, not after them: the session's lock (which
+            # the driver's hello waits for) is held one round trip less.
+            pod = str(Session.model_validate(written).status.sandbox.pod)
+            await asyncio.gather(
+                self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True}),
+                self.ctx.events.emit(
+                    self.ctx.kube_in(ns), written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
+                ),
+            )
+
+        written = await self.pools.claim(ns, s_obj, env, extra or {}, record)
         if written is None:
             return False
         metrics.SANDBOXES_STARTED.inc()
-        pod = str(Session.model_validate(written).status.sandbox.pod)
-        await asyncio.gather(
-            self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True}),
-            self.ctx.events.emit(
-                self.ctx.kube_in(ns), written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
-            ),
-        )
         return True
 
     async def start(

@@ -479,3 +479,42 @@ async def test_the_refill_is_woken_once_the_claim_is_written_not_beside_it(tmp_p
     await rig.reconcile("s1")
     assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
     assert order == ["pools/default/dev after the claim's write"]
+
+
+async def test_the_claims_status_write_goes_alone_its_secret_and_volume_after_it(tmp_path: Path) -> None:
+    """Sent side by side, the key Secret's create and the volume's patch shared the apiserver with the status
+    write a person waits on: they are sent once it is back (finish_claim mends a stop in between)."""
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    await make_ready(rig, name)
+    order: list[str] = []
+    patch_status, create_core, patch_core = rig.kube.patch_status, rig.kube.create_core, rig.kube.patch_core
+
+    async def status(plural: str, obj_name: str, body: dict[str, Any], **kw: Any) -> Any:
+        if plural == "sessions" and (body.get("sandbox") or {}).get("pod") == name:
+            order.append("status sent")
+            await asyncio.sleep(0.01)  # a slow write: anything sent beside it would be seen now
+            out = await patch_status(plural, obj_name, body, **kw)
+            order.append("status back")
+            return out
+        return await patch_status(plural, obj_name, body, **kw)
+
+    async def create(kind: str, body: dict[str, Any]) -> Any:
+        if kind == "secrets" and body["metadata"]["name"] == "s1-r1-key":
+            order.append("key secret")
+        return await create_core(kind, body)
+
+    async def patch(kind: str, obj_name: str, body: dict[str, Any]) -> Any:
+        if kind == "persistentvolumeclaims":
+            order.append("volume")
+        return await patch_core(kind, obj_name, body)
+
+    rig.kube.patch_status = status  # type: ignore[method-assign]
+    rig.kube.create_core = create  # type: ignore[method-assign]
+    rig.kube.patch_core = patch  # type: ignore[method-assign]
+    await rig.session("s1")
+    await rig.reconcile("s1")
+    assert order[:2] == ["status sent", "status back"]
+    assert sorted(order[2:]) == ["key secret", "volume"]
+    assert rig.get("secrets", "s1-r1-key")
