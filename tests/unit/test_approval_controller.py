@@ -50,9 +50,12 @@ async def test_a_person_allows_and_the_answer_goes_to_the_driver_once(tmp_path: 
 async def test_an_unanswered_approval_expires_and_says_so(tmp_path: Path) -> None:
     rig = await make_rig(tmp_path)
     name = await asked(rig, "s1", timeout=1)
-    for _ in range(400):  # up to 20 s: the timer fires at 1 s, but a loaded machine may run it late
+    # Up to 20 s: the timer fires at 1 s, but a loaded machine may run it late. The Events are written after
+    # the status (a failed one loses nothing the status says), so the wait is for both, not the phase alone.
+    for _ in range(400):
         await asyncio.sleep(0.05)
-        if rig.status("approvals", name)["phase"] != "Pending":
+        timed_out = {o for (o, r, _) in rig.events() if r == "ApprovalTimedOut"}
+        if rig.status("approvals", name)["phase"] != "Pending" and timed_out >= {name, "s1"}:
             break
     st = rig.status("approvals", name)
     assert st["phase"] == "Expired" and st["resolvedBy"] == "timeout" and st["decision"] == "deny"
