@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import Approval, ApprovalStatus
-from hangar.models.approval import asked_times, waiting
+from hangar.models.approval import asked_times, sandbox_asked, waiting
 from hangar.models.limits import bounded
 from hangar.store import Database
 
@@ -71,7 +71,7 @@ def approval_view(a: Obj) -> dict[str, Any]:
         "resolved_by": st.resolved_by,
         "requested_at": stamp(requested),
         # The sandbox's own word on when its agent asked (bounded by the operator): for measuring only.
-        "sandbox_asked_at": stamp(st.sandbox_asked_at),
+        "sandbox_asked_at": stamp(sandbox_asked(st, a.get("metadata") or {})),
         "deadline": stamp(deadline),
         "decided_at": stamp(st.decided_at),
         "delivered_at": stamp(st.delivered_at),

@@ -75,7 +75,7 @@ def approval_kept(obj: Obj) -> Obj:
         if k in meta
     }
     notes = meta.get("annotations") or {}
-    stamps = {k: notes[k] for k in (L.REQUESTED_AT, L.DEADLINE) if k in notes}
+    stamps = {k: notes[k] for k in L.ASKED_STAMPS if k in notes}
     if stamps:
         kept["annotations"] = stamps
     return {**obj, "metadata": kept}

@@ -116,6 +116,14 @@ def asked_times(st: ApprovalStatus, metadata: dict[str, Any]) -> tuple[datetime 
     return _time(notes.get(L.REQUESTED_AT)), _time(notes.get(L.DEADLINE))
 
 
+def sandbox_asked(st: ApprovalStatus, metadata: dict[str, Any]) -> datetime | None:
+    """The sandbox's word on when its agent asked (bounded by the operator; for measuring only): its status
+    once written, else the stamp of a call that asks (``labels.SANDBOX_ASKED_AT``)."""
+    if st.phase is not None:
+        return st.sandbox_asked_at
+    return _time((metadata.get("annotations") or {}).get(L.SANDBOX_ASKED_AT))
+
+
 def waiting(a: Approval) -> bool:
     """Does the agent wait on a person's decision: Pending, or created by the operator as a call that asks
     whose status (Pending) is not written yet. One created by hand (no status, no stamp) is not."""

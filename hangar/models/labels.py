@@ -28,6 +28,8 @@ TOWER_DECISION = "hangar.dev/tower-decision"
 # status will hold (requestedAt, deadline), so that it is pending from its create on (docs/approvals.md).
 REQUESTED_AT = "hangar.dev/requested-at"
 DEADLINE = "hangar.dev/deadline"
+SANDBOX_ASKED_AT = "hangar.dev/sandbox-asked-at"  # status.sandboxAskedAt's value, bounded, when there is one
+ASKED_STAMPS = (REQUESTED_AT, DEADLINE, SANDBOX_ASKED_AT)
 
 HANGAR = "hangar"
 

@@ -57,6 +57,19 @@ def wait_pending(
     return found
 
 
+def delivered(api: Api, session: str, ident: str, timeout: float = 30) -> dict[str, Any]:
+    """Approval ``ident`` among the session's recent ones once its answer's delivery is recorded: the driver
+    confirms it as it writes it to the CLI, and the operator records ``deliveredAt`` on a task of its own, so
+    the turn may end a moment before it shows."""
+
+    def look() -> dict[str, Any] | None:
+        rec = next((x for x in approvals(api, session)["recent"] if x["id"] == ident), None)
+        return rec if rec is not None and rec["delivered_at"] else None
+
+    found: dict[str, Any] = wait(look, timeout, f"{ident} delivered", lambda: api.debug(session))
+    return found
+
+
 def decide(api: Api, session: str, ident: str, decision: str, message: str | None = None) -> Any:
     body: dict[str, Any] = {"decision": decision}
     if message is not None:
@@ -103,9 +116,18 @@ def test_ask_allow_runs_the_command_and_bad_decisions_are_refused(
         assert a["sandbox_asked_at"] and a["sandbox_asked_at"] <= a["requested_at"], a
         listing = approvals(api, name)
         assert listing["policy"] == "ask"
-        s = api.session(name)
-        assert [p["id"] for p in s["pending_approvals"]] == [a["id"]]
-        assert any(e["kind"] == "approval_request" and e["approval"] == a["id"] for e in api.events(name))
+
+        # The session's record and the activity event follow the Approval's status write (it is listed from
+        # its create on): a moment later, not never.
+        def recorded() -> bool:
+            pending = [p["id"] for p in api.session(name)["pending_approvals"]]
+            asked = any(
+                e["kind"] == "approval_request" and e["approval"] == a["id"] for e in api.events(name)
+            )
+            assert pending in ([], [a["id"]]), pending
+            return pending == [a["id"]] and asked
+
+        wait(recorded, 30, f"{a['id']} in {name}'s pending_approvals and events", lambda: api.debug(name))
         assert not (workspace(stack, name) / "allowed.txt").exists(), "nothing ran before the decision"
         # Bad input: a decision that doesn't exist, an unknown approval, another session's path.
         r = decide(api, name, a["id"], "maybe")
@@ -123,7 +145,7 @@ def test_ask_allow_runs_the_command_and_bad_decisions_are_refused(
         assert (workspace(stack, name) / "allowed.txt").read_text().strip() == "hi"
         done = approvals(api, name)
         assert done["pending"] == [] and api.session(name)["pending_approvals"] == []
-        rec = next(x for x in done["recent"] if x["id"] == a["id"])
+        rec = delivered(api, name, a["id"])
         assert rec["phase"] == "Allowed" and rec["decision"] == "allow" and rec["resolved_by"] == "person"
         assert rec["by"] == "admin" and rec["decided_at"] and rec["delivered_at"]
         assert decide(api, name, a["id"], "deny").status_code == 409
@@ -581,7 +603,7 @@ def test_a_pending_approval_survives_an_operator_restart(
         t = api.wait_turn(name, 1)
         assert t["phase"] == "Completed", api.debug(name)
         assert (workspace(stack, name) / "restarted.txt").exists()
-        rec = next(x for x in approvals(api, name)["recent"] if x["id"] == a["id"])
+        rec = delivered(api, name, a["id"])
         assert rec["phase"] == "Allowed" and rec["delivered_at"], rec
     finally:
         cleanup(api, name)

@@ -168,3 +168,35 @@ async def test_the_pending_list_keeps_the_order_they_were_asked_in(
     items = [seen[2], rig.get("approvals", names[1]), rig.get("approvals", names[0])]
     pending, _ = pending_and_recent(items, 10)
     assert [p["id"] for p in pending] == names
+
+
+async def test_the_sandboxs_time_is_shown_from_the_create_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Everything the pending view shows is there from the create: a client that sees the approval pending
+    before its status is written also sees when the sandbox says its agent asked (the same value)."""
+    rig = await make_rig(tmp_path)
+    await asking(rig)
+    await asyncio.sleep(0.05)  # the turn began before the time the sandbox claims (else it is not kept)
+    seen = before_status(monkeypatch)
+    asked = datetime.now(UTC).timestamp() - 0.01
+    await rig.event(
+        "s1",
+        "permission_request",
+        turn="s1-1",
+        request_id="r1",
+        tool="Bash",
+        command="rm -rf x",
+        asked_at=asked,
+    )
+    [created] = seen
+    early = approval_view(created)
+    st = rig.status("approvals", early["id"])
+    assert early["sandbox_asked_at"] and early["sandbox_asked_at"] == st["sandboxAskedAt"]
+    assert early["sandbox_asked_at"] <= early["requested_at"]
+    # A call without the sandbox's word has none, before or after its status.
+    seen.clear()
+    await rig.event("s1", "permission_request", turn="s1-1", request_id="r2", tool="Bash", command="rm -rf y")
+    [plain] = seen
+    assert approval_view(plain)["sandbox_asked_at"] is None
+    assert approval_view(rig.get("approvals", plain["metadata"]["name"]))["sandbox_asked_at"] is None

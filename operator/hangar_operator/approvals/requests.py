@@ -336,6 +336,8 @@ class PermissionRequests:
         # Stamped on the Approval as it is created: it is pending from this one write on (the API lists it),
         # and its status, with the same times, follows without a read.
         stamps = {L.REQUESTED_AT: iso(now), L.DEADLINE: iso(deadline)}
+        if "sandboxAskedAt" in claimed:  # shown from the create too (the pending view's every time)
+            stamps[L.SANDBOX_ASKED_AT] = claimed["sandboxAskedAt"]
         obj = await self.create(kube, s_obj, run_pod, name, spec, stamps)
         ap = Approval.model_validate(obj)
         if ap.status.phase is not None:
