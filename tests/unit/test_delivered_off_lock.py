@@ -59,11 +59,8 @@ def confirm(name: str) -> dict[str, object]:
     return {"op": "answer", "ok": True, "command_id": f"answer-{name}"}
 
 
-async def test_the_next_request_is_not_queued_behind_the_delivered_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rig = await make_rig(tmp_path)
-    name = await decided(rig)
+def hold_delivered(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """The apiserver slow to take a ``deliveredAt`` record: each such status write waits for the event."""
     release = asyncio.Event()
     patch_status = FakeKube.patch_status
 
@@ -71,10 +68,19 @@ async def test_the_next_request_is_not_queued_behind_the_delivered_write(
         self: FakeKube, plural: str, n: str, status: Obj, resource_version: str | None = None
     ) -> Obj:
         if plural == "approvals" and "deliveredAt" in status:
-            await release.wait()  # the apiserver slow to take the record
+            await release.wait()
         return await patch_status(self, plural, n, status, resource_version)
 
     monkeypatch.setattr(FakeKube, "patch_status", slow)
+    return release
+
+
+async def test_the_next_request_is_not_queued_behind_the_delivered_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = await make_rig(tmp_path)
+    name = await decided(rig)
+    release = hold_delivered(monkeypatch)
     await asyncio.wait_for(rig.event("s1", "command_result", **confirm(name)), 5)
     # The agent's next call asks while the record is still being written: it is pending at once.
     await asyncio.wait_for(
@@ -95,17 +101,7 @@ async def test_a_watch_event_while_the_record_is_written_sends_nothing_and_takes
 ) -> None:
     rig = await make_rig(tmp_path)
     name = await decided(rig)
-    release = asyncio.Event()
-    patch_status = FakeKube.patch_status
-
-    async def slow(
-        self: FakeKube, plural: str, n: str, status: Obj, resource_version: str | None = None
-    ) -> Obj:
-        if plural == "approvals" and "deliveredAt" in status:
-            await release.wait()
-        return await patch_status(self, plural, n, status, resource_version)
-
-    monkeypatch.setattr(FakeKube, "patch_status", slow)
+    release = hold_delivered(monkeypatch)
     sent = rig.commands("s1-r1").count(f"answer-{name}")
     await rig.event("s1", "command_result", **confirm(name))
     async with rig.ctx.lock("default", "s1"):  # the session busy: the event is answered all the same
