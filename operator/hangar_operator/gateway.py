@@ -140,6 +140,11 @@ class Gateway:
         state = self._runs.get(run)
         return bool(state and state.conn is not None and state.conn.confirmed and not state.conn.closed)
 
+    def hello(self, run: str) -> dict[str, Any]:
+        """The verified hello of ``run``'s connection (empty while it has none)."""
+        state = self._runs.get(run)
+        return dict(state.conn.hello) if self.connected(run) and state and state.conn else {}
+
     async def wait_connected(self, run: str, timeout: float) -> bool:
         state = self._state(run)
         if self.connected(run):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import secrets
 import time
@@ -35,7 +36,7 @@ from .context import Context
 from .foreign_status import pod_status
 from .lifecycle import SESSION, move
 from .pool_claims import NO_KEY as NO_KEY  # re-exported: its readers (Sandboxes) know it from here
-from .pool_claims import finish_claim
+from .pool_claims import ClaimWrites, after_claim, finish_claim
 from .pool_objects import (
     MEMBER,
     RETIRED,
@@ -50,10 +51,8 @@ from .pool_objects import (
     resource_version,
     retire_patch,
     spec_hash,
-    volume_patch,
 )
 from .runs import Run
-from .sandbox_objects import run_key_secret
 from .status import patch_status
 from .sweeper import Wakeups, waits_for_slot
 
@@ -89,6 +88,7 @@ class Pools:
         self.started = self.clock()
         self.down: dict[str, float] = {}  # member run id -> when its ready driver disconnected
         self.wait_connected: Callable[[str, float], Awaitable[bool]] = ctx.gateway.wait_connected
+        self.claims = ClaimWrites()  # each claim's writes after its status write, on a task
 
     # --- the pool ---------------------------------------------------------------------------------------
     def wake(self, ns: str, env: str, when: float = 0.0) -> None:
@@ -330,7 +330,8 @@ class Pools:
         """Gives the session a ready member of its Environment's pool, or None (it starts a fresh sandbox).
         Returns the session as written (with ``extra``, more status fields, in the same write). ``after``
         (the caller's record of the start) runs with the written session beside the claim's writes that
-        follow the status write. Caller holds the session's lock."""
+        follow the status write, on a task that does not hold the session's lock (``claims.written`` waits
+        for it). Caller holds the session's lock."""
         s = Session.model_validate(s_obj)
         if not pool_of(env) or env.warm_pool is None or s.spec.harness != env.warm_pool.harness:
             return None
@@ -339,6 +340,7 @@ class Pools:
             if not self._is_ready(m):
                 continue
             run = self.ctx.run(ns, s.name, s.status.counters.sandboxes + 1)
+            began = self.clock()
             # Out of the ready set before the first await: no other claim in this process picks it.
             self.ready.pop(m.run_id, None)
             seen = self.seen.pop(m.run_id, None)
@@ -357,16 +359,18 @@ class Pools:
                 continue
             self.ctx.pool_members.pop((ns, m.name), None)
             try:
-                return await self._adopted(s_obj, m, run, str(key), extra or {}, after)
+                written, connected = await self._adopted(s_obj, m, run, extra or {})
             except BaseException:
                 # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
                 await self.ctx.kube_in(ns).delete_core("pods", m.name, grace_period_seconds=0)
-                raise
-            finally:
-                # The refill once the claim is written, not beside it: its Secret, volume and pod creates
-                # and its driver's start would compete with the claim's writes for the apiserver and the
-                # CPU while a person waits on this session.
                 self.wake(ns, m.env)
+                raise
+            if connected:  # its hello's on_connect (waiting for the lock) finds what it records done
+                self.claims.recorded.add(run.id)
+            since = self.clock() - began if connected else None
+            writes = functools.partial(after_claim, self.ctx, s_obj, written, m, run, str(key), since, after)
+            self.claims.start(self.ctx, ns, s.name, m, writes, functools.partial(self.wake, ns, m.env))
+            return written
         return None
 
     async def _undo_adopt(self, m: Member, run: Run) -> None:
@@ -427,58 +431,30 @@ class Pools:
         await self.ctx.gateway.send(m.run_id, P.OP_ADOPT, {"run": run.id, "nonce": nonce}, f"adopt-{run.id}")
         return key
 
-    async def _adopted(
-        self,
-        s_obj: Obj,
-        m: Member,
-        run: Run,
-        key: str,
-        extra: dict[str, Any],
-        after: Callable[[Obj], Awaitable[None]] | None,
-    ) -> Obj:
+    async def _adopted(self, s_obj: Obj, m: Member, run: Run, extra: dict[str, Any]) -> tuple[Obj, bool]:
         """The claim went through and the adopt is out: the one status write (connected, once the driver is
-        back as the session's run), then the key Secret and the volume's re-owning."""
+        back as the session's run), alone: sent beside the key Secret's create and the volume's patch, it
+        shared the apiserver and etcd with them and came back last as often as first. It needs neither of
+        them (``after_claim`` follows it): a crash before they are done is mended at the next start
+        (finish_claim, from Sandboxes.check on resume); the key is served from memory."""
         kube = self.ctx.kube_in(m.namespace)
         s = Session.model_validate(s_obj)
-        secret, _ = run_key_secret(s_obj, run, key=key)
-
-        async def write_status() -> tuple[Obj, bool]:
-            # The adopted driver is back as the session's run within a driver round trip, usually (it keeps
-            # its connection): then one status write says so, instead of a Starting write and a connected
-            # one after it (its on_connect, which waits for the session's lock, finds nothing left to do).
-            connected = await self.wait_connected(run.id, ADOPT_WAIT)
-            counters = s.status.counters.model_copy()
-            counters.sandboxes += 1
-            phase = move(SESSION, s.status.phase, "sandbox_created")
-            patch: dict[str, Any] = {
-                **extra,
-                "phase": move(SESSION, phase, "connected") if connected else phase,
-                "reason": "",
-                "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
-                "sandbox": {"pod": m.name, "run": run.pod, "connected": connected, "startedAt": iso()},
-                "workspace": m.workspace,
-                "counters": counters.dump(),
-            }
-            return await patch_status(kube, "sessions", s_obj, patch), connected
-
-        # The status write alone first, the claim's other writes after it: sent side by side, the key
-        # Secret's create and the volume's patch shared the apiserver and etcd with it and it came back
-        # last as often as first. It needs neither of them: a crash before they are done is mended at the
-        # next start (finish_claim, from Sandboxes.check on resume); the key is served from memory.
-        written, connected = await write_status()
+        # The adopted driver is back as the session's run within a driver round trip, usually (it keeps
+        # its connection): then one status write says so, instead of a Starting write and a connected
+        # one after it (its on_connect, which waits for the session's lock, finds nothing left to do).
+        connected = await self.wait_connected(run.id, ADOPT_WAIT)
+        counters = s.status.counters.model_copy()
+        counters.sandboxes += 1
+        phase = move(SESSION, s.status.phase, "sandbox_created")
+        patch: dict[str, Any] = {
+            **extra,
+            "phase": move(SESSION, phase, "connected") if connected else phase,
+            "reason": "",
+            "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
+            "sandbox": {"pod": m.name, "run": run.pod, "connected": connected, "startedAt": iso()},
+            "workspace": m.workspace,
+            "counters": counters.dump(),
+        }
+        written = await patch_status(kube, "sessions", s_obj, patch)
         log.info("session %s/%s took warm sandbox %s (connected: %s)", m.namespace, s.name, m.name, connected)
-        # Then side by side: the key Secret, the volume's re-owning, the Event, and the pool's key Secret's
-        # delete (its key is dead already: key_for_run refuses a claimed member, and a crash before the
-        # delete leaves only an Environment-owned Secret that the Environment's deletion takes).
-        await asyncio.gather(
-            kube.create_core("secrets", secret),
-            kube.patch_core("persistentvolumeclaims", m.workspace, volume_patch(s_obj)),
-            kube.delete_core("secrets", m.key_secret),
-            self.ctx.events.emit(
-                kube, written, "Normal", "SandboxConnected", f"warm sandbox {m.name} connected as {run.pod}"
-            )
-            if connected
-            else asyncio.sleep(0),
-            after(written) if after is not None else asyncio.sleep(0),
-        )
-        return written
+        return written, connected

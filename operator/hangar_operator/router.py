@@ -131,14 +131,17 @@ class Router:
         if self.pools is not None:
             self.pools.session_connected(run_id)
         async with self.ctx.lock(run.namespace, run.session):
+            # A warm claim that wrote this run connected records its connect itself (pool_claims.after_claim).
+            recorded = self.pools is not None and self.pools.claims.took_connect(run_id)
             if not await self.sandboxes.connected(run.namespace, run.session, run.pod, hello):
                 return
-        await self.ctx.activity(
-            run.namespace,
-            run.session,
-            "driver_connected",
-            {"run": run.pod, "driver": hello.get("driver_version", ""), "pid": hello.get("pid")},
-        )
+        if not recorded:
+            await self.ctx.activity(
+                run.namespace,
+                run.session,
+                "driver_connected",
+                {"run": run.pod, "driver": hello.get("driver_version", ""), "pid": hello.get("pid")},
+            )
         await self.sessions.reconcile(run.namespace, run.session)
 
     async def on_disconnect(self, run_id: str) -> None:

@@ -156,8 +156,8 @@ class Sandboxes:
             return False
 
         async def record(written: Obj) -> None:
-            # Beside the claim's writes after its status write, not after them: the session's lock (which
-            # the driver's hello waits for) is held one round trip less.
+            # Beside the claim's writes after its status write, on their task (off the session's lock, which
+            # the driver's hello and the first turn wait for).
             pod = str(Session.model_validate(written).status.sandbox.pod)
             await asyncio.gather(
                 self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True}),
@@ -325,6 +325,8 @@ class Sandboxes:
         """Deletes the sandbox pod and its run key; the workspace volume (and the conversation) stays.
         Caller holds the session's lock."""
         kube = self.ctx.kube_in(ns)
+        if self.pools is not None:  # a warm claim's key Secret is created before the run's is deleted
+            await self.pools.claims.written(ns, name)
         s_obj = await kube.get("sessions", name)
         if s_obj is None:
             return
