@@ -128,13 +128,13 @@ async def after_claim(
     the records. Off the session's lock (``Pools.claim`` runs it on a task): what waits for the lock (the
     driver's hello, the first turn) does not wait for these. ``connected``: when the claim's write said the
     driver is connected (seconds since the claim began), else None; then what the hello's own path records
-    is recorded here, after the write (the hello's ``on_connect`` finds it done, ``Pools.took_connect``)."""
+    is recorded here, after the write (its ``on_connect`` finds it done: ``ClaimWrites.took_connect``)."""
     kube = ctx.kube_in(m.namespace)
     secret, _ = run_key_secret(s_obj, run, key=key)
     hello = ctx.gateway.hello(run.id) if connected is not None else {}
 
     async def records() -> None:
-        # In the order a fresh sandbox's are: the start, then the connect.
+        # The activity in the order a fresh sandbox's is: the start, then the connect (no Event between).
         if record is not None:
             await record(written)
         if connected is not None:
@@ -151,6 +151,7 @@ async def after_claim(
         kube.create_core("secrets", secret),
         kube.patch_core("persistentvolumeclaims", m.workspace, volume_patch(s_obj)),
         kube.delete_core("secrets", m.key_secret),
+        ctx.events.emit(kube, written, "Normal", "SandboxStarted", f"took warm sandbox pod {m.name}"),
         ctx.events.emit(
             kube, written, "Normal", "SandboxConnected", f"warm sandbox {m.name} connected as {run.pod}"
         )

@@ -156,15 +156,10 @@ class Sandboxes:
             return False
 
         async def record(written: Obj) -> None:
-            # Beside the claim's writes after its status write, on their task (off the session's lock, which
-            # the driver's hello and the first turn wait for).
+            # On the claim's task after its status write (off the session's lock, which the driver's hello
+            # and the first turn wait for), before its driver_connected; its SandboxStarted Event beside.
             pod = str(Session.model_validate(written).status.sandbox.pod)
-            await asyncio.gather(
-                self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True}),
-                self.ctx.events.emit(
-                    self.ctx.kube_in(ns), written, "Normal", "SandboxStarted", f"took warm sandbox pod {pod}"
-                ),
-            )
+            await self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True})
 
         written = await self.pools.claim(ns, s_obj, env, extra or {}, record)
         if written is None:
