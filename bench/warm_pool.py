@@ -51,12 +51,14 @@ class PoolBench(Bench):
     settled: list[float] = []  # seconds waited for the CPU to settle, each sample
 
     async def delete_session(self, name: str, pod: str | None) -> None:
+        await super().delete_session(name, pod)
         if self.env_name == WARM:
+            # Read once the session is gone: the claim posts its Events after the status write, on a task
+            # of their own, and a read right after the write seen could come before them.
             evs = await self.core.list_namespaced_event(
                 NAMESPACE, field_selector=f"involvedObject.name={name},reason=SandboxConnected"
             )
             self.connected_at_claim += any("warm sandbox" in (e.message or "") for e in evs.items)
-        await super().delete_session(name, pod)
 
     async def create_session(self, name: str, model: str | None = None) -> float:
         body: dict[str, Any] = {"name": name, "environment": self.env_name, "harness": "claude"}

@@ -76,7 +76,6 @@ class Controllers:
         self.bodies.stop()
         self.suspensions.stop()
         self.retry.stop()
-        self.pools.claims.stop()
         await self.live.stop()
         await self.ctx.gateway.stop()
         if self.ctx.tower is not None:

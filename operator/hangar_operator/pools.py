@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import logging
 import secrets
 import time
@@ -36,7 +35,7 @@ from .context import Context
 from .foreign_status import pod_status
 from .lifecycle import SESSION, move
 from .pool_claims import NO_KEY as NO_KEY  # re-exported: its readers (Sandboxes) know it from here
-from .pool_claims import ClaimWrites, after_claim, finish_claim
+from .pool_claims import after_claim, finish_claim
 from .pool_objects import (
     MEMBER,
     RETIRED,
@@ -88,7 +87,8 @@ class Pools:
         self.started = self.clock()
         self.down: dict[str, float] = {}  # member run id -> when its ready driver disconnected
         self.wait_connected: Callable[[str, float], Awaitable[bool]] = ctx.gateway.wait_connected
-        self.claims = ClaimWrites()  # each claim's writes after its status write, on a task
+        # Session runs whose claim wrote them connected and recorded their connect (``took_connect``).
+        self.recorded: set[str] = set()
 
     # --- the pool ---------------------------------------------------------------------------------------
     def wake(self, ns: str, env: str, when: float = 0.0) -> None:
@@ -330,8 +330,7 @@ class Pools:
         """Gives the session a ready member of its Environment's pool, or None (it starts a fresh sandbox).
         Returns the session as written (with ``extra``, more status fields, in the same write). ``after``
         (the caller's record of the start) runs with the written session beside the claim's writes that
-        follow the status write, on a task that does not hold the session's lock (``claims.written`` waits
-        for it). Caller holds the session's lock."""
+        follow the status write. Caller holds the session's lock."""
         s = Session.model_validate(s_obj)
         if not pool_of(env) or env.warm_pool is None or s.spec.harness != env.warm_pool.harness:
             return None
@@ -360,18 +359,33 @@ class Pools:
             self.ctx.pool_members.pop((ns, m.name), None)
             try:
                 written, connected = await self._adopted(s_obj, m, run, extra or {})
+                if connected:  # its hello's on_connect (waiting for the lock) finds what it records done
+                    self.recorded.add(run.id)
+                since = self.clock() - began if connected else None
+                # Under the session's lock still: taken off it (on a task), they ran beside the hello's
+                # reconcile and kopf's own patch, right when the write goes out to the watchers, and a
+                # watcher saw it later (docs/performance.md, 2026-12-02 09:43-10:08).
+                await after_claim(self.ctx, s_obj, written, m, run, str(key), since, after)
+                return written
             except BaseException:
                 # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
                 await self.ctx.kube_in(ns).delete_core("pods", m.name, grace_period_seconds=0)
-                self.wake(ns, m.env)
                 raise
-            if connected:  # its hello's on_connect (waiting for the lock) finds what it records done
-                self.claims.recorded.add(run.id)
-            since = self.clock() - began if connected else None
-            writes = functools.partial(after_claim, self.ctx, s_obj, written, m, run, str(key), since, after)
-            self.claims.start(self.ctx, ns, s.name, m, writes, functools.partial(self.wake, ns, m.env))
-            return written
+            finally:
+                # The refill once the claim is written, not beside it: its Secret, volume and pod creates
+                # and its driver's start would compete with the claim's writes for the apiserver and the
+                # CPU while a person waits on this session.
+                self.wake(ns, m.env)
         return None
+
+    def took_connect(self, run_id: str) -> bool:
+        """The claim's write said ``run_id``'s driver is connected and the claim recorded what the hello's
+        path would: the hello's on_connect (under the session's lock, after the claim) records nothing
+        more. True once."""
+        if run_id in self.recorded:
+            self.recorded.discard(run_id)
+            return True
+        return False
 
     async def _undo_adopt(self, m: Member, run: Run) -> None:
         """A claim that did not go through after its adopt went out (fail closed): the session's run forgets

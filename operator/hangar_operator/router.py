@@ -132,7 +132,7 @@ class Router:
             self.pools.session_connected(run_id)
         async with self.ctx.lock(run.namespace, run.session):
             # A warm claim that wrote this run connected records its connect itself (pool_claims.after_claim).
-            recorded = self.pools is not None and self.pools.claims.took_connect(run_id)
+            recorded = self.pools is not None and self.pools.took_connect(run_id)
             if not await self.sandboxes.connected(run.namespace, run.session, run.pod, hello):
                 return
         if not recorded:

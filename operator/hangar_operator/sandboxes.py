@@ -156,8 +156,7 @@ class Sandboxes:
             return False
 
         async def record(written: Obj) -> None:
-            # On the claim's task after its status write (off the session's lock, which the driver's hello
-            # and the first turn wait for), before its driver_connected; its SandboxStarted Event beside.
+            # Beside the claim's writes after its status write, before its driver_connected (the Event beside).
             pod = str(Session.model_validate(written).status.sandbox.pod)
             await self.ctx.activity(ns, s.name, "sandbox_starting", {"pod": pod, "warm": True})
 
@@ -320,8 +319,6 @@ class Sandboxes:
         """Deletes the sandbox pod and its run key; the workspace volume (and the conversation) stays.
         Caller holds the session's lock."""
         kube = self.ctx.kube_in(ns)
-        if self.pools is not None:  # a warm claim's key Secret is created before the run's is deleted
-            await self.pools.claims.written(ns, name)
         s_obj = await kube.get("sessions", name)
         if s_obj is None:
             return

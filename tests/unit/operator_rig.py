@@ -78,10 +78,8 @@ class Rig:
         return self.ctx.gateway.pending_commands(run_id)
 
     async def reconcile(self, session: str, ns: str = "default") -> None:
-        """A look at the session, and the warm claim's writes it set off on a task (``Pools.claim``)."""
         await self.c.sandboxes.check(ns, session)
         await self.c.sessions.reconcile(ns, session)
-        await self.c.pools.claims.written(ns, session)
 
     async def event(self, session: str, name: str, ns: str = "default", **payload: Any) -> None:
         run = self.run_id(session, ns)

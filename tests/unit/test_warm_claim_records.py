@@ -1,7 +1,7 @@
-"""A warm claim after its status write (pools.py ``claim``, pool_claims.py ``after_claim``): its other writes
-run on a task that does not hold the session's lock, a release waits for them, a failure among them fails
-closed; and a claim that wrote its driver connected records what the hello's own path would (the
-``driver_connected`` activity, the connect metric, the Event) once, after the write."""
+"""A warm claim after its status write (pools.py ``claim``, pool_claims.py ``after_claim``): a claim that wrote
+its driver connected records what the hello's own path would (the ``driver_connected`` activity after
+``sandbox_starting``, the connect metric, the Event) once, after the write; a failure among its later writes
+fails closed; the refill comes after them."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hangar.kube import ApiException
 from hangar.models import labels as L
 from hangar_operator import metrics
 
 from .operator_rig import Rig
-from .test_warm_claim_writes import claimed, owners
+from .test_warm_claim_writes import claimed
 from .test_warm_pools import members
 
 
@@ -48,29 +50,6 @@ def connects() -> float:
     )
 
 
-async def test_the_sessions_lock_is_free_while_the_claims_other_writes_are_on_their_way(
-    tmp_path: Path,
-) -> None:
-    rig, name = await claimed(tmp_path, prompt="hello")
-    gate = held(rig, "secrets")
-    await rig.c.sessions.reconcile("default", "s1")  # returns with the key Secret's create held
-    st = rig.status("sessions", "s1")
-    assert st["phase"] == "Idle" and st["sandbox"]["connected"] is True and st["sandbox"]["pod"] == name
-    assert not rig.ctx.lock("default", "s1").locked()
-    assert rig.kube.peek("secrets", "s1-r1-key") is None
-    # The driver's hello (it waited for the lock) goes through now, and starts the first turn: the run's
-    # key is served from memory meanwhile.
-    await rig.c.router.on_connect("s1-r1", {"driver_version": "test"})
-    assert rig.status("turns", "s1-1")["phase"] == "Running"
-    assert rig.kube.peek("secrets", "s1-r1-key") is None
-    gate.set()
-    await rig.c.pools.claims.written("default", "s1")
-    s_uid = rig.get("sessions", "s1")["metadata"]["uid"]
-    assert rig.get("secrets", "s1-r1-key")
-    assert owners(rig, "persistentvolumeclaims", f"{name}-workspace") == [s_uid]
-    assert rig.c.pools.claims.writing == {}
-
-
 async def test_a_claim_that_wrote_its_driver_connected_records_the_connect_once(tmp_path: Path) -> None:
     rig, name = await claimed(tmp_path)
     before = connects()
@@ -94,7 +73,7 @@ async def test_a_claim_that_wrote_its_driver_connected_records_the_connect_once(
     # a later reconnect of the same run (its connection dropped) is recorded as any is
     await rig.c.router.on_connect("s1-r1", {"driver_version": "test"})
     assert (await kinds(rig)).count("driver_connected") == 2
-    assert rig.c.pools.claims.recorded == set()
+    assert rig.c.pools.recorded == set()
 
 
 async def test_a_claim_written_starting_leaves_the_connect_to_the_hello(tmp_path: Path) -> None:
@@ -104,33 +83,11 @@ async def test_a_claim_written_starting_leaves_the_connect_to_the_hello(tmp_path
     await rig.reconcile("s1")
     assert rig.status("sessions", "s1")["phase"] == "Starting"
     assert await kinds(rig) == ["sandbox_starting"] and connects() == before
-    assert rig.c.pools.claims.recorded == set()
+    assert rig.c.pools.recorded == set()
     await rig.c.router.on_connect("s1-r1", {"driver_version": "test"})
     st = rig.status("sessions", "s1")
     assert st["phase"] == "Idle" and st["sandbox"]["connected"] is True
     assert await kinds(rig) == ["sandbox_starting", "driver_connected"] and connects() == before + 1
-
-
-async def test_a_release_waits_for_the_claims_key_secret_and_leaves_none_behind(tmp_path: Path) -> None:
-    rig, name = await claimed(tmp_path)
-    gate = held(rig, "secrets")
-    await rig.c.sessions.reconcile("default", "s1")
-    assert rig.kube.peek("secrets", "s1-r1-key") is None  # its create held
-
-    async def release() -> None:
-        async with rig.ctx.lock("default", "s1"):
-            await rig.c.sandboxes.release("default", "s1", "stopped")
-
-    releasing = asyncio.create_task(release())
-    for _ in range(50):
-        await asyncio.sleep(0)
-    assert not releasing.done()  # waits for the claim's writes
-    assert rig.kube.peek("pods", name) is not None
-    gate.set()
-    await releasing
-    # made, then deleted with the run: no key Secret of a released run is left
-    assert rig.kube.peek("secrets", "s1-r1-key") is None and rig.kube.peek("pods", name) is None
-    assert rig.status("sessions", "s1")["sandbox"].get("pod") is None
 
 
 async def test_a_claims_failed_write_after_its_status_removes_the_pod_and_refills(tmp_path: Path) -> None:
@@ -145,11 +102,11 @@ async def test_a_claims_failed_write_after_its_status_removes_the_pod_and_refill
     rig.kube.patch_core = refuse  # type: ignore[method-assign]
     woken: list[tuple[str, str]] = []
     rig.c.pools.wake = lambda ns, env, when=0.0: woken.append((ns, env))  # type: ignore[method-assign]
-    await rig.reconcile("s1")
+    with pytest.raises(ApiException):
+        await rig.reconcile("s1")
     # fail closed: the pod the status names is deleted (its watch releases the sandbox), the pool refills
     assert rig.kube.peek("pods", name) is None
     assert woken == [("default", "dev")]
-    assert rig.c.pools.claims.writing == {}
 
 
 async def test_the_refill_comes_after_the_claims_writes(tmp_path: Path) -> None:
@@ -157,25 +114,13 @@ async def test_the_refill_comes_after_the_claims_writes(tmp_path: Path) -> None:
     gate = held(rig, "persistentvolumeclaims")
     woken: list[tuple[str, str]] = []
     rig.c.pools.wake = lambda ns, env, when=0.0: woken.append((ns, env))  # type: ignore[method-assign]
-    await rig.c.sessions.reconcile("default", "s1")
+    task = asyncio.create_task(rig.reconcile("s1"))
     for _ in range(50):
         await asyncio.sleep(0)
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name  # written
     assert woken == []  # the volume's re-owning still on its way
     gate.set()
-    await rig.c.pools.claims.written("default", "s1")
+    await task
     assert woken == [("default", "dev")]
     assert L.POOL not in rig.get("persistentvolumeclaims", f"{name}-workspace")["metadata"]["labels"]
     assert members(rig) == []  # (the rig's wakeups are off: the test's look refills)
-
-
-async def test_a_stop_ends_the_claims_writes_as_a_crash_would_and_wakes_no_refill(tmp_path: Path) -> None:
-    rig, name = await claimed(tmp_path)
-    held(rig, "secrets")  # never let through
-    woken: list[tuple[str, str]] = []
-    rig.c.pools.wake = lambda ns, env, when=0.0: woken.append((ns, env))  # type: ignore[method-assign]
-    await rig.c.sessions.reconcile("default", "s1")
-    [task] = rig.c.pools.claims.writing.values()
-    rig.c.pools.claims.stop()
-    await asyncio.wait({task})
-    assert task.cancelled() and woken == [] and rig.c.pools.claims.writing == {}
-    assert rig.kube.peek("pods", name) is not None  # left for the next start's finish_claim
