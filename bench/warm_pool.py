@@ -53,8 +53,8 @@ class PoolBench(Bench):
     async def delete_session(self, name: str, pod: str | None) -> None:
         await super().delete_session(name, pod)
         if self.env_name == WARM:
-            # Read once the session is gone: the claim posts its Events after the status write, on a task
-            # of their own, and a read right after the write seen could come before them.
+            # Read once the session is gone: the claim posts its Events after its status write, and a read
+            # right after the write was seen could come before them.
             evs = await self.core.list_namespaced_event(
                 NAMESPACE, field_selector=f"involvedObject.name={name},reason=SandboxConnected"
             )

@@ -364,7 +364,7 @@ class Pools:
                 since = self.clock() - began if connected else None
                 # Under the session's lock still: taken off it (on a task), they ran beside the hello's
                 # reconcile and kopf's own patch, right when the write goes out to the watchers, and a
-                # watcher saw it later (docs/performance.md, 2026-12-02 09:43-10:08).
+                # watcher saw it later (docs/performance.md, 2026-12-02 09:43-10:21).
                 await after_claim(self.ctx, s_obj, written, m, run, str(key), since, after)
                 return written
             except BaseException:
