@@ -142,7 +142,7 @@ class Bench(Cluster):
         meta = pvc["metadata"]
         if kind != "ADDED" or (pvc.get("status") or {}).get("phase") == "Bound":
             return
-        pv = f"bench-{meta['name'].removesuffix('-workspace')}"
+        pv = f"bench-{meta['name'].rpartition('-workspace')[0]}"  # <session>-workspace-<uid>
         claim = {"namespace": NAMESPACE, "name": meta["name"], "uid": meta["uid"]}
         await self.core.patch_persistent_volume(pv, {"spec": {"claimRef": claim}})
         await self.core.patch_persistent_volume_status(pv, {"status": {"phase": "Bound"}})
@@ -210,7 +210,8 @@ class Bench(Cluster):
                 "persistentVolumeReclaimPolicy": "Retain",
                 "storageClassName": "",
                 "hostPath": {"path": f"/tmp/hangar-bench-none/{session}"},
-                "claimRef": {"namespace": NAMESPACE, "name": f"{session}-workspace"},
+                # Held for the session's claim, named for its uid: _claim binds it when the claim is made.
+                "claimRef": {"namespace": NAMESPACE, "name": f"{session}-workspace-pending"},
             },
         }
         try:

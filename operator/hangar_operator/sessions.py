@@ -246,7 +246,8 @@ class Sessions:
                 f"session {parent_name!r} has no workspace volume to clone: the fork starts with an empty one"
             )
             await self.ctx.activity(ns, name, "fork_workspace_empty", {"reason": why})
-        await kube.create_core("persistentvolumeclaims", workspace_pvc(s_obj, self.ctx.settings, source))
+        clone = workspace_pvc(s_obj, self.ctx.settings, source)
+        await kube.create_core("persistentvolumeclaims", clone)
         origin = ForkOrigin(
             session=parent_name,
             conversation=conversation,
@@ -258,7 +259,14 @@ class Sessions:
         if fresh is None:
             return None
         await patch_status(
-            kube, "sessions", fresh, {"forkedFrom": origin.dump(), "conversation": conversation}
+            kube,
+            "sessions",
+            fresh,
+            {
+                "forkedFrom": origin.dump(),
+                "conversation": conversation,
+                "workspace": clone["metadata"]["name"],
+            },
         )
         await self.ctx.activity(
             ns,
