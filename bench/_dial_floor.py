@@ -81,7 +81,7 @@ def objects(name: str, port: int) -> tuple[dict[str, Any], dict[str, Any], dict[
     secret, _ = run_key_secret(session, run)
     pvc = workspace_pvc(session, settings)
     env = EnvironmentSpec.model_validate({"image": SANDBOX_IMAGE})
-    pod = sandbox_pod(session, env, run, settings, "127.0.0.1:1", pvc["metadata"]["name"])
+    pod = sandbox_pod(session, env, run, settings, "127.0.0.1:1")
     for obj in (secret, pvc, pod):
         obj["metadata"].pop("ownerReferences", None)
         obj["metadata"].pop("annotations", None)

@@ -142,7 +142,7 @@ class Bench(Cluster):
         meta = pvc["metadata"]
         if kind != "ADDED" or (pvc.get("status") or {}).get("phase") == "Bound":
             return
-        pv = f"bench-{meta['name'].rpartition('-workspace')[0]}"  # <session>-workspace-<uid>
+        pv = f"bench-{meta['name'].removesuffix('-workspace')}"
         claim = {"namespace": NAMESPACE, "name": meta["name"], "uid": meta["uid"]}
         await self.core.patch_persistent_volume(pv, {"spec": {"claimRef": claim}})
         await self.core.patch_persistent_volume_status(pv, {"status": {"phase": "Bound"}})
@@ -210,8 +210,7 @@ class Bench(Cluster):
                 "persistentVolumeReclaimPolicy": "Retain",
                 "storageClassName": "",
                 "hostPath": {"path": f"/tmp/hangar-bench-none/{session}"},
-                # Held for the session's claim, named for its uid: _claim binds it when the claim is made.
-                "claimRef": {"namespace": NAMESPACE, "name": f"{session}-workspace-pending"},
+                "claimRef": {"namespace": NAMESPACE, "name": f"{session}-workspace"},
             },
         }
         try:

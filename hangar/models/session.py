@@ -157,8 +157,8 @@ class SessionStatus(Model):
     sandbox: Sandbox = Field(default_factory=Sandbox)
     workspace: str | None = Field(
         default=None,
-        description="The workspace volume (PVC): <session>-workspace-<uid> as the operator makes it, a warm "
-        "sandbox's taken with it; unset: <session>-workspace (a session from before the name held its uid)",
+        description="The workspace volume (PVC) when it is not <session>-workspace: a warm sandbox's, taken "
+        "with it",
     )
     conversation: str | None = Field(default=None, description="The CLI's session or thread id")
     forked_from: ForkOrigin | None = None

@@ -14,7 +14,7 @@ from hangar.models import Session
 from .context import Context
 from .pool_objects import volume_patch
 from .runs import Run
-from .sandbox_objects import pvc_name, session_volume_name
+from .sandbox_objects import pvc_name
 
 log = logging.getLogger("hangar.operator.pools")
 
@@ -30,8 +30,7 @@ async def finish_claim(ctx: Context, ns: str, s_obj: Obj, run: Run) -> str:
     sandbox's run (its Secret made with its pod, before the status): its key is kept for the hello."""
     kube = ctx.kube_in(ns)
     s = Session.model_validate(s_obj)
-    own = (pvc_name(s.name), session_volume_name(s_obj))  # volumes made for the session, not a pool's
-    took = s.status.workspace if s.status.workspace and s.status.workspace not in own else None
+    took = s.status.workspace if s.status.workspace and s.status.workspace != pvc_name(s.name) else None
     secret, pvc = await asyncio.gather(
         kube.get_core("secrets", run.key_secret),
         kube.get_core("persistentvolumeclaims", took) if took else asyncio.sleep(0),

@@ -90,7 +90,7 @@ def member_objects(
         "type": "Opaque",
         "data": {"run-key": base64.b64encode(key.encode()).decode()},
     }
-    pvc = workspace_pvc(as_session, settings, name=member.workspace)
+    pvc = workspace_pvc(as_session, settings)
     pvc["metadata"]["labels"] = member_labels(member.env, "workspace")
     pvc["metadata"]["ownerReferences"] = owner
     run = Run(member.namespace, member.name, member.name, member.run_id)

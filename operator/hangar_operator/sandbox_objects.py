@@ -41,24 +41,12 @@ def labels(session: str, run: Run | None = None, component: str = "sandbox") -> 
 
 
 def pvc_name(session: str) -> str:
-    """A warm sandbox's volume (``<member>-workspace``), and a session's made before its name held its uid."""
     return f"{session}-workspace"
 
 
-def session_volume_name(session: Obj) -> str:
-    """The name of a workspace volume the operator makes for a session: ``<session>-workspace-<uid>``.
-
-    The uid is the session's own, never reused: no namesake (a deleted session of the same name whose volume
-    the garbage collector has not removed yet) can hold this name, so the sandbox's pod is created beside its
-    volume rather than after a look at it (``Sandboxes._make_run``)."""
-    meta = session["metadata"]
-    return f"{meta['name']}-workspace-{meta['uid']}"
-
-
 def workspace_name(session: Obj) -> str:
-    """The session's workspace volume: the one its status records (``status.workspace``: made for it, a fork's
-    clone, or a warm sandbox's it took), else ``<session>-workspace`` (a session from before the name held
-    its uid)."""
+    """The session's workspace volume: ``<session>-workspace``, or the warm sandbox's it took
+    (``status.workspace``)."""
     recorded = status_of(session).get("workspace")
     return str(recorded) if recorded else pvc_name(session["metadata"]["name"])
 
@@ -90,15 +78,9 @@ def run_key_secret(
 
 
 def workspace_pvc(
-    session: Obj,
-    settings: Settings,
-    clone_of: Obj | None = None,
-    restore_from: Obj | None = None,
-    name: str | None = None,
+    session: Obj, settings: Settings, clone_of: Obj | None = None, restore_from: Obj | None = None
 ) -> Obj:
     """One volume per session, kept across sandboxes: the checkout and the agent's HOME (conversation).
-    Named ``name``, by default ``session_volume_name``: whoever makes it records the name in the session's
-    status (``workspace``) in its next status write.
 
     ``clone_of``: a fork's parent's PVC. The new volume is a CSI clone of it (``dataSource``), so the fork
     starts with the parent's checkout and the CLI's conversation files. A clone needs the source's storage
@@ -106,7 +88,7 @@ def workspace_pvc(
 
     ``restore_from``: a VolumeSnapshot of the session's lost volume (``snapshots.py``). The new volume starts
     as that snapshot (``dataSource``), at its ``restoreSize``, which a restore must request at least."""
-    owner = session["metadata"]["name"]
+    name = session["metadata"]["name"]
     spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": settings.workspace_size}},
@@ -131,8 +113,8 @@ def workspace_pvc(
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {
-            "name": name or session_volume_name(session),
-            "labels": labels(owner, component="workspace"),
+            "name": pvc_name(name),
+            "labels": labels(name, component="workspace"),
             "ownerReferences": [owner_ref(session)],
         },
         "spec": spec,
@@ -192,10 +174,7 @@ def repository_env(session: Obj, env: EnvironmentSpec) -> list[dict[str, Any]]:
     return out
 
 
-def sandbox_pod(
-    session: Obj, env: EnvironmentSpec, run: Run, settings: Settings, gateway: str, volume: str | None = None
-) -> Obj:
-    """``volume``: the workspace claim it mounts, by default the one the session's status names."""
+def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings, gateway: str) -> Obj:
     name = session["metadata"]["name"]
     spec = session["spec"]
     agent_env: list[dict[str, Any]] = [
@@ -272,10 +251,7 @@ def sandbox_pod(
             ],
             "containers": [container],
             "volumes": [
-                {
-                    "name": "workspace",
-                    "persistentVolumeClaim": {"claimName": volume or workspace_name(session)},
-                },
+                {"name": "workspace", "persistentVolumeClaim": {"claimName": workspace_name(session)}},
                 {"name": "driver", "emptyDir": {}},
                 {"name": "run-key", "secret": {"secretName": run.key_secret, "defaultMode": 0o400}},
             ],

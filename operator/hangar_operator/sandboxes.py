@@ -1,9 +1,8 @@
 """The sandbox manager: a session's sandbox run from slot to release, and what its pod's end means.
 
-A run is the Secret ``<session>-r<n>-key`` (its run key), the workspace PVC ``<session>-workspace-<uid>``
-(kept across runs; ``status.workspace`` names it) and the Pod ``<session>-r<n>``, all in the session's
-namespace. ``HANGAR_MAX_SANDBOXES`` runs at once across every namespace the operator serves; a session past
-that waits in ``Pending``.
+A run is the Secret ``<session>-r<n>-key`` (its run key), the workspace PVC ``<session>-workspace`` (kept
+across runs) and the Pod ``<session>-r<n>``, all in the session's namespace. ``HANGAR_MAX_SANDBOXES`` runs
+at once across every namespace the operator serves; a session past that waits in ``Pending``.
 Releasing a run deletes its pod and key, withdraws its pending approvals and drops the gateway's per-run
 state, so a run key that is gone can no longer say hello.
 """
@@ -216,7 +215,7 @@ class Sandboxes:
                 self.pools.make_room()  # warm sandboxes give their slots to waiting sessions
             return
         try:
-            run, written = await self._make_run(ns, s_obj, env, ws.claim, extra)
+            run, written = await self._make_run(ns, s_obj, env, ws.claim, fresh, extra)
         finally:
             self.ctx.reserved.discard((ns, name))
         metrics.SANDBOXES_STARTED.inc()
@@ -239,16 +238,12 @@ class Sandboxes:
         s_obj: Obj,
         env: EnvironmentSpec,
         claim: Obj | None,
+        fresh: bool = False,
         extra: dict[str, Any] | None = None,
     ) -> tuple[Run, Obj]:
-        """The run's key Secret, the workspace volume (``claim``: None when it exists) and the Pod side by side,
-        then the status that holds the slot (and records the volume's name).
-
-        The Pod need not wait for its volume: ``claim`` is named for the session's uid
-        (``session_volume_name``), so it is either made now or was made for this session by an earlier
-        attempt, never a namesake's; a kubelet (and the local runner) waits for a Secret its volumes name,
-        and the pod is scheduled only once its volume is bound. One that was there already is still looked
-        at (``_own_volume``) and, failing that, the pod is deleted before the error is raised."""
+        """The run's key Secret beside the workspace volume (``claim``: None when it exists) and then the Pod
+        (the volume checked first, see ``_own_volume``), then the status that holds the slot. ``fresh``:
+        ``claim`` was made without looking whether the volume exists."""
         kube = self.ctx.kube_in(ns)
         s = Session.model_validate(s_obj)
         name, st = s.name, s.status
@@ -274,23 +269,27 @@ class Sandboxes:
                 self.ctx.run_keys[run.id] = key.encode()
             # (an earlier attempt made it: its key is read on the driver's hello)
 
-        async def make_volume() -> None:
+        async def make_volume_then_pod() -> None:
             # A fork's volume exists already: it was cloned when the fork was recorded.
-            if claim is not None and not await kube.create_core("persistentvolumeclaims", claim):
-                await self._own_volume(ns, s_obj, str(volume))
+            if claim is not None and not await kube.create_core("persistentvolumeclaims", claim) and fresh:
+                await self._own_volume(ns, s_obj, str(claim["metadata"]["name"]))
+            # The volume is known to be the session's before a pod mounts it; the key Secret needs no such
+            # look, so the pod does not wait for it: a kubelet (and the local runner) waits for a Secret
+            # its volumes name, and the pod is scheduled only once its volume is bound.
+            await kube.create_core(
+                "pods", sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address())
+            )
 
-        volume = str(claim["metadata"]["name"]) if claim is not None else None
-        pod = sandbox_pod(s_obj, env, run, self.ctx.settings, self.ctx.gateway_address(), volume)
-        made = await asyncio.gather(
-            make_secret(), make_volume(), kube.create_core("pods", pod), return_exceptions=True
+        secret_made, pod_made = await asyncio.gather(
+            make_secret(), make_volume_then_pod(), return_exceptions=True
         )
-        failure = next((x for x in made if isinstance(x, BaseException)), None)
-        if failure is not None:
-            # No pod waits for a key or a volume that is not coming, nor keeps a volume not the session's:
-            # the next attempt makes them again.
-            if not isinstance(made[2], BaseException):
+        if isinstance(secret_made, BaseException):
+            # No pod waits for a key that is not coming: the next attempt makes both again.
+            if not isinstance(pod_made, BaseException):
                 await kube.delete_core("pods", run.pod, grace_period_seconds=0)
-            raise failure
+            raise secret_made
+        if isinstance(pod_made, BaseException):
+            raise pod_made
         counters = st.counters.model_copy()
         counters.sandboxes = n
         written = await patch_status(
@@ -304,8 +303,8 @@ class Sandboxes:
                 "message": f"starting sandbox {run.pod}",
                 "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
                 "counters": counters.dump(),
-                # A volume made now is the one the session uses from now on, whatever it had before.
-                **({"workspace": volume} if volume is not None else {}),
+                # A volume made now is <session>-workspace, whatever warm sandbox's it had before.
+                **({"workspace": None} if claim is not None else {}),
             },
         )
         return run, written

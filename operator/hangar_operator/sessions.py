@@ -246,8 +246,7 @@ class Sessions:
                 f"session {parent_name!r} has no workspace volume to clone: the fork starts with an empty one"
             )
             await self.ctx.activity(ns, name, "fork_workspace_empty", {"reason": why})
-        clone = workspace_pvc(s_obj, self.ctx.settings, source)
-        await kube.create_core("persistentvolumeclaims", clone)
+        await kube.create_core("persistentvolumeclaims", workspace_pvc(s_obj, self.ctx.settings, source))
         origin = ForkOrigin(
             session=parent_name,
             conversation=conversation,
@@ -259,14 +258,7 @@ class Sessions:
         if fresh is None:
             return None
         await patch_status(
-            kube,
-            "sessions",
-            fresh,
-            {
-                "forkedFrom": origin.dump(),
-                "conversation": conversation,
-                "workspace": clone["metadata"]["name"],
-            },
+            kube, "sessions", fresh, {"forkedFrom": origin.dump(), "conversation": conversation}
         )
         await self.ctx.activity(
             ns,

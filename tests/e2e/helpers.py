@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -127,17 +126,8 @@ def model_env(harness: str, model: ScriptedModel) -> dict[str, str]:
     return scripted_envs.model_env(harness, model.base_url)
 
 
-def volume_dir(stack: Stack, session: str, ns: str | None = None) -> Path:
-    """The local runner's directory of the session's workspace volume: ``<session>-workspace-<uid>`` as the
-    operator names it (the newest, should a namesake's be there too); a path that does not exist if none is."""
-    root = stack.runner_root / "pvc" / (ns or stack.namespace)
-    own = re.compile(re.escape(session) + r"-workspace(-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12})?")
-    found = [p for p in root.glob(f"{session}-workspace*") if own.fullmatch(p.name)]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else root / f"{session}-workspace-none"
-
-
 def workspace(stack: Stack, session: str) -> Path:
-    return volume_dir(stack, session) / "workspace"
+    return stack.runner_root / "pvc" / stack.namespace / f"{session}-workspace" / "workspace"
 
 
 def new_session(api: Api, name: str, env: str, harness: str, message: str, **extra: Any) -> None:

@@ -271,8 +271,7 @@ def test_install_session_turn_upgrade_uninstall(release: Release) -> None:
             assert r.status_code == 201, r.text
             t1 = _turn(api, "helm-s", 1)
             assert t1["phase"] == "Completed" and "FINAL: wrote hello.txt" in t1["summary"], rel.logs()
-            [volume] = (rel.root / "runner" / "pvc" / NS).glob("helm-s-workspace-*")
-            pvc = volume / "workspace" / "hello.txt"
+            pvc = rel.root / "runner" / "pvc" / NS / "helm-s-workspace" / "workspace" / "hello.txt"
             assert pvc.read_text().strip() == "installed-by-helm"
         token = rel.token()
 

@@ -22,17 +22,7 @@ from hangar.testing.model_server import ScriptedModel, Step
 from hangar.testing.tower import TowerSimulator
 
 from .conftest import Cluster
-from .helpers import (
-    Api,
-    approvals,
-    audit,
-    clis_installed,
-    model_env,
-    namespace_stack,
-    new_session,
-    volume_dir,
-    wait,
-)
+from .helpers import Api, approvals, audit, clis_installed, model_env, namespace_stack, new_session, wait
 
 pytestmark = [
     pytest.mark.e2e,
@@ -82,14 +72,7 @@ def gov(cluster: Cluster, stack: Stack, tower: TowerSimulator) -> Iterator[Stack
 
 
 def workspace(stack: Stack, session: str) -> Path:
-    return volume_dir(stack, session, NS)
-
-
-def claim_of(cluster: Any, session: str) -> str:
-    """The session's workspace claim, as its status names it (``<session>-workspace-<uid>``)."""
-    got = cluster.kubectl("-n", NS, "get", "session", session, "-o", "jsonpath={.status.workspace}").stdout
-    assert got.startswith(f"{session}-workspace-"), got
-    return str(got)
+    return stack.runner_root / "pvc" / NS / f"{session}-workspace"
 
 
 def suspend(
@@ -244,7 +227,7 @@ def test_a_volume_lost_while_suspended_is_restored_from_its_snapshot_and_the_res
         snap = f"{name}-{ck['id']}"
         assert ck["snapshot"]["name"] == snap, ck
         vs = json.loads(cluster.kubectl("-n", NS, "get", "volumesnapshot", snap, "-o", "json").stdout)
-        assert vs["spec"]["source"] == {"persistentVolumeClaimName": claim_of(cluster, name)}
+        assert vs["spec"]["source"] == {"persistentVolumeClaimName": f"{name}-workspace"}
         assert vs["metadata"]["ownerReferences"][0]["name"] == name
         wait(
             lambda: api.session(name)["checkpoints"][-1]["snapshot"]["ready_to_use"],
@@ -253,7 +236,7 @@ def test_a_volume_lost_while_suspended_is_restored_from_its_snapshot_and_the_res
             lambda: api.debug(name),
         )
         # The volume is lost: the claim deleted, its directory gone with it.
-        cluster.kubectl("-n", NS, "delete", "pvc", claim_of(cluster, name), "--timeout=60s")
+        cluster.kubectl("-n", NS, "delete", "pvc", f"{name}-workspace", "--timeout=60s")
         wait(lambda: not workspace(stack, name).exists(), 30, "the volume's directory gone")
         model.add(
             Step(when="was approved by", text="Pushing again.", command=PUSH),
@@ -263,9 +246,7 @@ def test_a_volume_lost_while_suspended_is_restored_from_its_snapshot_and_the_res
         assert d.done.wait(30) and d.final == 200, d.attempts
         t2 = api.wait_turn(name, 2, timeout=180)
         assert t2["phase"] == "Completed" and "pushed" in t2["summary"], api.debug(name)
-        pvc = json.loads(
-            cluster.kubectl("-n", NS, "get", "pvc", claim_of(cluster, name), "-o", "json").stdout
-        )
+        pvc = json.loads(cluster.kubectl("-n", NS, "get", "pvc", f"{name}-workspace", "-o", "json").stdout)
         assert pvc["spec"]["dataSource"] == {
             "apiGroup": "snapshot.storage.k8s.io",
             "kind": "VolumeSnapshot",

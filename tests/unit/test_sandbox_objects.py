@@ -14,9 +14,9 @@ from hangar_operator.sandbox_objects import (
     WORKSPACE,
     labels,
     mcp_servers_env,
+    pvc_name,
     run_key_secret,
     sandbox_pod,
-    session_volume_name,
     workspace_pvc,
 )
 
@@ -74,10 +74,7 @@ def test_the_run_key_secret_holds_a_fresh_key() -> None:
 
 def test_the_workspace_pvc() -> None:
     pvc = workspace_pvc(SESSION, settings(storage_class="fast"))
-    assert pvc["metadata"]["name"] == session_volume_name(
-        SESSION
-    ) == "s1-workspace-uid-s1" and owned_by_session(pvc)
-    assert workspace_pvc(SESSION, settings(), name="w-workspace")["metadata"]["name"] == "w-workspace"
+    assert pvc["metadata"]["name"] == pvc_name("s1") == "s1-workspace" and owned_by_session(pvc)
     assert pvc["spec"] == {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": "5Gi"}},

@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hangar.kube import Obj, owner_ref
+from hangar.kube import owner_ref
 from hangar.testing.fake_apiserver import Write
-from hangar_operator.sandbox_objects import session_volume_name
 
 from .governance_rig import until
 from .operator_rig import Rig, make_rig
@@ -126,85 +125,22 @@ async def test_a_session_with_a_prompt_still_has_its_turn_before_its_sandbox(tmp
     assert rig.status("turns", "s-1")["phase"] == "Running"
 
 
-def seed_volume(rig: Rig, name: str, owner: Obj) -> None:
+async def test_a_first_volume_that_is_another_sessions_is_never_mounted(tmp_path: Path) -> None:
+    """A volume of the same name left by a deleted namesake: no pod, the reconcile fails (and is tried again)."""
+    rig = await primed(tmp_path)
+    rig.env()
+    other = await rig.session("old")
     rig.kube.seed(
         "persistentvolumeclaims",
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "ownerReferences": [owner_ref(owner)]},
+            "metadata": {"name": "s-workspace", "ownerReferences": [owner_ref(other)]},
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
         },
     )
-
-
-async def test_a_deleted_namesakes_volume_is_never_mounted(tmp_path: Path) -> None:
-    """A volume a deleted namesake left (the fake apiserver collects a volume whose owner is gone at once, so
-    another session owns it here) is not the new session's: the pod is made beside a volume named for the
-    new session's uid, and mounts that."""
-    rig = await primed(tmp_path)
-    rig.env()
-    other = await rig.session("old")
-    seed_volume(rig, "s-workspace", other)
-    new = await rig.session("s")
-    await rig.reconcile("s")
-    mine = session_volume_name(new)
-    pod = rig.get("pods", "s-r1")
-    [claim] = [
-        v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if v["name"] == "workspace"
-    ]
-    assert claim == mine == rig.status("sessions", "s")["workspace"]
-    assert [r["uid"] for r in rig.get("persistentvolumeclaims", mine)["metadata"]["ownerReferences"]] == [
-        new["metadata"]["uid"]
-    ]
-
-
-async def test_a_volume_of_the_sessions_name_not_its_own_is_never_mounted(tmp_path: Path) -> None:
-    """Its name holds the session's uid, so only the session's own can be there; should another's be (fail
-    closed): the pod made beside it is deleted, no status holds it, the reconcile fails (and is tried again)."""
-    rig = await primed(tmp_path)
-    rig.env()
-    other = await rig.session("old")
-    s = await rig.session("s")
-    seed_volume(rig, session_volume_name(s), other)
-    with pytest.raises(RuntimeError, match="belongs to another session"):
-        await rig.reconcile("s")
-    assert rig.kube.peek("pods", "s-r1") is None
-    assert not (rig.status("sessions", "s").get("sandbox") or {}).get("pod")
-
-
-async def test_the_pod_is_made_beside_its_volume_not_after_it(tmp_path: Path) -> None:
-    """The volume's create is held: the pod's goes out meanwhile (one apiserver round trip less)."""
-    rig = await primed(tmp_path)
-    rig.env()
-    s = await rig.session("s")
-    held = asyncio.Event()
-    pod_made = asyncio.Event()
-    create_core = rig.kube.create_core
-
-    async def slow_volume(kind: str, body: Obj) -> bool:
-        if kind == "persistentvolumeclaims":
-            await held.wait()
-        made = await create_core(kind, body)
-        if kind == "pods":
-            pod_made.set()
-        return made
-
-    rig.kube.create_core = slow_volume  # type: ignore[method-assign]
-    reconcile = asyncio.create_task(rig.reconcile("s"))
-    await asyncio.wait_for(pod_made.wait(), 10)
-    assert rig.kube.peek("persistentvolumeclaims", session_volume_name(s)) is None
-    held.set()
-    await reconcile
-    assert rig.status("sessions", "s")["sandbox"]["pod"] == "s-r1"
-
-
-async def test_a_failed_volume_create_takes_its_pod_with_it(tmp_path: Path) -> None:
-    rig = await primed(tmp_path)
-    rig.env()
     await rig.session("s")
-    rig.kube.fail_next("create_core", "persistentvolumeclaims", 403)
-    with pytest.raises(ApiException):
+    with pytest.raises(RuntimeError, match="belongs to another session"):
         await rig.reconcile("s")
     assert rig.kube.peek("pods", "s-r1") is None
     assert not (rig.status("sessions", "s").get("sandbox") or {}).get("pod")
@@ -214,7 +150,15 @@ async def test_a_first_volume_an_earlier_attempt_made_is_used(tmp_path: Path) ->
     rig = await primed(tmp_path)
     rig.env()
     s = await rig.session("s")
-    seed_volume(rig, session_volume_name(s), s)
+    rig.kube.seed(
+        "persistentvolumeclaims",
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "s-workspace", "ownerReferences": [owner_ref(s)]},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
     await rig.reconcile("s")
     assert rig.status("sessions", "s")["sandbox"]["pod"] == "s-r1"
     assert rig.kube.peek("pods", "s-r1") is not None

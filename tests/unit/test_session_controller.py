@@ -16,7 +16,7 @@ async def test_a_session_goes_pending_starting_idle_running_idle(tmp_path: Path)
     st = rig.status("sessions", "s1")
     assert st["phase"] == "Starting" and st["sandbox"]["pod"] == "s1-r1" and st["counters"]["sandboxes"] == 1
     assert rig.kube.peek("pods", "s1-r1") and rig.kube.peek("secrets", "s1-r1-key")
-    assert rig.kube.peek("persistentvolumeclaims", rig.status("sessions", "s1")["workspace"])
+    assert rig.kube.peek("persistentvolumeclaims", "s1-workspace")
     assert rig.condition("sessions", "s1")["status"] == "False"
     assert rig.condition("sessions", "s1")["reason"] == "SandboxStarting"
     assert st["observedGeneration"] == rig.get("sessions", "s1")["metadata"]["generation"]
@@ -93,9 +93,7 @@ async def test_stopping_interrupts_the_turn_and_releases_the_sandbox(tmp_path: P
     t = rig.status("turns", turn)
     assert t["phase"] == "Interrupted" and t["exitStatus"] == 130 and t["reason"] == "the session was stopped"
     assert rig.kube.peek("pods", "s1-r1") is None and rig.kube.peek("secrets", "s1-r1-key") is None
-    assert (
-        rig.kube.peek("persistentvolumeclaims", rig.status("sessions", "s1")["workspace"]) is not None
-    )  # the workspace stays
+    assert rig.kube.peek("persistentvolumeclaims", "s1-workspace") is not None  # the workspace stays
     # The run's per-run state is gone: its key, its queued commands, and the driver can't say hello again.
     assert run not in rig.ctx.run_keys and rig.ctx.gateway._runs.get(run) is None
     assert await rig.c.router.key_for_run(run) is None

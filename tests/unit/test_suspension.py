@@ -81,7 +81,7 @@ async def test_a_waiting_call_suspends_the_session_and_frees_its_slot(
     assert (sus["approval"], sus["tower"], sus["turn"], sus["reason"]) == (name, receipt, "s1-1", "approval")
     assert sus["argsHash"] == args_hash("Bash", {"command": PUSH}) and sus["checkpoint"].startswith("ck-")
     [ck] = st["checkpoints"]
-    assert ck["turn"] == "s1-1" and ck["location"].startswith(f"pvc://default/{st['workspace']}/checkpoints/")
+    assert ck["turn"] == "s1-1" and ck["location"].startswith("pvc://default/s1-workspace/checkpoints/")
     assert ck["size"] == 10 and ck["reason"] == "approval"
     assert rig.kube.peek("pods", "s1-r1") is None and rig.kube.peek("secrets", "s1-r1-key") is None
     assert await rig.c.sandboxes.in_use("default", "other") == 0

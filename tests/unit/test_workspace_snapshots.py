@@ -13,7 +13,6 @@ import pytest
 
 from hangar.kube import SNAPSHOT_GROUP
 from hangar.turns import create_turn
-from hangar_operator.sandbox_objects import session_volume_name, workspace_name
 from hangar_operator.snapshots import NO_API, restore_choice, to_prune
 
 from .operator_rig import Rig, make_rig
@@ -81,13 +80,8 @@ async def suspended_idle(rig: Rig, name: str = "s1") -> dict[str, Any]:
     return ck
 
 
-def volume(rig: Rig, name: str = "s1") -> str:
-    """The session's volume: made under its uid's name, made again under it after a loss."""
-    return session_volume_name(rig.get("sessions", name))
-
-
 async def lose_volume_and_send(rig: Rig, name: str = "s1") -> None:
-    assert await rig.kube.delete_core("persistentvolumeclaims", workspace_name(rig.get("sessions", name)))
+    assert await rig.kube.delete_core("persistentvolumeclaims", f"{name}-workspace")
     await create_turn(rig.kube, name, "what did you do?", by="alice")
     await rig.reconcile(name)
 
@@ -100,7 +94,7 @@ async def test_a_checkpoint_snapshots_the_volume_and_a_lost_volume_comes_back_fr
     assert ck["snapshot"] == {"name": name, "readyToUse": False, "pruned": False}
     vs = rig.get(SNAPS, name)
     assert vs["apiVersion"] == f"{SNAPSHOT_GROUP}/v1" and vs["kind"] == "VolumeSnapshot"
-    assert vs["spec"] == {"source": {"persistentVolumeClaimName": volume(rig)}}
+    assert vs["spec"] == {"source": {"persistentVolumeClaimName": "s1-workspace"}}
     assert vs["metadata"]["labels"]["hangar.dev/session"] == "s1"
     assert vs["metadata"]["labels"]["hangar.dev/checkpoint"] == ck["id"]
     [owner] = vs["metadata"]["ownerReferences"]
@@ -110,7 +104,7 @@ async def test_a_checkpoint_snapshots_the_volume_and_a_lost_volume_comes_back_fr
     await lose_volume_and_send(rig)
     st = rig.status("sessions", "s1")
     assert st["phase"] == "Pending" and st["reason"] == "RestoringWorkspace" and name in st["message"]
-    assert rig.kube.peek("persistentvolumeclaims", volume(rig)) is None
+    assert rig.kube.peek("persistentvolumeclaims", "s1-workspace") is None
     assert st["sandbox"].get("pod") is None
 
     # Once it is ready, the record says so and the volume is made again from it.
@@ -119,7 +113,7 @@ async def test_a_checkpoint_snapshots_the_volume_and_a_lost_volume_comes_back_fr
     st = rig.status("sessions", "s1")
     assert st["checkpoints"][-1]["snapshot"]["readyToUse"] is True
     assert st["phase"] == "Starting" and st["sandbox"]["run"] == "s1-r2"
-    pvc = rig.get("persistentvolumeclaims", volume(rig))
+    pvc = rig.get("persistentvolumeclaims", "s1-workspace")
     assert pvc["spec"]["dataSource"] == {"apiGroup": SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": name}
     assert pvc["spec"]["resources"]["requests"]["storage"] == "12Gi"
     assert ("s1", "WorkspaceRestored") in [(o, r) for o, r, _ in rig.events()]
@@ -140,7 +134,7 @@ async def test_without_the_snapshot_api_the_checkpoint_says_so_and_a_lost_volume
     await lose_volume_and_send(rig)
     st = rig.status("sessions", "s1")
     assert st["phase"] == "Starting"
-    assert "dataSource" not in rig.get("persistentvolumeclaims", volume(rig))["spec"]
+    assert "dataSource" not in rig.get("persistentvolumeclaims", "s1-workspace")["spec"]
     [(_, _, why)] = [e for e in rig.events() if e[1] == "WorkspaceLost"]
     assert "no snapshot" in why
     kinds = [e.kind for e in await rig.ctx.db.events("session/s1")]
