@@ -640,7 +640,7 @@ class PodRunner:
         if len(cmd) == 4 and cmd[0] == "cp" and cmd[1] == "-a":
             src = self._translate(mounts, cmd[2].rstrip("."))
             dst = self._translate(mounts, cmd[3])
-            shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dst, dirs_exist_ok=True)  # all of it, bytecode too, as `cp -a` does
             for dirpath, dirnames, filenames in os.walk(dst):
                 for n in dirnames:
                     os.chmod(os.path.join(dirpath, n), 0o755)

@@ -25,6 +25,7 @@ import yaml
 from ..crdgen import render_all
 from ..paths import cli_dir, repo_root
 from .controlplane import ControlPlane, free_port, stop_process
+from .podrunner import DEFAULT_PATH
 
 
 async def install_crds(kubeconfig: str, timeout: float = 60) -> None:
@@ -78,12 +79,28 @@ def environment_object(name: str, env: dict[str, str] | None = None, **spec: Any
     }
 
 
+def compile_driver(lib: Path) -> None:
+    """The driver's bytecode for the python3 the local pod runner starts (the first on its PATH), as
+    images/hangar/Containerfile makes it for the image's: a sandbox whose python3 is that version imports
+    the driver without compiling it (most of its way to the hello); any other version compiles it as before.
+    Hash-checked: a copy that does not keep the files' times still uses it, a changed source never."""
+    python = shutil.which("python3", path=DEFAULT_PATH)
+    if python is None:
+        return
+    subprocess.run(
+        [python, "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", str(lib / "hangar_driver")],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def sandbox_image_copy(root: Path) -> Path:
     """A world-readable copy of sandbox-image/: the agent runs as another uid and may not reach the repo."""
     dst = root / "image" / "lib"
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(repo_root() / "sandbox-image", dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    compile_driver(dst)
     for p in [root, root / "image", *dst.rglob("*")]:
         p.chmod(0o755 if p.is_dir() or os.access(p, os.X_OK) else 0o644)
     dst.chmod(0o755)

@@ -39,8 +39,9 @@ REMEMBERED_COMMANDS = 10000
 
 class Driver:
     # Made by ``load()``: the turn runner, the harness adapters, the live work, the checkout. A sandbox's
-    # driver has no bytecode cache (it is copied into the pod, and bytecode is per python version), so
-    # importing them means compiling ~5,000 lines: most of the driver's start. ``run`` says hello first.
+    # driver has bytecode only for hangar's image's python version (bytecode is per version): on another
+    # python3 importing them means compiling ~5,000 lines, most of the driver's start. ``run`` says hello
+    # first.
     turns: TurnRunner
     watcher: HandbackWatcher
     workbench: Workbench

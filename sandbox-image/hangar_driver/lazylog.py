@@ -1,6 +1,6 @@
 """The driver's logger on the way to its hello: ``logging`` is imported when something is first logged.
 
-A sandbox's driver has no bytecode cache, and ``logging`` (with ``traceback``, ``tokenize``, ``string``,
+A sandbox's python3 may not be the version the driver's bytecode is for (then it compiles it), and ``logging`` (with ``traceback``, ``tokenize``, ``string``,
 ``weakref`` …) is among the largest imports before the hello; nothing is logged there unless it goes wrong.
 The modules loaded after the hello use ``logging.getLogger("hangar.driver")``: the same logger.
 

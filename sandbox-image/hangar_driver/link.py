@@ -7,7 +7,6 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-import random
 import select
 import socket
 import threading
@@ -207,6 +206,8 @@ class Link:
                 continue
             if time.monotonic() - started >= STABLE_CONNECTION:
                 backoff = BACKOFF_MIN
+            import random  # here: not compiled on the way to the first hello
+
             self.stopping.wait(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, BACKOFF_MAX)
 

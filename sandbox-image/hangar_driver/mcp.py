@@ -22,7 +22,6 @@ operator's ``write_tools`` patterns match either spelling.
 from __future__ import annotations
 
 import json
-import re
 
 TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
 if TYPE_CHECKING:
@@ -30,7 +29,8 @@ if TYPE_CHECKING:
 
 ENV = "HANGAR_MCP_SERVERS"
 MAX_SERVERS = 64
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+# Spelled with a set, not a regex: ``re`` is not compiled on the driver's way to its hello.
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 if TYPE_CHECKING:
     Servers = Dict[str, Dict[str, Any]]
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 def spelled(name: str) -> str:
     """The server's name as the CLIs use it in tool names."""
-    return _UNSAFE.sub("_", name) or "_"
+    return "".join(c if c in _SAFE else "_" for c in name) or "_"
 
 
 def load(raw: str) -> Tuple[Servers, List[str]]:

@@ -121,12 +121,11 @@ operator side (e.g. the steer id) so that a command re-sent after an operator re
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
 import math
-import secrets
+import os
 import time
 
 TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
@@ -233,7 +232,9 @@ class BadSignature(ProtocolError):
 
 def new_run_key() -> str:
     """A fresh run key: 32 random bytes, URL-safe base64 without padding (43 characters)."""
-    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode("ascii").rstrip("=")
+    import base64  # here, not at the top: base64 imports re, which the driver's hello need not compile
+
+    return base64.urlsafe_b64encode(os.urandom(32)).decode("ascii").rstrip("=")
 
 
 def derive_run_key(key: Key, run: str, nonce: str) -> str:
@@ -243,6 +244,8 @@ def derive_run_key(key: Key, run: str, nonce: str) -> str:
     agent, which can't read the driver's key, can't compute it either."""
     msg = b"hangar-adopt\x00" + run.encode("utf-8") + b"\x00" + nonce.encode("utf-8")
     mac = hmac.new(key_bytes(key), msg, hashlib.sha256).digest()
+    import base64
+
     return base64.urlsafe_b64encode(mac).decode("ascii").rstrip("=")
 
 
@@ -257,7 +260,8 @@ def key_bytes(key: Key) -> bytes:
 
 
 def new_id() -> str:
-    return secrets.token_hex(8)
+    # secrets.token_hex(8) is this; secrets imports random and base64 (and re), nothing the hello needs
+    return os.urandom(8).hex()
 
 
 def _reject_constant(name: str) -> Any:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hangar.devcluster.podrunner import DEFAULT_PATH
+from hangar.devcluster.stack import sandbox_image_copy
 from hangar_driver import protocol as P
 from hangar_driver.adapters import NAMES, make_harness
 from hangar_driver.config import LIVE_HARNESSES
@@ -65,6 +67,30 @@ def test_the_hello_path_imports_no_logging_typing_or_traceback() -> None:
     loaded = set(out.stdout.split())
     assert "hangar_driver.lazylog" in loaded
     assert not loaded & {"logging", "typing", "traceback", "tokenize", "hangar_driver.harness"}
+    assert not loaded & {"random", "secrets", "base64"}  # the hello's ids come from os.urandom
+
+
+def test_the_dev_stacks_driver_copy_carries_bytecode_its_pods_python_uses(tmp_path: Path) -> None:
+    """The local runner's pods import the driver from its bytecode (as hangar's image ships it), not its
+    source; a source changed after it was compiled is compiled again, never run from stale bytecode."""
+    lib = sandbox_image_copy(tmp_path)
+    python = shutil.which("python3", path=DEFAULT_PATH)
+    assert python is not None
+    env = {"PATH": DEFAULT_PATH, "PYTHONPATH": str(lib), "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def run(code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [python, "-S", "-v", "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+
+    out = run("import hangar_driver.main")
+    pycache = lib / "hangar_driver" / "__pycache__"
+    assert f"# code object from '{pycache}/main." in out.stderr
+    commands = lib / "hangar_driver" / "commands.py"
+    commands.write_text(commands.read_text() + "\nCHANGED = 1\n")
+    out = run("import hangar_driver.commands as c; print(c.CHANGED)")
+    assert out.stdout.strip() == "1"
+    assert f"# code object from '{pycache}/commands." not in out.stderr
 
 
 def test_commands_and_live_work_before_load_wait_for_it(tmp_path: Path) -> None:
