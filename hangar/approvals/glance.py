@@ -1,0 +1,115 @@
+"""What the rules' quick check needs of a plain (or ``quick.mask``-marked) script, read by a few C scans.
+
+When no command of a script is one a rule looks at, the rules' walk of it (``ShellAnalysis.all_clear``)
+needs only the distinct first words of its commands, its redirections (operator and target) and, when some
+word may name a secret, its words: not the script's pipelines. ``plain.read`` makes those pipelines, a
+Python step per run of words and operators (a 20,000-character script has ~1,250 runs); here two regex
+scans find the commands' first words and the redirections, and the rest is sets of what they found.
+
+:func:`read` takes only a script ``plain.read`` reads in the usual shape and gives None (the caller reads it
+as before) for anything else: a redirection before a command's name (``>out cmd``, ``2>x cmd``), a reserved
+word that starts a clause (``for``, ``case``, ``function``; ``[[`` and here-documents are the caller's to
+leave), a reserved word where the parser would take it as a name, a run of operators that is not one
+separator run or one redirection (``;>``, ``>>&``), a redirection without a target, and everything
+``plain.read`` itself declines. What it gives is then what ``plain.read``'s pipelines hold
+(``tests/unit/test_shell_glance.py`` holds the two equal on generated scripts): every command's first word
+(after ``!``, ``if``, ``then``… and assignments), the words before it that the parser takes as
+assignments, and every redirection.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import NamedTuple
+
+from .parser import _SKIP, _SKIP_CLAUSE
+from .plain import MARK, plain_text
+from .shell_types import _ASSIGN
+
+_W = r"[^ \t\n;&|()<>]"  # a character of a word in a plain script
+# What ends a reserved word or an assignment that the parser takes before a command's name: blanks, a
+# separator's character (not consumed: the next scan starts there), the end. A "<", ">" or "&" right after
+# one (`X=1>x`, `then&`) ends the span there, and read() declines it.
+_AFTER = r"(?:[ \t]++|(?=[;|()\n]|\Z))"
+_SKIPS = (
+    r"!|\{|\}|if|then|el(?:se|if)|fi|do(?:ne)?|while|until|esac"  # _SKIP, as a trie: tried at each command
+)
+# _ASSIGN on one word (its brackets hold no blank and no operator's character), possessive: a word that is
+# no assignment is given up after one look.
+_ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*+(?:\[[^\] \t\n;&|()<>]*+\])?+\+?+="
+# A command's span: from its start, the reserved words and assignments the parser takes before its name
+# (possessive: never given back), the name ("" when the command has none) and the character right after it
+# when that is "<", ">" or "&" (the name may be an IO number, the command may start with a redirection).
+# One group, so that the scan makes one string per command and a set of them is cheap to make.
+_COMMAND = rf"[ \t]*+((?:(?:{_SKIPS}){_AFTER})*+(?:{_ASSIGNMENT}{_W}*+{_AFTER})*+{_W}*+[<>&]?)"
+_START = re.compile(_COMMAND)
+# A command after a separator run: a run of separator characters only (the character before its first is
+# not an operator's, and no "<" or ">" follows its last). Its first character leads the pattern so that the
+# scan skips to those characters in C.
+_AFTER_SEPARATOR = re.compile(rf"[;&|()\n](?<![;&|()<>\n][;&|()\n])[;&|()\n]*+(?![<>]){_COMMAND}")
+# A redirection: the whole run of operator characters it starts (group 1; one operator when read() takes
+# it), its target (group 2) and the character right after the target when it is "<" or ">" (group 3).
+_REDIRECTION = re.compile(
+    rf"([<>&](?<![;&|()<>\n][<>&])(?:(?<=[<>])|(?=>))[;&|()<>\n]*+)[ \t]*+({_W}*+)([<>]?)"
+)
+# The redirection operators read() takes (no here-document nor here-string: the caller leaves "<<"), and
+# how many "<" or ">" each holds: every one of the script's must be in one of them.
+_ANGLES = {">": 1, "<": 1, ">>": 2, ">|": 1, ">&": 1, "<>": 2, "<&": 1, "&>": 1, "&>>": 2}
+_CLAUSES = _SKIP | _SKIP_CLAUSE
+
+
+class Glance(NamedTuple):
+    """What :func:`read` found: each as written (a mark for a word ``quick.mask`` took)."""
+
+    firsts: set[str]  # the first words of the commands
+    assignments: list[str]  # the marks that stand as assignments before a command's name
+    redirects: set[tuple[str, str]]  # (operator, target)
+
+
+def read(src: str) -> Glance | None:
+    """The first words, marked assignments and redirections of ``src`` (see the module's docstring), or None
+    when it is not a plain script in the shape read here. ``src`` holds no here-document and no ``[[``."""
+    if not plain_text(src):
+        return None
+    spans = set(_AFTER_SEPARATOR.findall(src))
+    start = _START.match(src)
+    assert start is not None  # it may match nothing
+    spans.add(start.group(1))
+    firsts: set[str] = set()
+    assignments: list[str] = []
+    for span in spans:
+        after = span[-1:] if span.endswith(("<", ">", "&")) else ""
+        words = (span[:-1] if after else span).split()
+        # The command's name as plain.read finds it: after the reserved words it skips (only before an
+        # assignment) and the assignments. The span ends with it, or it has none.
+        first = ""
+        assigned = False
+        for i, w in enumerate(words):
+            if not assigned and w in _SKIP:
+                continue
+            if _ASSIGN.match(w):
+                assigned = True
+                continue
+            if i != len(words) - 1:
+                return None  # not a span this reads (the scan ends one at its name)
+            first = w
+        if after and (not first or first.isdigit()):
+            return None  # a redirection before the name (`>x cmd`, `2>x cmd`, `&>x cmd`), `X=1>x`, `fi&`
+        if first in _CLAUSES:
+            return None  # a clause the parser skips, or a reserved word it takes as a name (`X=1 fi`)
+        if first:
+            firsts.add(first)
+        if MARK in span:
+            assignments += [w for w in (words[:-1] if first else words) if MARK in w]
+    angles = 0
+    redirects: set[tuple[str, str]] = set()
+    for (op, target, after), n in Counter(_REDIRECTION.findall(src)).items():
+        count = _ANGLES.get(op)
+        if count is None or not target or (after and target.isdigit()):
+            return None  # operators run together, no target, or the target is the next one's IO number
+        angles += count * n
+        redirects.add((op, target))
+    if angles != src.count("<") + src.count(">"):
+        return None  # a "<" or ">" in a run of operators the scan did not take (`;>`, `&&>`)
+    return Glance(firsts, assignments, redirects)
