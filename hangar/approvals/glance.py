@@ -39,10 +39,11 @@ _SKIPS = (
 # no assignment is given up after one look.
 _ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*+(?:\[[^\] \t\n;&|()<>]*+\])?+\+?+="
 # A command's span: from its start, the reserved words and assignments the parser takes before its name
-# (possessive: never given back), the name ("" when the command has none) and the character right after it
-# when that is "<", ">" or "&" (the name may be an IO number, the command may start with a redirection).
-# One group, so that the scan makes one string per command and a set of them is cheap to make.
-_COMMAND = rf"[ \t]*+((?:(?:{_SKIPS}){_AFTER})*+(?:{_ASSIGNMENT}{_W}*+{_AFTER})*+{_W}*+[<>&]?)"
+# (possessive: never given back), the name ("" when the command has none) and the redirection's character
+# right after it, if any: "<", ">", or the "&" of "&>" (the name may be an IO number, the command may start
+# with a redirection). Never a separator's "&" (`x& y`): the next command's scan starts there. One group,
+# so that the scan makes one string per command and a set of them is cheap to make.
+_COMMAND = rf"[ \t]*+((?:(?:{_SKIPS}){_AFTER})*+(?:{_ASSIGNMENT}{_W}*+{_AFTER})*+{_W}*+(?:[<>]|&(?=>))?)"
 _START = re.compile(_COMMAND)
 # A command after a separator run: a run of separator characters only (the character before its first is
 # not an operator's, and no "<" or ">" follows its last). Its first character leads the pattern so that the
