@@ -25,6 +25,11 @@ _BLANKS = str.maketrans(";&|()<>\n", " " * 8)
 class Clearing(ProgramRules):
     """The caches and checks that clear commands no rule can flag (see the module's docstring)."""
 
+    # The shortest script glanced at (characters): below ~400 the glance's fixed cost (a dozen scans and
+    # sets) is more than the reading it saves, and a short call the rules flag would pay for both (the usual
+    # calls took 1.2x as long glanced at). The tests of the glance set it to 0.
+    glance_from = 512
+
     def __init__(self, where: Where, tainted: bool) -> None:
         super().__init__(where, tainted)
         self.names: set[str] = set()  # every program run anywhere in the command
@@ -184,9 +189,9 @@ class Clearing(ProgramRules):
         —, found on the distinct first words, redirections and words of them all (a long script repeats
         them) rather than command by command; False: some may not be, and unclear() looks at each."""
         firsts = {words[0] for stages in pipelines for _, words, _ in stages if words}
-        redirects = {(op, target) for stages in pipelines for _, _, rs in stages for op, _, target in rs}
+        redirects = {r for stages in pipelines for _, _, rs in stages for r in rs}
         words = None if clear else {w for stages in pipelines for a, ws, _ in stages for w in (*a, *ws)}
-        return self.clears(firsts, redirects, words)
+        return self.clears(firsts, {(op, target) for op, _, target in redirects}, words)
 
     def clears(self, firsts: set[str], redirects: set[tuple[str, str]], words: set[str] | None) -> bool:
         """Whether no rule can flag commands with these first words, redirections (operator, target) and

@@ -79,7 +79,7 @@ class ShellAnalysis(Clearing):
         by plain.py and the others by quick.py or the parser, when the script can be cut so; else the whole
         by the parser."""
         marked = None
-        if "<<" not in src and "[[" not in src:
+        if len(src) >= self.glance_from and "<<" not in src and "[[" not in src:
             order: list[str] = []
             marked = self.masked(src, order)
             if marked is not None and self.glanced(marked, order, depth):

@@ -6,15 +6,28 @@ commands it takes, with what it must decline mixed in."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from hangar.approvals import assess, commands, glance, plain, quick
+from hangar.approvals import assess, clearing, commands, glance, plain, quick
 from hangar.approvals.paths import Where
 from hangar.approvals.plain import MARK
 from tests.unit.approvals_rig import CWD, HOME, IO, assert_as_before, assert_script_as_walked, calls
 from tests.unit.test_shell_plain import SETTINGS, WORDS, scripts
 from tests.unit.test_shell_quick import QUOTED, lines
+
+
+@pytest.fixture(autouse=True, scope="module")
+def glance_at_every_script() -> Iterator[None]:
+    """``script()`` glances at a script of any length here (``Clearing.glance_from``)."""
+    before = clearing.Clearing.glance_from
+    clearing.Clearing.glance_from = 0
+    yield
+    clearing.Clearing.glance_from = before
+
 
 # Names no rule looks at (the glance clears them) and ones a rule looks at (it declines, or a substitution
 # runs them).
