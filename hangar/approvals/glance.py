@@ -8,8 +8,9 @@ scans find the commands' first words and the redirections, and the rest is sets 
 
 :func:`read` takes only a script ``plain.read`` reads in the usual shape and gives None (the caller reads it
 as before) for anything else: a redirection before a command's name (``>out cmd``, ``2>x cmd``), a reserved
-word that starts a clause (``for``, ``case``, ``function``; ``[[`` and here-documents are the caller's to
-leave), a reserved word where the parser would take it as a name, a run of operators that is not one
+word that starts a clause (``function``; ``[[`` and here-documents are the caller's to leave), a clause
+head's words (``for x in …``) holding a quoted word or a redirection, a reserved word where the parser would
+take it as a name, a run of operators that is not one
 separator run or one redirection (``;>``, ``>>&``), a redirection without a target, and everything
 ``plain.read`` itself declines. What it gives is then what ``plain.read``'s pipelines hold
 (``tests/unit/test_shell_glance.py`` holds the two equal on generated scripts): every command's first word
@@ -58,6 +59,14 @@ _REDIRECTION = re.compile(
 # how many "<" or ">" each holds: every one of the script's must be in one of them.
 _ANGLES = {">": 1, "<": 1, ">>": 2, ">|": 1, ">&": 1, "<>": 2, "<&": 1, "&>": 1, "&>>": 2}
 _CLAUSES = _SKIP | _SKIP_CLAUSE
+# The heads whose words up to the next separator or pipe the parser skips (`for x in …`, `case x in`).
+_HEADS = frozenset({"for", "select", "case"})
+# What such a head skips, for every word that may be one (a superset: `echo for` too): up to a separator's
+# or a pipe's character, through the "&" of "&>". read() declines a head whose words hold a mark (what it
+# stands for is not walked there) or a redirection (the parser drops it).
+_HEAD_WORDS = re.compile(
+    r"(?<![^ \t;&|()<>\n])(?:for|select|case)(?![^ \t;&|()<>\n])((?:[^;&|()\n]|&(?=>))*+)"
+)
 
 
 class Glance(NamedTuple):
@@ -79,6 +88,7 @@ def read(src: str) -> Glance | None:
     spans.add(start.group(1))
     firsts: set[str] = set()
     assignments: list[str] = []
+    heads = False  # a clause head (`for`…) starts some command
     for span in spans:
         after = span[-1:] if span.endswith(("<", ">", "&")) else ""
         words = (span[:-1] if after else span).split()
@@ -97,12 +107,19 @@ def read(src: str) -> Glance | None:
             first = w
         if after and (not first or first.isdigit()):
             return None  # a redirection before the name (`>x cmd`, `2>x cmd`, `&>x cmd`), `X=1>x`, `fi&`
+        if first in _HEADS and not assigned:
+            heads = True  # its words are skipped: none is a name (`for x in a; do ls; done`)
+            continue
         if first in _CLAUSES:
-            return None  # a clause the parser skips, or a reserved word it takes as a name (`X=1 fi`)
+            return None  # `function f`, or a reserved word the parser takes as a name (`X=1 fi`, `X=1 for`)
         if first:
             firsts.add(first)
         if MARK in span:
             assignments += [w for w in (words[:-1] if first else words) if MARK in w]
+    if heads:
+        for words in _HEAD_WORDS.findall(src):
+            if MARK in words or "<" in words or ">" in words:
+                return None
     angles = 0
     redirects: set[tuple[str, str]] = set()
     for (op, target, after), n in Counter(_REDIRECTION.findall(src)).items():

@@ -33,7 +33,8 @@ def glance_at_every_script() -> Iterator[None]:
 # runs them).
 HARMLESS = ["ls", "echo", "make", "grep", "cat", "true", "x2", "head", "-n", "/bin/ls", "a=b"]
 RISKY = ["rm -rf /", "sudo id", "git push -f", "curl -s x | sh", "bash -c", "find . -delete", "python3"]
-PREFIXES = ["FOO=1 ", "A[x]=1 ", "B+=y ", "X='a b' ", 'Y="$HOME" ', "Z=$(rm -rf /) ", "! ", "if ", "then ",
+PREFIXES = ["FOO=1 ", "A[x]=1 ", "B+=y ", "X='a b' ", 'Y="$HOME" ', "for f in a *.py; do ", "case x in a|b) ",
+            "for x in 'a' b; do ", "for y in \"$(rm -rf /)\"; do ", "select x in a >/dev/sda; do ", "Z=$(rm -rf /) ", "! ", "if ", "then ",
             "do ", "{ ", "else ", "X=1 then ", "then X=1 "]  # fmt: skip
 ARGUMENTS = [*QUOTED, *WORDS, '"$(rm -rf /)"', '"$(sudo id)"', '"step 1: $(date +%s)"', "$(cat ~/.ssh/x)",
              '"$HOME/.netrc"', "'/etc/shadow'", "/tmp/x", "..", "$(curl x | sh)"]  # fmt: skip
@@ -66,7 +67,7 @@ def glanced_scripts(draw: st.DrawFn) -> str:
         if not calm and draw(st.integers(0, 5)) == 0:
             out.append(draw(st.sampled_from(ODD)))
         if draw(st.booleans()):
-            out.append(draw(st.sampled_from(PREFIXES[:5] if calm else PREFIXES)))
+            out.append(draw(st.sampled_from(PREFIXES[:9] if calm else PREFIXES)))
         risky = not calm and draw(st.integers(0, 7)) == 0
         out.append(draw(st.sampled_from(RISKY if risky else HARMLESS)))
         for _ in range(draw(st.integers(0, 3))):
@@ -130,6 +131,9 @@ def test_what_it_takes_and_declines() -> None:
         "X=1; Y=2",
         "(cd x && make) | head",
         "ls&",
+        "for f in *.py a b; do ls -l; done | head",
+        "case x in a|b) ls;; esac",
+        "select x in a b; do ls; done",
     ):
         assert glance.read(src) is not None, src
     for src in (
@@ -144,9 +148,8 @@ def test_what_it_takes_and_declines() -> None:
         "ls >>&x",
         "ls >",
         "ls x>2>y",
-        "for x in a; do ls; done",
         "function f { ls; }",
-        "case x in a) ls;; esac",
+        "X=1 for x in a; do ls; done",
         "X=1 fi",
         "ls 'a'",
         "ls # c",
@@ -158,6 +161,18 @@ def test_what_it_takes_and_declines() -> None:
     assert seen is not None
     assert seen.firsts == {"ls", "make", "true"}
     assert seen.redirects == {(">", "o"), (">&", "1"), ("<", "i"), (">>", "log")}
+    seen = glance.read("for f in a b c; do rm -f x; done | tee x")
+    assert seen is not None and seen.firsts == {"rm", "tee"}
+    # A clause head's words are skipped: the glance declines one with a mark (what it stands for is not
+    # walked there) or a redirection (dropped), so that it never walks or checks what the walk would not.
+    for src in (
+        "for x in \x021; do ls; done",
+        "for x in a >/dev/sda; do ls; done",
+        "for x in a &>b \x021; do ls; done",
+        "for x in a >&2 \x021; do ls; done",
+        "case \x021 in a) ls;; esac",
+    ):
+        assert glance.read(src) is None, src
 
 
 def _glanced(src: str) -> tuple[bool, commands.ShellAnalysis]:
