@@ -69,8 +69,26 @@ class Clearing(ProgramRules):
         seen = glance.read(marked)
         if seen is None:
             return False
-        marks = dict.fromkeys(order)  # the distinct marks, in the script's order
         texts = self.quoted_texts
+        programs = self.programs
+        # The names first, a mark's as its value: a command a rule looks at (most flagged scripts have one)
+        # declines before the values of all the marks are worked out.
+        firsts: set[str] = set()
+        for first in seen.firsts:
+            if MARK in first:
+                text = (texts.get(first) or self.quoted_text(first))[0]
+                if text is None:
+                    return False  # the program's name expands
+                first = text
+            if (programs.get(first) or self.program(first)) is _LOOKED_AT:
+                return False
+            firsts.add(first)
+        if seen.heads and not glance.heads_clear(marked):
+            return False
+        found = glance.redirections(marked)
+        if found is None:
+            return False
+        marks = dict.fromkeys(order)  # the distinct marks, in the script's order
         expanding: set[str] = set()  # marks of words with an expansion (their value is not plain text)
         for mark in marks:
             text, _, _, secret = texts.get(mark) or self.quoted_text(mark)
@@ -78,21 +96,12 @@ class Clearing(ProgramRules):
                 return False
             if text is None:
                 expanding.add(mark)
-        firsts = seen.firsts
-        redirects = seen.redirects
+        redirects = found
         if marks:
             if not expanding.isdisjoint(seen.assignments):
                 return False
-            firsts = set()
-            for first in seen.firsts:
-                if MARK in first:
-                    text = texts[first][0]
-                    if text is None:
-                        return False  # the program's name expands
-                    first = text
-                firsts.add(first)
             redirects = set()
-            for op, target in seen.redirects:
+            for op, target in found:
                 if MARK in target:
                     text = texts[target][0]
                     if text is None:

@@ -81,14 +81,26 @@ def glanced_scripts(draw: st.DrawFn) -> str:
 SOURCES = st.one_of(glanced_scripts(), lines(), scripts(odd=True))
 
 
-def _read(src: str) -> tuple[glance.Glance | None, str | None, dict[str, str]]:
+def _read(
+    src: str,
+) -> tuple[tuple[glance.Glance, set[tuple[str, str]]] | None, str | None, dict[str, str]]:
     """The glance at ``src`` marked, the marked script, and the marks' words."""
     marks: dict[str, str] = {}
     quoted: dict[str, str] = {}
     marked = quick.mask(src, marks, quoted)
     if marked is None or "<<" in src or "[[" in src:
         return None, marked, quoted
-    return glance.read(marked), marked, quoted
+    return _take(marked), marked, quoted
+
+
+def _take(marked: str) -> tuple[glance.Glance, set[tuple[str, str]]] | None:
+    """What ``Clearing.glanced`` takes of a marked script: ``glance.read``'s, its heads clear, and the
+    redirections."""
+    seen = glance.read(marked)
+    if seen is None or (seen.heads and not glance.heads_clear(marked)):
+        return None
+    redirects = glance.redirections(marked)
+    return None if redirects is None else (seen, redirects)
 
 
 @SETTINGS
@@ -106,9 +118,10 @@ def _read(src: str) -> tuple[glance.Glance | None, str | None, dict[str, str]]:
 def test_what_it_finds_is_what_the_reader_reads(src: str) -> None:
     """Whatever the glance takes, the plain reader takes too (and so the quick reader the script), and it
     finds exactly the reader's first words, marks as assignments and redirections."""
-    seen, marked, quoted = _read(src)
-    if seen is None:
+    taken, marked, quoted = _read(src)
+    if taken is None:
         return
+    seen, redirects = taken
     assert marked is not None
     read = plain.read(marked, True)
     assert read is not None
@@ -116,7 +129,7 @@ def test_what_it_finds_is_what_the_reader_reads(src: str) -> None:
     commands_ = [cmd for p in read for cmd in (p.stages if isinstance(p, plain.Quoted) else p)]
     assert seen.firsts == {words[0] for _, words, _ in commands_ if words}
     assert set(seen.assignments) == {w for assigns, _, _ in commands_ for w in assigns if MARK in w}
-    assert seen.redirects == {(op, target) for _, _, rs in commands_ for op, _, target in rs}
+    assert redirects == {(op, target) for _, _, rs in commands_ for op, _, target in rs}
     assert all(MARK not in w or w in quoted for w in seen.firsts)
 
 
@@ -135,7 +148,7 @@ def test_what_it_takes_and_declines() -> None:
         "case x in a|b) ls;; esac",
         "select x in a b; do ls; done",
     ):
-        assert glance.read(src) is not None, src
+        assert _take(src) is not None, src
     for src in (
         ">x rm -rf /",
         "2>x rm -rf /",
@@ -156,13 +169,13 @@ def test_what_it_takes_and_declines() -> None:
         "ls ~/x",
         "ls\rx",
     ):
-        assert glance.read(src) is None, src
-    seen = glance.read("! X=1 A[x]=2 ls -l >o 2>&1 <i; then make >>log; true")
-    assert seen is not None
-    assert seen.firsts == {"ls", "make", "true"}
-    assert seen.redirects == {(">", "o"), (">&", "1"), ("<", "i"), (">>", "log")}
-    seen = glance.read("for f in a b c; do rm -f x; done | tee x")
-    assert seen is not None and seen.firsts == {"rm", "tee"}
+        assert _take(src) is None, src
+    taken = _take("! X=1 A[x]=2 ls -l >o 2>&1 <i; then make >>log; true")
+    assert taken is not None
+    assert taken[0].firsts == {"ls", "make", "true"}
+    assert taken[1] == {(">", "o"), (">&", "1"), ("<", "i"), (">>", "log")}
+    taken = _take("for f in a b c; do rm -f x; done | tee x")
+    assert taken is not None and taken[0].firsts == {"rm", "tee"} and taken[1] == set()
     # A clause head's words are skipped: the glance declines one with a mark (what it stands for is not
     # walked there) or a redirection (dropped), so that it never walks or checks what the walk would not.
     for src in (
@@ -172,7 +185,7 @@ def test_what_it_takes_and_declines() -> None:
         "for x in a >&2 \x021; do ls; done",
         "case \x021 in a) ls;; esac",
     ):
-        assert glance.read(src) is None, src
+        assert _take(src) is None, src
 
 
 def _glanced(src: str) -> tuple[bool, commands.ShellAnalysis]:
