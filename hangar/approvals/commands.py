@@ -12,7 +12,8 @@ directory (``paths.py``), so ``cd /elsewhere && rm -r x`` gets past the rules, a
 builds a command at run time in a way the rules cannot read.
 
 Here is the walk (:class:`ShellAnalysis`); ``argv.py`` says what a command runs, ``program_rules.py``
-holds the rules each command gets, ``plain.py`` reads a script of plain commands without the parser.
+holds the rules each command gets, ``clearing.py`` the quick check of commands no rule can flag, ``plain.py``
+reads a script of plain commands without the parser.
 """
 
 from __future__ import annotations
@@ -21,21 +22,13 @@ import re
 from collections.abc import Iterable, Sequence
 
 from . import plain, quick, segments
-from .argv import _WRAPPERS, DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut
-from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
+from .argv import DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut
+from .clearing import Clearing
+from .paths import MAYBE_SECRET_IN, Where
 from .plain import PlainCommand, Quoted
-from .program_rules import (
-    _FD,
-    _NETCAT,
-    _SYSTEM,
-    _TEXT,
-    _WRITERS,
-    PRIVILEGE,
-    ProgramRules,
-    writable,
-)
+from .program_rules import _TEXT, PRIVILEGE
 from .segments import Item
-from .shell import WRITE_OPS, Command, Pipeline, ShellSyntaxError, Word, double_quoted, parse
+from .shell import Command, Pipeline, ShellSyntaxError, Word, double_quoted, parse
 
 MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagged ("nesting")
 # The longest shell command the rules read (characters); a longer one is flagged ("nesting"). Reading is
@@ -45,23 +38,12 @@ MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagg
 MAX_COMMAND = 65_536
 
 
-class ShellAnalysis(ProgramRules):
+class ShellAnalysis(Clearing):
     """Walks a command and records what the rules find (``findings``)."""
 
     def __init__(self, where: Where, tainted: bool) -> None:
         super().__init__(where, tainted)
-        self.names: set[str] = set()  # every program run anywhere in the command
         self.unparsed = False  # some of it could only be scanned token by token
-        self.walked: dict[str, frozenset[str]] = {}  # source → the programs it runs
-        self.stack: list[set[str]] = []  # the programs of each source being walked
-        self.clean: set[str] = set()  # plain words known to name no secret (unclear())
-        # A command's first word → the program's name unclear() records, or _LOOKED_AT: a rule looks at it.
-        self.programs: dict[str, str] = {}
-        self.quiet_plain: dict[str, set[str]] = {}  # redirection operator → targets quiet_redirect() clears
-        # quick.read's: each word with quotes or expansions (as written) → the mark standing for it, and back.
-        self.marks: dict[str, str] = {}
-        self.quoted: dict[str, str] = {}
-        self.quoted_texts: dict[str, tuple[str | None, str, tuple[str, ...], bool]] = {}  # quoted_text()'s
 
     # walking
 
@@ -81,13 +63,31 @@ class ShellAnalysis(ProgramRules):
                 "nesting", f"shells nested more than {MAX_DEPTH} levels deep, which hangar does not follow"
             )
             return frozenset()
-        # A plain script by plain.py; else with its quoted words marked (quick.py); else the plain lines by
-        # plain.py and the others by quick.py or the parser, when the script can be cut so; else the whole
-        # by the parser. ``text``: what a plain reader split the words of the whole script from.
+        self.stack.append(set())
+        try:
+            self.read(src, depth)
+        finally:
+            names = frozenset(self.stack.pop())
+        self.walked[src] = names
+        if self.stack:
+            self.stack[-1].update(names)
+        return names
+
+    def read(self, src: str, depth: int) -> None:
+        """Read ``src`` and walk it: glanced at (``Clearing.glanced``) when no command of it can be flagged;
+        else a plain script by plain.py; else with its quoted words marked (quick.py); else the plain lines
+        by plain.py and the others by quick.py or the parser, when the script can be cut so; else the whole
+        by the parser."""
+        marked = None
+        if len(src) >= self.glance_from and "<<" not in src and "[[" not in src:
+            order: list[str] = []
+            marked = self.masked(src, order)
+            if marked is not None and self.glanced(marked, order, depth):
+                return
         items: Sequence[Item] | None = plain.read(src)
-        text: str | None = src
+        text: str | None = src  # what a plain reader split the words of the whole script from
         if items is None:
-            read = quick.read(src, self.marks, self.quoted)
+            read = quick.read(src, self.marks, self.quoted, marked)
             items, text = read if read is not None else (None, None)
         if items is None:
             items = segments.read(src, self.marks, self.quoted)
@@ -102,15 +102,7 @@ class ShellAnalysis(ProgramRules):
         # No plain word of the script can name a secret: unclear() need not look at each (a mark's word is
         # looked at by rendered()).
         clear = text is not None and self.relative_safe and MAYBE_SECRET_IN.search(text) is None
-        self.stack.append(set())
-        try:
-            self.items(items if items is not None else pipelines, depth, clear)
-        finally:
-            names = frozenset(self.stack.pop())
-        self.walked[src] = names
-        if self.stack:
-            self.stack[-1].update(names)
-        return names
+        self.items(items if items is not None else pipelines, depth, clear)
 
     def items(self, items: Sequence[Item], depth: int, clear: bool = False) -> None:
         """Walk a script's pipelines in order: those in strings that :meth:`unclear` clears are done, the
@@ -210,19 +202,6 @@ class ShellAnalysis(ProgramRules):
             out.append((plain_assigns, plain_words, plain_redirects))
         return out, nested
 
-    def quoted_text(self, mark: str) -> tuple[str | None, str, tuple[str, ...], bool]:
-        """The word a mark of ``quick.read`` stands for: its value when it is plain text once quotes are
-        removed (else None), what ``files()`` reads (``render``), the commands it runs (``Word.nested``),
-        and whether that names a secret; worked out once per distinct word."""
-        got = self.quoted_texts.get(mark)
-        if got is None:
-            text, rendered, nested = quick.value(self.quoted[mark], self.where)
-            kind = self.secrets.get(rendered, "")
-            if kind == "":
-                kind = self.secrets[rendered] = self.secret_kind(rendered)
-            got = self.quoted_texts[mark] = (text, rendered, nested, kind is not None)
-        return got
-
     def word(self, text: str) -> Word:
         """The parser's ``Word`` of a word as ``quick.read`` or ``plain.read`` wrote it."""
         raw = self.quoted.get(text)
@@ -243,128 +222,6 @@ class ShellAnalysis(ProgramRules):
                 self.nested(command, depth)
         if self.unclear([stages]):
             self.walk(pipeline, depth)
-
-    def unclear(self, pipelines: list[list[PlainCommand]], clear: bool = False) -> list[int]:
-        """Which of these pipelines of plain commands some rule might flag (their indices, in order); the
-        programs the others run are recorded.
-
-        No rule can flag a command when it runs a program no rule or interpreter looks at (not in
-        ``_PLAIN_SKIPS``, nor a wrapper), none of its words names a secret and each redirection is quiet
-        (:meth:`quiet_redirect`): :meth:`walk` would find nothing in it but its name. Walking only the
-        unclear pipelines, in order, gives the findings, in their order, that walking all would; the checks
-        here only fill caches. One loop over every command, not a call per pipeline: a long script has
-        thousands. ``clear``: no word or assignment names a secret, known before (``MAYBE_SECRET_IN``)."""
-        if self.all_clear(pipelines, clear):
-            return []
-        clean = self.clean
-        programs = self.programs
-        quiet = self.quiet_plain
-        # The names of every command not taken off as a wrapper are recorded: those in unclear pipelines
-        # too, since walk() records the same name for them (argv is the words as written).
-        names: list[str] = []
-        out: list[int] = []
-        for k, stages in enumerate(pipelines):
-            for assigns, words, redirects in stages:
-                if words:
-                    # The first word is never an assignment: the parser took those as the command's assigns.
-                    first = words[0]
-                    name = programs.get(first) or self.program(first)
-                    if name is _LOOKED_AT:
-                        break
-                    if name:  # "" (a word of nothing, `""`): command() records no name either
-                        names.append(name)
-                    if not clear and not clean.issuperset(words) and not self.no_secret(words):
-                        break
-                if assigns and not clear and not self.no_secret(assigns):
-                    break
-                for op, _, target in redirects:
-                    targets = quiet.get(op)
-                    if targets is not None and target in targets:
-                        continue  # the same redirection as before in this script (`>> log.txt`)
-                    if not self.quiet_redirect(op, target):
-                        break
-                    quiet.setdefault(op, set()).add(target)
-                else:
-                    continue
-                break
-            else:
-                continue
-            out.append(k)
-        self.names.update(names)
-        self.stack[-1].update(names)
-        return out
-
-    def program(self, first: str) -> str:
-        """The name unclear() records for a command's first word, or _LOOKED_AT when a rule looks at it."""
-        name = first.rpartition("/")[2]
-        if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
-            name = _LOOKED_AT
-        self.programs[first] = name
-        return name
-
-    def all_clear(self, pipelines: list[list[PlainCommand]], clear: bool) -> bool:
-        """Whether :meth:`unclear` clears every one of these pipelines — then their programs are recorded
-        —, found on the distinct first words, redirections and words of them all (a long script repeats
-        them) rather than command by command; False: some may not be, and unclear() looks at each."""
-        firsts = {words[0] for stages in pipelines for _, words, _ in stages if words}
-        programs = self.programs
-        names: list[str] = []
-        for first in firsts:
-            name = programs.get(first) or self.program(first)
-            if name is _LOOKED_AT:
-                return False
-            if name:  # "" (a word of nothing, `""`): command() records no name either
-                names.append(name)
-        quiet = self.quiet_plain
-        redirects = {r for stages in pipelines for _, _, rs in stages for r in rs}
-        for op, _, target in redirects:
-            targets = quiet.get(op)
-            if targets is None or target not in targets:
-                if not self.quiet_redirect(op, target):
-                    return False
-                quiet.setdefault(op, set()).add(target)
-        if not clear:
-            words = {w for stages in pipelines for a, ws, _ in stages for w in (*a, *ws)}
-            if not self.clean.issuperset(words) and not self.no_secret(list(words - self.clean)):
-                return False
-        self.names.update(names)
-        self.stack[-1].update(names)
-        return True
-
-    def no_secret(self, words: list[str]) -> bool:
-        """None of these plain words names a secret (the checks cached in ``secrets``)."""
-        secrets = self.secrets
-        for w in words:
-            kind = secrets.get(w, "")
-            if kind == "":
-                kind = secrets[w] = self.secret_kind(w)
-            if kind is not None:
-                return False
-            self.clean.add(w)
-        return True
-
-    def quiet_redirect(self, op: str, target: str) -> bool:
-        """A plain redirection that :meth:`files` finds nothing in (False: it may, and it is to look)."""
-        if op in ("<<<", "<<", "<<-") or (op in (">&", "<&") and _FD.fullmatch(target)):
-            return True
-        kind = self.secrets.get(target, "")
-        if kind == "":
-            kind = self.secrets[target] = self.secret_kind(target)
-        if kind is not None:
-            return False
-        key = (target, op in WRITE_OPS)
-        if key in self.quiet_targets:
-            return True
-        path = locate(target, self.where)
-        dev = dev_kind(path) if path is not None else None
-        if dev == "network":
-            return False
-        if op in WRITE_OPS and (
-            path is None or dev == "device" or (dev is None and not writable(path, self.where))
-        ):
-            return False
-        self.quiet_targets.add(key)
-        return True
 
     def walk(self, pipeline: Pipeline, depth: int) -> None:
         cmds: list[Cmd] = []
@@ -457,19 +314,3 @@ class ShellAnalysis(ProgramRules):
                 self.add("pipe-to-shell", piped)
         if name in ("source", ".") and args and self.downloads(args[0].nested, depth):
             self.add("pipe-to-shell", piped)
-
-
-_LOOKED_AT = "/"  # no program's name (what follows a command's last "/"): unclear()'s mark for "a rule looks"
-# The programs a plain command may run and still be done without the parser's objects (``unclear``): all
-# but those some rule or interpreter looks at (with any name starting "mkfs" or "python", checked apart).
-_PLAIN_SKIPS = (
-    SHELLS
-    | DOWNLOADERS
-    | PRIVILEGE
-    | _SYSTEM
-    | _NETCAT
-    | _WRITERS
-    | frozenset(_WRAPPERS)
-    | {"perl", "ruby", "node", "nodejs", "php", "eval", "source", ".", "find", "init", "telinit", "systemctl"}
-    | {"rm", "git", "gh"}
-)

@@ -97,6 +97,18 @@ class Quoted(NamedTuple):
 MARK = "\x02"  # in a word quick.read put for a word with quotes or expansions
 
 
+def plain_text(src: str) -> bool:
+    """Whether ``src`` has none of what sends a script to the lexer: quotes, escapes, expansions, process
+    substitutions, a comment or a ``~`` at a word's start, a blank ``str.split`` splits on and the shell does
+    not (:func:`read` may still decline it: a here-document, a redirection without a target)."""
+    for mark in _NOT_PLAIN:
+        if mark in src:
+            return False
+    if ("#" in src or "~" in src) and _WORD_START_MARK.search(src) is not None:
+        return False
+    return _ODD_SPACE.search(src) is None
+
+
 @overload
 def read(src: str, marked: Literal[False] = False) -> list[list[PlainCommand]] | None: ...
 @overload
@@ -106,12 +118,7 @@ def read(
 ) -> list[list[PlainCommand]] | list[list[PlainCommand] | Quoted] | None:
     """The pipelines of a plain script (see the module's docstring), or None when it needs the parser.
     ``marked``: ``src`` is ``quick.mask``'s, and a pipeline with a mark word in it is :class:`Quoted`."""
-    for mark in _NOT_PLAIN:
-        if mark in src:
-            return None
-    if ("#" in src or "~" in src) and _WORD_START_MARK.search(src) is not None:
-        return None
-    if _ODD_SPACE.search(src) is not None:
+    if not plain_text(src):
         return None
     pieces = _RUNS.split(src)  # words, operators, words, …: runs of words at the even places
     pieces.append("\n")  # so that every run of words has operators after it; a newline at the end is none

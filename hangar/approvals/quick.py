@@ -145,10 +145,13 @@ def word(raw: str) -> Word:
     return Word(_parts(raw))
 
 
-def mask(src: str, marks: dict[str, str], quoted: dict[str, str]) -> str | None:
+def mask(
+    src: str, marks: dict[str, str], quoted: dict[str, str], order: list[str] | None = None
+) -> str | None:
     """``src`` with a mark in the place of each word of simple quotes and expansions (see above), or None
     when ``src`` has ``plain.MARK`` in it or such a word is a reserved word once its ``""`` are removed. ``marks`` maps each
-    word (as written) to its mark, ``quoted`` each mark to its word; a word met again gets its mark again."""
+    word (as written) to its mark, ``quoted`` each mark to its word; a word met again gets its mark again.
+    ``order``: each mark placed is appended to it, in the script's order."""
     if MARK in src:
         return None
     reserved = False  # a word whose quotes are all "" around a reserved word (if"")
@@ -164,6 +167,8 @@ def mask(src: str, marks: dict[str, str], quoted: dict[str, str]) -> str | None:
                 return before + raw  # never given a mark: it is looked at again wherever it is met
             mark = marks[raw] = m.group(2) + MARK + str(len(marks))
             quoted[mark] = raw
+        if order is not None:
+            order.append(mark)
         return before + mark
 
     out = _QUOTED.sub(place, " " + src)[1:]
@@ -171,15 +176,16 @@ def mask(src: str, marks: dict[str, str], quoted: dict[str, str]) -> str | None:
 
 
 def read(
-    src: str, marks: dict[str, str], quoted: dict[str, str]
+    src: str, marks: dict[str, str], quoted: dict[str, str], marked: str | None = None
 ) -> tuple[list[list[PlainCommand] | Quoted], str] | None:
     """The pipelines ``shell.parse(src)`` makes, written in strings (``plain.read``'s): a pipeline with a word
     of quotes or expansions as ``plain.Quoted``, that word as its mark (``quoted`` gives the word, as
     written); and the marked script they were read from. None when :func:`mask` or ``plain.read`` declines,
     or the script has a here-document or a ``[[`` (the parser's test skips up to a ``]]`` that a quoted word
-    may be)."""
+    may be). ``marked``: :func:`mask`'s of ``src`` with these maps, when made already."""
     if "<<" in src or "[[" in src:
         return None
-    marked = mask(src, marks, quoted)
+    if marked is None:
+        marked = mask(src, marks, quoted)
     pipelines = None if marked is None else plain_read(marked, True)
     return None if pipelines is None or marked is None else (pipelines, marked)

@@ -177,3 +177,14 @@ def test_the_fast_tokeniser_agrees_with_the_lexer() -> None:
         assert norm(fast) == norm(shell._Lexer(src, False).run()), src
     for src in LEXER:
         assert shell._fast_tokens(src) is None, src
+
+
+def test_the_fast_scan_stops_where_it_leaves_the_script_to_the_lexer() -> None:
+    """What the one-scan tokeniser does not take ends its scan: the rest is one match, not one per
+    character read again to the end (a 65,000-character word run into ">" took minutes), and a word is one
+    match however long."""
+    for src in ("X=1" * 2000 + ">", "a" * 5000 + "<b", "ls " + "x" * 5000 + "$y z"):
+        found = shell._FAST.findall(src)
+        assert len(found) <= 3 and found[-2][2], src  # the rest, then the end
+        assert shell._fast_tokens(src) is None
+    assert len(shell._FAST.findall("echo " + "a" * 5000)) == 3  # the two words and the end

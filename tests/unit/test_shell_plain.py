@@ -9,7 +9,7 @@ import re
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hangar.approvals import assess, commands, decide, plain, shell
+from hangar.approvals import assess, clearing, decide, plain, shell
 from hangar.approvals.paths import (
     MAYBE_SECRET,
     MAYBE_SECRET_IN,
@@ -49,9 +49,9 @@ SEPS = [
 ODD = ["'q'", '"q"', '""', "$X", "`x`", "\\ ", " <<EOF\nx\nEOF\n", " #c", "~/x", "<(x)", ">(x)", "\r", "\x0b", "\xa0"]  # fmt: skip
 
 
-# Every program some rule or interpreter looks at (commands._PLAIN_SKIPS and the prefixes checked apart),
+# Every program some rule or interpreter looks at (clearing._PLAIN_SKIPS and the prefixes checked apart),
 # so that each is drawn as a command's name often.
-PROGRAMS = [*sorted(commands._PLAIN_SKIPS), "mkfs.ext4", "python3.11", "/usr/bin/rm", "ls", "make"]
+PROGRAMS = [*sorted(clearing._PLAIN_SKIPS), "mkfs.ext4", "python3.11", "/usr/bin/rm", "ls", "make"]
 
 
 @st.composite
