@@ -83,8 +83,6 @@ class Clearing(ProgramRules):
             if (programs.get(first) or self.program(first)) is _LOOKED_AT:
                 return False
             firsts.add(first)
-        if seen.heads and not glance.heads_clear(marked):
-            return False
         found = glance.redirections(marked)
         if found is None:
             return False

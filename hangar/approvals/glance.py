@@ -6,16 +6,16 @@ word may name a secret, its words: not the script's pipelines. ``plain.read`` ma
 Python step per run of words and operators (a 20,000-character script has ~1,250 runs); here two regex
 scans find the commands' first words and the redirections, and the rest is sets of what they found.
 
-:func:`read`, :func:`heads_clear` and :func:`redirections` (three steps, so that a script whose names a rule
-looks at is declined after the first) take only a script ``plain.read`` reads in the usual shape, and
-decline (None, False: the caller reads it as before) anything else: a redirection before a command's name
-(``>out cmd``, ``2>x cmd``), ``function`` (``[[`` and here-documents are the caller's to leave), a clause
-head's words (``for x in …``) holding a quoted word or a redirection, a reserved word where the parser
-would take it as a name, a run of operators that is not one separator run or one redirection (``;>``,
+:func:`read` and :func:`redirections` (two steps, so that a script whose names a rule looks at is
+declined after the first) take only a script ``plain.read`` reads in the usual shape, and decline (None:
+the caller reads it as before) anything else: a redirection before a command's name (``>out cmd``,
+``2>x cmd``), ``function`` (``[[`` and here-documents are the caller's to leave), a reserved word where the
+parser would take it as a name, a run of operators that is not one separator run or one redirection (``;>``,
 ``>>&``), a redirection without a target, and everything ``plain.read`` itself declines. What they give is
 then what ``plain.read``'s pipelines hold (``tests/unit/test_shell_glance.py`` holds the two equal on
-generated scripts): every command's first word (after ``!``, ``if``, ``then``… and assignments), the marks
-the parser takes as assignments before it, and every redirection.
+generated scripts): every command's first word (after ``!``, ``if``, ``then``… and assignments; ``for``,
+``select`` and ``case`` are such words, their heads' words the command's arguments), the marks the parser
+takes as assignments before it, and every redirection.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from typing import NamedTuple
 
-from .parser import _SKIP, _SKIP_CLAUSE
+from .parser import _HEADS, _SKIP, _SKIP_CLAUSE
 from .plain import MARK, plain_text
 from .shell_types import _ASSIGN
 
@@ -59,23 +59,14 @@ _REDIRECTION = re.compile(
 # how many "<" or ">" each holds: every one of the script's must be in one of them.
 _ANGLES = {">": 1, "<": 1, ">>": 2, ">|": 1, ">&": 1, "<>": 2, "<&": 1, "&>": 1, "&>>": 2}
 _CLAUSES = _SKIP | _SKIP_CLAUSE
-# The heads whose words up to the next separator or pipe the parser skips (`for x in …`, `case x in`).
-_HEADS = frozenset({"for", "select", "case"})
-# What such a head skips, for every word that may be one (a superset: `echo for` too): up to a separator's
-# or a pipe's character, through the "&" of "&>". heads_clear() declines a head whose words hold a mark
-# (what it stands for is not walked there) or a redirection (the parser drops it).
-_HEAD_WORDS = re.compile(
-    r"(?<![^ \t;&|()<>\n])(?:for|select|case)(?![^ \t;&|()<>\n])((?:[^;&|()\n]|&(?=>))*+)"
-)
 
 
 class Glance(NamedTuple):
     """What :func:`read` found: each as written (a mark for a word ``quick.mask`` took). It holds only when
-    :func:`redirections` is not None (and :func:`heads_clear` holds, when ``heads``)."""
+    :func:`redirections` is not None."""
 
     firsts: set[str]  # the first words of the commands
     assignments: list[str]  # the marks that stand as assignments before a command's name
-    heads: bool  # a clause head starts some command: heads_clear() is to hold too
 
 
 def read(src: str) -> Glance | None:
@@ -89,7 +80,6 @@ def read(src: str) -> Glance | None:
     spans.add(start.group(1))
     firsts: set[str] = set()
     assignments: list[str] = []
-    heads = False  # a clause head (`for`…) starts some command
     for span in spans:
         after = span[-1:] if span.endswith(("<", ">", "&")) else ""
         words = (span[:-1] if after else span).split()
@@ -108,16 +98,15 @@ def read(src: str) -> Glance | None:
             first = w
         if after and (not first or first.isdigit()):
             return None  # a redirection before the name (`>x cmd`, `2>x cmd`, `&>x cmd`), `X=1>x`, `fi&`
-        if first in _HEADS and not assigned:
-            heads = True  # its words are skipped: none is a name (`for x in a; do ls; done`)
-            continue
-        if first in _CLAUSES:
-            return None  # `function f`, or a reserved word the parser takes as a name (`X=1 fi`, `X=1 for`)
+        if first in _CLAUSES and first not in _HEADS:
+            # `function f`, or a reserved word the parser takes as a name (`X=1 fi`); a loop head or case
+            # subject (`for x in …`, `X=1 for`) is a command named for, select or case (the parser's).
+            return None
         if first:
             firsts.add(first)
         if MARK in span:
             assignments += [w for w in (words[:-1] if first else words) if MARK in w]
-    return Glance(firsts, assignments, heads)
+    return Glance(firsts, assignments)
 
 
 def redirections(src: str) -> set[tuple[str, str]] | None:
@@ -135,13 +124,3 @@ def redirections(src: str) -> set[tuple[str, str]] | None:
     if angles != src.count("<") + src.count(">"):
         return None  # a "<" or ">" in a run of operators the scan did not take (`;>`, `&&>`)
     return redirects
-
-
-def heads_clear(src: str) -> bool:
-    """Whether no clause head's words (`for x in …`) in ``src`` hold a mark or a redirection: what read()
-    found is then what the reader reads. Apart from read(), so that a script some rule flags is declined
-    before this scan (a third of the glance's time when the script has a head)."""
-    for words in _HEAD_WORDS.findall(src):
-        if MARK in words or "<" in words or ">" in words:
-            return False
-    return True

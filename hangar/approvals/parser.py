@@ -7,8 +7,15 @@ from .shell_types import _ASSIGN, Command, Op, Pipeline, Script, ShellSyntaxErro
 REDIRECT_OPS = frozenset({"<", ">", ">>", ">|", "<>", ">&", "<&", "&>", "&>>", "<<", "<<-", "<<<"})
 # Reserved words that only shape control flow; the command after them is what runs.
 _SKIP = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac"})
-# Reserved words whose own line is not a command (loop heads, case subjects, tests).
+# Reserved words that open a clause the parser reads apart from the command around it: a loop head or case
+# subject (``for x in …``, ``case … in``) up to the next operator, a test up to its ``]]`` (its ``&&``,
+# ``<``, ``(``… are not the shell's operators there), a function's name.
 _SKIP_CLAUSE = frozenset({"for", "select", "case", "[[", "function"})
+# Of those, the ones whose words bash expands (and runs what they substitute): each such clause is made a
+# command of its own, named by the reserved word, with those words for arguments (a test's up to its
+# ``]]``; what a head's redirection names as its target), so that the rules look at them as at any
+# command's words. A function's name is not expanded: it is dropped.
+_HEADS = frozenset({"for", "select", "case", "[["})
 
 
 def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -> Script:
@@ -16,7 +23,11 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
     pipelines: list[Pipeline] = []
     stages: list[Command] = []
     cur = Command()
-    skipping: str | None = None  # inside a clause that runs nothing ("for x in …", "[[ … ]]")
+    skipping = False  # after "function": its name is dropped
+    # The clause being read apart (see _HEADS), a stage of its own: the command around it (a redirection
+    # before the reserved word) goes on after it.
+    clause: Command | None = None
+    test = False  # the clause is a test: it ends at its "]]", and operators in it are its own
 
     def end_command() -> None:
         nonlocal cur
@@ -43,21 +54,39 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
                         raise ShellSyntaxError(f"redirection {tok.text} without a target")
                 else:
                     k += 1
-                if skipping is None:
-                    assert target is None or isinstance(target, Word)
-                    cur.redirects.append(_redirect(tok.text, tok.fd, target, tok.heredoc))
+                assert target is None or isinstance(target, Word)
+                if clause is None:
+                    if not skipping:
+                        cur.redirects.append(_redirect(tok.text, tok.fd, target, tok.heredoc))
+                elif not test:
+                    clause.redirects.append(_redirect(tok.text, tok.fd, target, tok.heredoc))
+                elif target is not None:
+                    clause.words.append(target)  # `[[ a < $(…) ]]`: an operand, not a file
+                    if target.literal == "]]":
+                        stages.append(clause)
+                        clause = None
+                        test = False
                 continue
-            if skipping == "[[":
+            if test:
                 continue
-            skipping = None
+            if clause is not None:
+                stages.append(clause)
+                clause = None
+            skipping = False
             if tok.text in ("|", "|&"):
                 end_command()
             else:
                 end_pipeline()
             continue
-        if skipping is not None:
-            if (skipping == "[[" and tok.literal == "]]") or skipping == "function":
-                skipping = None  # "function NAME": only the name is skipped
+        if clause is not None:
+            clause.words.append(tok)
+            if test and tok.literal == "]]":
+                stages.append(clause)
+                clause = None
+                test = False
+            continue
+        if skipping:
+            skipping = False  # "function NAME": only the name is dropped
             continue
         if not cur.words:
             parts = tok.parts
@@ -75,8 +104,14 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
             if not cur.assigns and lit in _SKIP:
                 continue
             if not cur.assigns and lit in _SKIP_CLAUSE:
-                skipping = lit
+                if lit in _HEADS:
+                    clause = Command(words=[tok])
+                    test = lit == "[["
+                else:
+                    skipping = True
                 continue
         cur.words.append(tok)
+    if clause is not None:
+        stages.append(clause)
     end_pipeline()
     return Script(pipelines, comment)

@@ -21,7 +21,19 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, NoReturn, overload
 
 from .paths import Where, render
-from .shell import _ASSIGN, _OP, _SKIP, _SKIP_CLAUSE, REDIRECT_OPS, Command, Part, Pipeline, Word, _redirect
+from .shell import (
+    _ASSIGN,
+    _HEADS,
+    _OP,
+    _SKIP,
+    _SKIP_CLAUSE,
+    REDIRECT_OPS,
+    Command,
+    Part,
+    Pipeline,
+    Word,
+    _redirect,
+)
 
 # A simple command of plain words, ``shell.Command`` with strings for words: (assignments, words,
 # redirections as (operator, IO number, target)). A tuple: a long script makes one per command. Its lists
@@ -55,6 +67,7 @@ _RUNS = re.compile(r"([;&|()<>\n]+)")  # a run of operator characters
 _HEREDOC = frozenset({"<<", "<<-"})
 _PIPE = frozenset({"|", "|&"})
 _CLAUSES = _SKIP | _SKIP_CLAUSE  # the reserved words shell.parse skips at a command's start
+_CUR, _CLAUSE, _NOWHERE = range(3)  # where a redirection's target goes (read())
 
 # A run of operator characters: its operators (longest first at each step, as the lexer takes them), and
 # what the run is when it is one operator, the usual case: a redirection, a pipe or a separator.
@@ -128,8 +141,14 @@ def read(
     assigns: list[str] = NOTHING
     words: list[str] = NOTHING
     redirects: list[tuple[str, str | None, str]] = NOTHING
-    skipping: str | None = None  # as shell.parse: inside a clause that runs nothing
-    pending: tuple[str, str | None, bool] | None = None  # a redirection whose target is the next word
+    skipping = False  # as shell.parse: after "function", whose name is dropped
+    # As shell.parse: the clause read apart (a loop head, a case subject, a test), a stage of its own.
+    clause_words: list[str] | None = None
+    clause_redirects: list[tuple[str, str | None, str]] = NOTHING
+    test = False  # the clause is a test: it ends at its "]]", and operators in it are its own
+    # A redirection whose target is the next word: operator, IO number, and where the target goes (_CUR,
+    # _CLAUSE, or nowhere: a function's name is being dropped).
+    pending: tuple[str, str | None, int] | None = None
     run_ops = _RUN_OPS
     it = iter(pieces)
     for text, run in zip(it, it, strict=True):
@@ -143,15 +162,29 @@ def read(
         if pending is not None:
             if not ws:
                 return None  # a redirection without a target: the parser refuses it
-            if pending[2]:
+            where = pending[2]
+            if where == _CUR:
                 if redirects:
                     redirects.append((pending[0], pending[1], ws[0]))
                 else:
                     redirects = [(pending[0], pending[1], ws[0])]
+                del ws[0]
+            elif where == _CLAUSE and not test:
+                if clause_redirects:
+                    clause_redirects.append((pending[0], pending[1], ws[0]))
+                else:
+                    clause_redirects = [(pending[0], pending[1], ws[0])]
+                del ws[0]
+            elif where != _CLAUSE:
+                del ws[0]
+            # (In a test the "target" is an operand, `[[ a < b ]]`: it stays, one of the test's words.)
             pending = None
-            del ws[0]
         if ws:
-            if skipping is None and (words or ("=" not in ws[0] and (assigns or ws[0] not in _CLAUSES))):
+            if (
+                clause_words is None
+                and not skipping
+                and (words or ("=" not in ws[0] and (assigns or ws[0] not in _CLAUSES)))
+            ):
                 # The usual case: a command's name and arguments, or more arguments of one that has begun.
                 if words:
                     words += ws
@@ -159,9 +192,14 @@ def read(
                     words = ws
             else:
                 for w in ws:
-                    if skipping is not None:
-                        if (skipping == "[[" and w == "]]") or skipping == "function":
-                            skipping = None
+                    if clause_words is not None:
+                        clause_words.append(w)
+                        if test and w == "]]":
+                            stages.append((NOTHING, clause_words, clause_redirects))
+                            clause_words, clause_redirects, test = None, NOTHING, False
+                        continue
+                    if skipping:
+                        skipping = False
                         continue
                     if not words:
                         if _ASSIGN.match(w):
@@ -173,18 +211,26 @@ def read(
                         if not assigns and w in _SKIP:
                             continue
                         if not assigns and w in _SKIP_CLAUSE:
-                            skipping = w
+                            if w in _HEADS:
+                                clause_words = [w]
+                                test = w == "[["
+                            else:
+                                skipping = True
                             continue
                     if words:
                         words.append(w)
                     else:
                         words = [w]
+        target = _CLAUSE if clause_words is not None else _NOWHERE if skipping else _CUR
         if kind == _REDIRECTION:
-            pending = (ops[0], fd, skipping is None)
+            pending = (ops[0], fd, target)
             continue
         if kind == _SEPARATOR:
-            if skipping != "[[":
-                skipping = None
+            if not test:
+                if clause_words is not None:
+                    stages.append((NOTHING, clause_words, clause_redirects))
+                    clause_words, clause_redirects = None, NOTHING
+                skipping = False
                 if assigns or words or redirects:
                     stages.append((assigns, words, redirects))
                     assigns = words = redirects = NOTHING
@@ -197,11 +243,15 @@ def read(
             if op in REDIRECT_OPS:
                 if op in _HEREDOC or j != len(ops) - 1:
                     return None  # a here-document, or a redirection whose next token is an operator
-                pending = (op, fd, skipping is None)  # an IO number is before a run's first operator
+                pending = (op, fd, target)  # an IO number is before a run's first operator
                 continue
-            if skipping == "[[":
+            if test:
                 continue
-            skipping = None
+            if clause_words is not None:
+                stages.append((NOTHING, clause_words, clause_redirects))
+                clause_words, clause_redirects = None, NOTHING
+            skipping = False
+            target = _CUR
             if assigns or words or redirects:
                 stages.append((assigns, words, redirects))
                 assigns = words = redirects = NOTHING
@@ -212,6 +262,8 @@ def read(
                 quoted = False
     if pending is not None:
         return None
+    if clause_words is not None:
+        stages.append((NOTHING, clause_words, clause_redirects))
     if assigns or words or redirects:
         stages.append((assigns, words, redirects))
     if stages:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hangar.approvals import POLICIES, ToolCall, assess, commands, decide, shell
 from hangar.approvals.paths import Where
 from tests.unit.approvals_before import rules as old_rules
-from tests.unit.test_shell_equivalence import outcome
+from tests.unit.test_shell_equivalence import findings_as_strict, outcome, verdict_as_strict
 
 CWD, HOME, IO = "/workspace", "/home/agent", "/var/lib/hangar/io/t-1"
 
@@ -22,14 +22,21 @@ def calls(src: str, tainted: bool) -> tuple[ToolCall, old_rules.ToolCall]:
 
 def assert_as_before(src: str, tainted: bool) -> None:
     """The findings (in their order) and the verdict under every policy are the old engine's, unless the
-    old engine overflowed the stack (then the new one flags it: ``test_approval_rules``)."""
+    old engine overflowed the stack (then the new one flags it: ``test_approval_rules``), or the script has
+    a clause whose words the old engine walked past (then the new one is as strict or stricter:
+    ``test_shell_equivalence.STRICTER_ON``)."""
     new, old = calls(src, tainted)
     before = outcome(old_rules.assess, old)
     if before == ("recursion",):
         return
-    assert outcome(assess, new) == before
+    after = outcome(assess, new)
+    if after != before:
+        assert after[0] == before[0] == "ok"
+        assert findings_as_strict(src, assess(new), old_rules.assess(old))
     for policy in POLICIES:
-        assert outcome(decide, policy, new) == outcome(old_rules.decide, policy, old), policy
+        after = outcome(decide, policy, new)
+        if after != outcome(old_rules.decide, policy, old):
+            assert verdict_as_strict(src, decide(policy, new), old_rules.decide(policy, old)), policy
 
 
 def assert_script_as_walked(src: str, *, too_deep_is_skipped: bool = False) -> None:

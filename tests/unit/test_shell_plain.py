@@ -117,7 +117,11 @@ def test_scripts_it_reads_and_ones_it_leaves() -> None:
     assert plain.read("FOO=1 make 2>err | tee x;") == [
         [(["FOO=1"], ["make"], [(">", "2", "err")]), ([], ["tee", "x"], [])]
     ]
-    assert plain.read("if [[ -f x ]]; then rm a; fi") == [[([], ["rm", "a"], [])]]
+    # A test is a command of its own, named "[[", its words up to "]]" its arguments.
+    assert plain.read("if [[ -f x ]]; then rm a; fi") == [
+        [([], ["[[", "-f", "x", "]]"], [])],
+        [([], ["rm", "a"], [])],
+    ]
     assert plain.read("2>x") == [[([], [], [(">", "2", "x")])]]
     for src in ("echo >", "a > ;", "> 2>x", "cat <<EOF\nx\nEOF", "a #c", "~/x", "a 'b'", "a\rb", "a <(b)"):
         assert plain.read(src) is None, src
