@@ -166,8 +166,24 @@ def _command(args: list[Word]) -> list[Word]:
     return rest
 
 
+# What may follow `coproc NAME`: bash takes a NAME only before a compound command.
+_COMPOUND = frozenset({"{", "while", "until", "if", "for", "select", "case", "[["})
+# The reserved words that open a compound command and are not part of what it runs first (the parser skips
+# them at a command's start; after coproc they are its words).
+_OPENERS = frozenset({"{", "while", "until", "if", "!"})
+
+
+def _coproc(args: list[Word]) -> list[Word]:
+    """``coproc [NAME] command``: the command, run in the background like any other."""
+    rest = args[1:] if len(args) > 1 and args[1].literal in _COMPOUND else args
+    while rest and rest[0].literal in _OPENERS:
+        rest = rest[1:]
+    return rest
+
+
 _WRAPPERS: dict[str, Callable[[list[Word]], list[Word]]] = {
     "command": _command,
+    "coproc": _coproc,  # a reserved word: coproc rm -rf / runs rm
     "builtin": lambda a: a,
     "env": _env,
     "nice": lambda a: _skip_options(a, "n", ("--adjustment",)),

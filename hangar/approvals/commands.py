@@ -2,7 +2,7 @@
 
 A command is parsed (``shell.py``) into pipelines of simple commands. Each simple command is looked at
 as what actually runs: environment prefixes (``FOO=1 git push -f``) and wrappers (``command``, ``env``,
-``nice``, ``timeout``, ``xargs``, ``nohup``, ``exec``, ``time``, ``stdbuf``, ``ionice``, ``setsid``,
+``nice``, ``timeout``, ``xargs``, ``nohup``, ``exec``, ``time``, ``coproc``, ``stdbuf``, ``ionice``, ``setsid``,
 ``builtin``, ``busybox``) are taken off, a program given by path (``/usr/bin/sudo``) is known by its
 name, and the rules look inside what a command would run in turn: ``bash -lc '…'`` and ``sh -c "…"``
 (recursively), ``eval``, ``$(…)``, backquotes, ``<(…)``, here-documents fed to a shell, ``find -exec``.

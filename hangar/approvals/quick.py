@@ -13,7 +13,8 @@ it (None), and the caller uses the lexer.
 
 A mark reads as its word does: it ends where the word ends, starts with the word's plain text (so an
 assignment, ``X='a b'``, is still one), is never a reserved word nor an IO number (neither is such a word,
-except one whose quotes are all ``""``: ``if""`` — then :func:`read` declines). The pipelines are exactly
+except one whose quotes are all ``""``: ``if""``, or one starting with ``""`` that the lexer reads as an
+assignment or an IO number, ``""X=1``, ``""2>x`` — then :func:`read` declines). The pipelines are exactly
 ``shell.parse``'s with each mark the word it stands for (``tests/unit/test_shell_quick.py`` holds them equal
 on generated lines); :func:`word` gives a mark's ``Word``, made as the lexer makes it.
 """
@@ -44,6 +45,11 @@ _QUOTED = re.compile(rf"([ \t\n;&|()<>])(?![#~])({_P}*+)(?=['\"$])(?:{_NP})+{_EN
 _PIECE = re.compile(rf"({_P}+)|'([^']*)'|\"((?:[^\"\\$`]|{_EXP})*)\"|({_EXP})")
 _DQ_PIECE = re.compile(rf"([^\"\\$`]+)|({_EXP})")
 _RESERVED = _SKIP | _SKIP_CLAUSE
+# A word starting with "" and then plain text that the lexer, which keeps no part for an empty "", reads as
+# if the quotes were not there: an assignment (`""X=1`) or an IO number (`""2>x`), where a mark, which
+# starts with the word's plain start (none), is a word. Bash takes neither (quoted text makes a word), but
+# the parser's reading is the one that flags more (the next word is the program's name): mask() declines.
+_MISREAD = re.compile(r'(?:"")+(?:[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=|[0-9]+$)')
 
 
 def _expansion(text: str) -> Part:
@@ -154,7 +160,7 @@ def mask(
     ``order``: each mark placed is appended to it, in the script's order."""
     if MARK in src:
         return None
-    reserved = False  # a word whose quotes are all "" around a reserved word (if"")
+    reserved = False  # a word the parser reads otherwise than its mark (see _MISREAD)
 
     def place(m: re.Match[str]) -> str:
         nonlocal reserved
@@ -162,7 +168,7 @@ def mask(
         raw = raw[1:]
         mark = marks.get(raw)
         if mark is None:
-            if raw.replace('""', "") in _RESERVED:
+            if raw.replace('""', "") in _RESERVED or _MISREAD.match(raw):
                 reserved = True
                 return before + raw  # never given a mark: it is looked at again wherever it is met
             mark = marks[raw] = m.group(2) + MARK + str(len(marks))

@@ -78,6 +78,9 @@ def _objects(items: list[Any], quoted: dict[str, str]) -> list[object]:
 @example("A[\"x\"]=1 B='a'=x C\"\"=y 2\"\">z 'a'>b '3'<c x 2>'y'")
 @example("cat > 2>x")
 @example("echo \x02 'a'")
+@example('""lslslsFOO=1')
+@example('""2>x rm -rf /')
+@example('""A[1]=2 ls')
 def test_the_quick_reader_reads_what_the_parser_does(src: str) -> None:
     """``quick.read``'s pipelines, made into the parser's objects, are ``shell.parse``'s; a pipeline is
     ``Quoted`` when a mark stands in it."""
@@ -102,7 +105,7 @@ QUICK = [
     "echo \"a\nb\" 'c\nd'\nls",
 ]
 LEXER_ONLY = ["a\\ b", "`x`", "$'a'", "$((1))", "$(a $(b))", "a <(b)", "cat <<E\nx\nE", "~/x", "a #c", "'x",
-              "echo $", "[[ 'a' ]]", "if\"\" x", "echo \x02", "a 'b'\\"]  # fmt: skip
+              "echo $", "[[ 'a' ]]", "if\"\" x", "echo \x02", "a 'b'\\", '""X=1 rm -rf /', '""2>x rm -rf /']  # fmt: skip
 
 
 def test_what_the_quick_reader_takes_and_leaves() -> None:
