@@ -4,7 +4,7 @@ the parser.
 A script that neither ``plain.read`` nor ``quick.read`` takes whole (one backslash, backquote or nested
 substitution anywhere) would go to the lexer, which is several times slower a character. Here it is cut at
 the newlines where the lexer and the parser are sure to be at the top level — nothing quoted, substituted or
-escaped open, no here-document body to come, no ``[[ … ]]`` the parser is skipping — into runs of plain
+escaped open, no here-document body to come, no ``[[ … ]]`` the parser is reading apart — into runs of plain
 lines and runs of the others; each run is read on its own, in order. The pipelines of the runs, one after another, are those of ``shell.parse(src)``: the
 parser ends every pipeline at a top-level newline and carries nothing past it.
 
@@ -76,7 +76,7 @@ def read(src: str, marks: dict[str, str], quoted: dict[str, str]) -> list[Item] 
     """The script's pipelines, in order; None when it is to be read whole (see above). ``marks`` and
     ``quoted`` are ``quick.read``'s."""
     if "<<" in src or "[[" in src:
-        return None  # a here-document's body, or a test the parser skips, may go on past a newline
+        return None  # a here-document's body, or a test the parser reads apart, may go on past a newline
     runs: list[tuple[bool, list[str]]] = []
     joined = False  # the last line ended in a backslash: the next one belongs to its run
     for line in src.split("\n"):
