@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hangar.approvals import POLICIES, RULE_ORDER, ToolCall, decide, is_handback, shell
@@ -144,12 +144,13 @@ def parses_as_before(src: str, lenient: bool) -> None:
 
 def findings_as_strict(src: str, new: Any, old: Any) -> bool:
     """Whether the new assessment is the old one, or, for a script with one of STRICTER_ON's words, finds
-    all the old one found (each rule at least as many times), with the same ``unparsed`` and ``shell``. The
-    order may differ: what a head substitutes is walked where the head is, before its body (each distinct
-    source is walked once, and its findings recorded there)."""
+    all the old one found (each rule at least as many times), and says it could not parse some of it when
+    the old one did (a substitution the old one walked past may not parse: `[[ $( > ) ]]`). The order may
+    differ: what a head substitutes is walked where the head is, before its body (each distinct source is
+    walked once, and its findings recorded there)."""
     if norm(new) == norm(old):
         return True
-    if STRICTER_ON.search(src) is None or (new.unparsed, new.shell) != (old.unparsed, old.shell):
+    if STRICTER_ON.search(src) is None or new.shell != old.shell or (old.unparsed and not new.unparsed):
         return False
     found = Counter((f.rule, f.taint) for f in new.findings)
     before = Counter((f.rule, f.taint) for f in old.findings)
@@ -158,11 +159,18 @@ def findings_as_strict(src: str, new: Any, old: Any) -> bool:
 
 def verdict_as_strict(src: str, new: Any, old: Any) -> bool:
     """Whether the new verdict is the old one, or, for a script with one of STRICTER_ON's words, flags what
-    the old one let through, or flags it for a rule at least as serious."""
+    the old one let through, or flags it for a rule at least as serious, or (flagging nothing, as the old
+    one) says that some of it could not be parsed."""
     if norm(new) == norm(old):
         return True
-    if STRICTER_ON.search(src) is None or new.rule in _UNFLAGGED:
+    if STRICTER_ON.search(src) is None:
         return False
+    if new.rule in _UNFLAGGED:
+        return (
+            (new.decision, new.rule) == (old.decision, old.rule)
+            and new.reason.startswith(old.reason)
+            and "could not be parsed" in new.reason[len(old.reason) :]
+        )
     if old.rule in _UNFLAGGED:
         return new.decision != "allow"
     return new.decision == old.decision and RULE_ORDER.index(new.rule) <= RULE_ORDER.index(old.rule)
@@ -185,6 +193,7 @@ def test_the_same_tokens_and_parse_trees(src: str) -> None:
 
 @SETTINGS
 @given(commands(), st.booleans(), st.booleans())
+@example("lslslslsls;[[ $( > )", False, False)
 def test_the_same_verdicts(src: str, tainted: bool, wrapped: bool) -> None:
     if wrapped:  # as Codex sends it
         src = "/bin/bash -lc '" + src.replace("'", "'\\''") + "'"
