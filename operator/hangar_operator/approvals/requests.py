@@ -312,7 +312,7 @@ class PermissionRequests:
                 **claimed,
             },
         )
-        await self.approvals.set_pending(kube, spec["session"], count=True)
+        self.approvals.pending.count(kube.namespace, spec["session"])
 
     async def _request(
         self,
@@ -358,18 +358,12 @@ class PermissionRequests:
                 **claimed,
             },
         )
-        # Pending in its status too. The session's record of it and the activity event are written at once,
-        # to two different stores.
+        # Pending in its status too. The session's record of it is queued (written after the lock is let go:
+        # the decision waits for it); the activity event is written here, before the decision's.
         self.approvals.arm(ns, name, session, deadline)
-        await asyncio.gather(
-            self.approvals.set_pending(
-                kube,
-                session,
-                add={"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]},
-                count=True,
-            ),
-            self._requested_event(ns, session, name, spec, v, deadline),
-        )
+        entry = {"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]}
+        self.approvals.pending.add(ns, session, entry, count=True)
+        await self._requested_event(ns, session, name, spec, v, deadline)
 
     async def _requested_event(
         self, ns: str, session: str, name: str, spec: dict[str, Any], v: Verdict, deadline: datetime
