@@ -36,7 +36,7 @@ from .. import metrics
 from ..context import Context, resource
 from ..lifecycle import APPROVAL, move
 from ..status import with_conditions
-from .delivery import Deliveries, ended
+from .delivery import Deliveries, ended, waiting_as_known
 from .pending_writer import PendingWriter
 from .policy import (
     WEB_TOOLS,
@@ -158,9 +158,14 @@ class Approvals:
         event shows one no reconcile can act on (``ended``): its own status writes' and its ``deliveredAt``'s
         events would each hold the session's lock for a read while the agent's next events wait on it."""
         if seen is not None:
-            sst = Approval.model_validate(seen).status
-            if ended(sst.phase, sst.delivered_at is not None, (ns, name) in self.sent):
+            sap = Approval.model_validate(seen)
+            sst = sap.status
+            done = ended(sst.phase, sst.delivered_at is not None, (ns, name) in self.sent)
+            if done:
                 self._disarm(ns, name)
+            # Nor does one undecided and known here (the request's create, its status write, armed): the
+            # decision's event of the same Approval waits behind these.
+            if done or waiting_as_known(sst.phase, sap.spec.decision is not None, self.armed(ns, name)):
                 for hook in self.hooks:
                     await hook(ns, name)
                 return
@@ -189,6 +194,9 @@ class Approvals:
     async def _reconcile(self, ns: str, session: str, name: str, seen: Obj | None = None) -> None:
         kube = self.ctx.kube_in(ns)
         for _ in range(5):
+            # Whether its answer was out before the read: a confirmation written while the read was out
+            # takes it from ``sent``, and the read, older, shows no deliveredAt yet.
+            was_sent = (ns, name) in self.sent
             obj, seen = seen or await kube.get("approvals", name), None
             if obj is None:
                 self._disarm(ns, name)
@@ -199,7 +207,7 @@ class Approvals:
                 return  # not (yet) one the operator requested: nothing to deliver
             if phase in APPROVAL_DONE:
                 self._disarm(ns, name)
-                if phase != "Withdrawn" and ap.status.delivered_at is None:
+                if phase != "Withdrawn" and ap.status.delivered_at is None and not was_sent:
                     await self._resend(ns, obj)
                 return
             # One look at the session serves both questions (is its sandbox gone? is it held for Tower?).
@@ -441,6 +449,10 @@ class Approvals:
         if task is not None and not task.done():
             return
         self.timers[(ns, name)] = asyncio.create_task(self._timer(ns, name, session, deadline))
+
+    def armed(self, ns: str, name: str) -> bool:
+        task = self.timers.get((ns, name))
+        return task is not None and not task.done()
 
     def _disarm(self, ns: str, name: str) -> None:
         task = self.timers.pop((ns, name), None)

@@ -346,6 +346,8 @@ class PermissionRequests:
         first, until = asked_times(ap.status, ap.metadata)
         if first is not None and until is not None:
             now, deadline = first, until
+        # Armed before the status write: its watch event then needs no look under the session's lock.
+        self.approvals.arm(ns, name, session, deadline)
         await patch_status(
             kube,
             "approvals",
@@ -360,7 +362,6 @@ class PermissionRequests:
         )
         # Pending in its status too. The session's record of it is queued (written after the lock is let go:
         # the decision waits for it); the activity event is written here, before the decision's.
-        self.approvals.arm(ns, name, session, deadline)
         entry = {"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]}
         self.approvals.pending.add(ns, session, entry, count=True)
         await self._requested_event(ns, session, name, spec, v, deadline)
