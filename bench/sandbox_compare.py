@@ -1,7 +1,8 @@
 """Side by side with agent-sandbox: create → ready for N agent-sandbox Sandboxes and N hangar sessions,
 alternately, on the same control plane and the same local pod runner, as a ratio.
 
-Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool] [--no-settle] [--json] [--keep-logs]
+Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool] [--with-volume] [--no-settle]
+[--json] [--keep-logs]
 
 - **hangar**: ``POST /api/sessions`` (no message) → the Session's ``status.sandbox.connected`` is true: the
   operator has made the run-key Secret, the workspace PVC and the pod, the runner has run it, and the driver
@@ -16,6 +17,9 @@ Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool
   before the next sample). hangar: with ``--hangar-pool`` a second Environment keeps a warm pool
   (``spec.warmPool``) of the same size, full before each sample; without it ``--pools`` compares agent-sandbox's
   pool against hangar without one.
+- ``--with-volume``: also hangar without a pool against a ``Sandbox`` whose pod mounts a claim made from a
+  ``volumeClaimTemplates`` entry with the spec of hangar's workspace claim (size, access mode, storage class):
+  both sides then wait for a volume to be provisioned and bound before their pod is placed.
 - Before every sample of either side the machine settles (``bench/_settle.py``): this bench's own processes
   (control plane, stack, pods, agent-sandbox's controller) quiet, so no sample runs while the previous one's
   refill or pre-started CLI still starts. ``--no-settle``: back to back, as before 2026-12-02 07:00.
@@ -40,13 +44,27 @@ from _settle import settle
 from _stack import bench_run, claude_env, header, print_result
 from _stats import log, summary
 
+from hangar.config import Settings
 from hangar.devcluster.stack import Stack
 from hangar.testing.model_server import ScriptedModel, Step
+from hangar_operator.sandbox_objects import workspace_pvc
 
 ENVIRONMENT = "bench-compare"
 POOL_ENVIRONMENT = "bench-compare-warm"  # the same Environment with spec.warmPool (--hangar-pool)
 SB_GROUP, SB_VERSION = "agents.x-k8s.io", "v1beta1"
 EXT_GROUP = "extensions.agents.x-k8s.io"
+
+
+def workspace_spec() -> dict[str, Any]:
+    """The spec of the workspace claim hangar's operator makes for a session (the stack's defaults)."""
+    session = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": "bench", "namespace": NAMESPACE, "uid": "bench"},
+        "spec": {},
+    }
+    spec: dict[str, Any] = workspace_pvc(session, Settings())["spec"]
+    return spec
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -124,12 +142,20 @@ class Compare(Cluster):
         await self._gone("hangar.dev", "v1alpha1", "sessions", name)
         return took
 
-    async def sandbox(self, name: str) -> float:
+    async def sandbox(self, name: str, volume: bool = False) -> float:
+        spec: dict[str, Any] = {"podTemplate": {"spec": self.pod_spec()}}
+        if volume:
+            # The workspace claim hangar makes for a session (its size, access mode and storage class), from
+            # a volumeClaimTemplate: the controller makes the claim, then the pod, as hangar's operator does.
+            spec["volumeClaimTemplates"] = [{"metadata": {"name": "workspace"}, "spec": workspace_spec()}]
+            spec["podTemplate"]["spec"]["containers"][0]["volumeMounts"] = [
+                {"name": "workspace", "mountPath": "/workspace"}
+            ]
         body = {
             "apiVersion": f"{SB_GROUP}/{SB_VERSION}",
             "kind": "Sandbox",
             "metadata": {"name": name},
-            "spec": {"podTemplate": {"spec": self.pod_spec()}},
+            "spec": spec,
         }
         t0 = time.monotonic()
         await self.custom.create_namespaced_custom_object(SB_GROUP, SB_VERSION, NAMESPACE, "sandboxes", body)
@@ -221,7 +247,11 @@ def table(out: dict[str, Any]) -> str:
         "| run | hangar p50 / p99 | agent-sandbox p50 / p99 | ratio p50 / p99 |",
         "|---|---|---|---|",
     ]
-    for key, label in (("cold", "no pools"), ("pools", "warm pools")):
+    for key, label in (
+        ("cold", "no pools"),
+        ("cold_volume", "no pools, agent-sandbox's Sandbox with hangar's workspace claim"),
+        ("pools", "warm pools"),
+    ):
         r = out.get(key)
         if not r:
             continue
@@ -253,6 +283,12 @@ def main() -> int:
         action="store_true",
         help="with --pools: hangar's side from its own warm pool (Environment spec.warmPool)",
     )
+    ap.add_argument(
+        "--with-volume",
+        action="store_true",
+        help="also hangar without a pool against a Sandbox with a workspace claim like hangar's "
+        "(volumeClaimTemplates): the same volume work on both sides",
+    )
     ap.add_argument("--poll", type=float, default=0.02, help="seconds between polls, both sides")
     ap.add_argument(
         "--ready",
@@ -280,6 +316,7 @@ def main() -> int:
             "poll": a.poll,
             "ready": a.ready,
             "settle": not a.no_settle,
+            "with_volume": a.with_volume,
         }
     )
     try:
@@ -296,6 +333,14 @@ def main() -> int:
                         await c.wait_node()
                         await c.environment(model)
                         res["cold"] = await c.interleaved(a.n, c.hangar, c.sandbox, "cold")
+                        if a.with_volume:
+
+                            async def sandbox_with_volume(name: str) -> float:
+                                return await c.sandbox(name, volume=True)
+
+                            res["cold_volume"] = await c.interleaved(
+                                a.n, c.hangar, sandbox_with_volume, "vol"
+                            )
                         if a.pools:
                             await c.warm_pool(a.pool_size)
 

@@ -16,7 +16,7 @@ from hangar.models import API_VERSION
 from hangar.store import open_database
 from hangar.testing.fake_kube import FakeKube
 from hangar_api.auth import Caller
-from hangar_api.mcp import answers, waiting
+from hangar_api.mcp import answers, inbox, waiting
 from hangar_api.mcp.common import Hub, Target
 from hangar_api.watch_cache import ApiCache, api_cache_of
 from tests.unit.api_rig import ALICE, api_rig
@@ -42,7 +42,9 @@ class CountingKube(FakeKube):
         return await super().get(plural, name)
 
 
-def seed(k: FakeKube) -> None:
+def seed(k: FakeKube, *, just_created: bool = False) -> None:
+    """A job, its session and one call that asks: Pending, or (``just_created``) as the operator creates it,
+    stamped with when it was asked, its status not written yet."""
     job = k.seed(
         "jobs",
         {
@@ -82,6 +84,18 @@ def seed(k: FakeKube) -> None:
             "status": {"phase": "Pending", "requestedAt": "2026-12-02T06:00:00Z"},
         },
     )
+    if just_created:
+        approval = k.peek("approvals", APPROVAL) or {}
+        k.server.objects.pop(k._key("approvals", APPROVAL))
+        approval.pop("status")
+        approval["metadata"] = {
+            "name": APPROVAL,
+            "labels": {"hangar.dev/session": "j1-a1"},
+            "annotations": {"hangar.dev/requested-at": "2026-12-02T06:00:00Z"},
+        }
+        k.seed("approvals", approval)
+        by_hand = {**approval, "metadata": {"name": "ap-by-hand", "labels": {"hangar.dev/session": "j1-a1"}}}
+        k.seed("approvals", by_hand)
 
 
 def prime(cache: ApiCache, k: FakeKube) -> None:
@@ -155,5 +169,34 @@ async def test_wait_for_turn_reads_the_cache_and_does_not_ask_again_what_it_deci
         snap = await waiting.snapshot(hub, target)
         assert snap.pending == []
         assert k.approval_reads == [], "wait_for_turn read the Approvals from the apiserver"
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("kind, name", [("job", "j1"), ("session", "j1-a1")])
+async def test_mcp_sees_a_call_that_asks_from_its_approvals_create_as_rest_does(
+    tmp_path: Path, kind: Any, name: str
+) -> None:
+    """The operator creates a call that asks stamped with when it was asked; its status (Pending) follows one
+    write later. REST lists it pending from the create; MCP's inbox and ``wait_for_turn`` must too. An
+    Approval made by hand (no status, no stamp) is not waiting on anyone."""
+    k = CountingKube()
+    seed(k, just_created=True)
+    db = await open_database(f"sqlite:///{tmp_path / 'h.db'}")
+    try:
+        hub = Hub(SimpleNamespace(kube=k, db=db))
+        target = Target(kind, name, await k.get(f"{kind}s", name) or {})
+        snap = await waiting.snapshot(hub, target)
+        assert [a["metadata"]["name"] for a in snap.pending] == [APPROVAL]
+        box = await inbox.read(hub, Caller("alice", "admin"))
+        listed = [i["approval"] for i in box["items"] if i["kind"] == "approval"]
+        assert [(a["id"], a["phase"], a["requested_at"]) for a in listed] == [
+            (APPROVAL, "Pending", "2026-12-02T06:00:00.000Z")
+        ]
+        got = await answers.decide(
+            hub, Caller("bob", "admin"), snap.names, target, APPROVAL, answers.ApprovalForm(decision="deny")
+        )
+        assert got["outcome"] == "answered", got
+        assert (k.peek("approvals", APPROVAL) or {})["spec"]["decision"] == "deny"
     finally:
         await db.close()

@@ -17,6 +17,7 @@ from typing import Any
 
 from hangar.kube import Obj
 from hangar.models import Approval, Job, Turn
+from hangar.models.approval import waiting
 
 from .. import approvals as ap
 from ..auth import Caller, owns
@@ -60,8 +61,9 @@ async def read(hub: Hub, who: Caller) -> dict[str, Any]:
 
     for a in await k.list("approvals"):
         approval = Approval.model_validate(a)
-        # Only the ones the operator requested (it writes their status), still waiting for a decision.
-        if approval.status.phase != "Pending" or approval.spec.decision:
+        # Only the ones the operator requested, still waiting for a decision: as REST lists them, from the
+        # Approval's create (its status, Pending, follows one write later).
+        if not waiting(approval) or approval.spec.decision:
             continue
         session = approval.spec.session or ""
         job = job_of.get(session)

@@ -39,6 +39,8 @@ from pydantic import BaseModel
 
 from hangar.kube import Obj
 from hangar.models import Approval, Job, Session, Turn
+from hangar.models.approval import asked_times
+from hangar.models.approval import waiting as asks
 from hangar.models.job import JOB_FINAL
 
 from .. import approvals as ap
@@ -193,10 +195,9 @@ async def snapshot(hub: Hub, target: Target) -> Snapshot:
             # Through this replica's watch-fed cache when it can say: its decisions (answers.decide) are
             # applied to it at once, so a look after one never asks it again.
             for a in await ap.approvals_of(k, names, api_cache_of(hub.state))
-            if (approval := Approval.model_validate(a)).status.phase == "Pending"
-            and not approval.spec.decision
+            if asks(approval := Approval.model_validate(a)) and not approval.spec.decision
         ]
-        waiting.sort(key=lambda x: stamp(x[0].status.requested_at) or "")
+        waiting.sort(key=lambda x: stamp(asked_times(x[0].status, x[0].metadata)[0]) or "")
         pending = [a for _, a in waiting]
     return Snapshot(target, obj, sessions, latest, pending)
 
