@@ -226,3 +226,40 @@ async def test_a_decide_that_lost_its_compare_and_set_does_not_send_again(
     assert sent == [name]
     assert rig.status("approvals", name)["phase"] == "Allowed"
     assert rig.commands("s1-r1").count(f"answer-{name}") == 1
+
+
+# --- a record lost to a stop is repaired by the Approval's next look ---------------------------------------
+
+
+async def test_a_waiting_approval_missing_from_the_list_is_written_again_by_its_next_look(
+    tmp_path: Path,
+) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    await rig.kube.patch_status("sessions", "s1", {"pendingApprovals": []})  # the queued record lost
+    rig.c.approvals.timers.pop(("default", name)).cancel()  # a restart: nothing armed here
+    await rig.c.approvals.reconcile("default", name, rig.get("approvals", name))  # the listing's event
+    await asyncio.wait_for(rig.c.approvals.pending.settled(), 5)
+    assert ids(rig.status("sessions", "s1")["pendingApprovals"]) == [name]
+
+
+async def test_an_ended_approval_still_listed_is_dropped_by_its_next_event(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    await rig.kube.patch("approvals", name, {"spec": {"decision": "allow", "decidedBy": "ann"}})
+    await rig.c.approvals.reconcile("default", name)
+    await rig.c.approvals.pending.settled()
+    await rig.kube.patch_status("sessions", "s1", {"pendingApprovals": [entry(name)]})  # the drop lost
+    await rig.c.approvals.reconcile("default", name, rig.get("approvals", name))  # its status's event
+    await asyncio.wait_for(rig.c.approvals.pending.settled(), 5)
+    assert rig.status("sessions", "s1")["pendingApprovals"] == []
+
+
+async def test_a_look_at_a_listed_approval_writes_nothing(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    rig.c.approvals.timers.pop(("default", name)).cancel()
+    before = len(session_writes(rig))
+    await rig.c.approvals.reconcile("default", name, rig.get("approvals", name))
+    await asyncio.wait_for(rig.c.approvals.pending.settled(), 5)
+    assert len(session_writes(rig)) == before and rig.c.approvals.armed("default", name)

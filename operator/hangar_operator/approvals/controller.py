@@ -37,7 +37,7 @@ from ..context import Context, resource
 from ..lifecycle import APPROVAL, move
 from ..status import with_conditions
 from .delivery import Deliveries, ended, waiting_as_known
-from .pending_writer import PendingWriter
+from .pending_writer import PendingWriter, listed
 from .policy import (
     WEB_TOOLS,
     approval_name,
@@ -163,6 +163,7 @@ class Approvals:
             done = ended(sst.phase, sst.delivered_at is not None, (ns, name) in self.sent)
             if done:
                 self._disarm(ns, name)
+                self.pending.drop(ns, sap.spec.session or "", name)  # repair only: no write when not listed
             # Nor does one undecided and known here (the request's create, its status write, armed): the
             # decision's event of the same Approval waits behind these.
             if done or waiting_as_known(sst.phase, sap.spec.decision is not None, self.armed(ns, name)):
@@ -207,6 +208,7 @@ class Approvals:
                 return  # not (yet) one the operator requested: nothing to deliver
             if phase in APPROVAL_DONE:
                 self._disarm(ns, name)
+                self.pending.drop(ns, session, name)
                 if phase != "Withdrawn" and ap.status.delivered_at is None and not was_sent:
                     await self._resend(ns, obj)
                 return
@@ -228,6 +230,8 @@ class Approvals:
                 if await self._decide(ns, obj, ap.spec.decision, by, ap.spec.message, resolver, held):
                     return
                 continue
+            # Listed while it waits: a record queued but lost to a restart is written again (none when listed).
+            self.pending.add(ns, session, listed(ap))
             if held:
                 self._disarm(ns, name)  # a suspended call waits for Tower, not for the ask deadline
                 return

@@ -15,6 +15,8 @@ it); this record only shows it on the session and its job. So it is written on o
   (``status.py``), so it reads the session from the cache.
 - A write the apiserver did not take is tried again with backoff until it is taken, the session is gone,
   or the apiserver refuses it for good; nothing queued is lost meanwhile (the next try writes it too).
+- What a stop loses (queued, not yet written) is repaired by the Approval's next look (each event, and the
+  listing at start-up): a waiting one is added, an ended one dropped; neither writes when the list holds it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hangar.kube import ApiException
-from hangar.models import Session
+from hangar.models import Approval, Session
 
 from ..context import Context
 from ..status import patch_status
@@ -61,6 +63,14 @@ def apply(
         else:
             approvals += 1
     return out, approvals
+
+
+def listed(ap: Approval) -> dict[str, Any]:
+    """An approval as the session lists it while it waits."""
+    entry: dict[str, Any] = {"id": ap.name, "turn": ap.spec.turn, "tool": ap.spec.tool}
+    if ap.spec.command is not None:
+        entry["command"] = ap.spec.command
+    return entry
 
 
 Key = tuple[str, str]  # (namespace, session)

@@ -36,6 +36,7 @@ from ..context import Context
 from ..lifecycle import APPROVAL, move
 from ..status import patch_status
 from .controller import Approvals
+from .pending_writer import listed
 from .policy import AGENT_HOME, approval_name, sandbox_time, shown_command
 
 
@@ -362,8 +363,7 @@ class PermissionRequests:
         )
         # Pending in its status too. The session's record of it is queued (written after the lock is let go:
         # the decision waits for it); the activity event is written here, before the decision's.
-        entry = {"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]}
-        self.approvals.pending.add(ns, session, entry, count=True)
+        self.approvals.pending.add(ns, session, listed(ap), count=True)
         await self._requested_event(ns, session, name, spec, v, deadline)
 
     async def _requested_event(
