@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hangar.kube import Obj
+from hangar.models.session import Counters
 from hangar.testing.fake_kube import FakeKube
 from hangar_operator.approvals import approval_name
 from hangar_operator.approvals.controller import Approvals
@@ -263,3 +264,54 @@ async def test_a_look_at_a_listed_approval_writes_nothing(tmp_path: Path) -> Non
     await rig.c.approvals.reconcile("default", name, rig.get("approvals", name))
     await asyncio.wait_for(rig.c.approvals.pending.settled(), 5)
     assert len(session_writes(rig)) == before and rig.c.approvals.armed("default", name)
+
+
+async def test_its_count_leaves_the_counters_written_beside_it_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer counts an approval off the session's lock, so a write under the lock (a turn's tokens and
+    cost, a sandbox counted) can land while its patch is out: its patch holds the approval count alone."""
+    rig = await make_rig(tmp_path)
+    await asked(rig, "s1")
+    await rig.c.approvals.pending.settled()
+    release = asyncio.Event()
+    patch_status = FakeKube.patch_status
+
+    async def held(
+        self: FakeKube, plural: str, n: str, status: Obj, resource_version: str | None = None
+    ) -> Obj:
+        if plural == "sessions" and "pendingApprovals" in status:
+            await release.wait()
+        return await patch_status(self, plural, n, status, resource_version)
+
+    monkeypatch.setattr(FakeKube, "patch_status", held)
+    counted = rig.status("sessions", "s1")["counters"].get("approvals", 0)
+    w = rig.c.approvals.pending
+    w.add("default", "s1", entry("x2"), count=True)
+    await asyncio.sleep(0.05)  # its write is out, read from the session before the next write
+    rig.kube.set_status("sessions", "s1", {"counters": {"turns": 7, "costUsd": 1.25, "sandboxes": 3}})
+    release.set()
+    await asyncio.wait_for(w.settled(), 5)
+    c = rig.status("sessions", "s1")["counters"]
+    assert (c["turns"], c["costUsd"], c["sandboxes"], c["approvals"]) == (7, 1.25, 3, counted + 1)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "patch"),
+    [
+        ({}, {}, {}),
+        ({"approvals": 1}, {"approvals": 2}, {"approvals": 2}),
+        ({"turns": 2, "costUsd": 0.5}, {"turns": 3, "costUsd": 0.5}, {"turns": 3}),
+        (
+            {"inputTokens": 5},
+            {"inputTokens": 5, "outputTokens": 9, "costUsd": 0.01},
+            {"outputTokens": 9, "costUsd": 0.01},
+        ),
+        ({"sandboxes": 4}, {"sandboxes": 0}, {"sandboxes": 0}),  # back to its default: still written
+    ],
+)
+def test_counters_changed_holds_what_changed_only(
+    before: dict[str, Any], after: dict[str, Any], patch: dict[str, Any]
+) -> None:
+
+    assert Counters.model_validate(after).changed(Counters.model_validate(before)) == patch

@@ -135,9 +135,10 @@ class PendingWriter:
                 if pending != before:
                     patch["pendingApprovals"] = pending
                 if n != st.counters.approvals:
+                    # This count alone: the other counters are written under the session's lock meanwhile.
                     counters = st.counters.model_copy()
                     counters.approvals = n
-                    patch["counters"] = counters.dump()
+                    patch["counters"] = counters.changed(st.counters)
                 if patch:
                     await patch_status(kube, "sessions", s_obj, patch)
                 return
