@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -147,6 +147,13 @@ class Counters(Model):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+
+    def changed(self, before: Counters) -> dict[str, Any]:
+        """The counters that differ from ``before``, as a status patch holds them. Each writer patches only
+        what it changed: a merge patch of them leaves the others as another writer set them (the session's
+        pendingApprovals writer counts approvals off the session's lock, beside the writes under it)."""
+        was = before.dump()
+        return {k: v for k, v in self.dump().items() if was.get(k) != v}
 
 
 class SessionStatus(Model):

@@ -467,7 +467,7 @@ class Pools:
             "message": "sandbox connected" if connected else f"starting sandbox {m.name} (warm)",
             "sandbox": {"pod": m.name, "run": run.pod, "connected": connected, "startedAt": iso()},
             "workspace": m.workspace,
-            "counters": counters.dump(),
+            "counters": counters.changed(s.status.counters),
         }
         written = await patch_status(kube, "sessions", s_obj, patch)
         log.info("session %s/%s took warm sandbox %s (connected: %s)", m.namespace, s.name, m.name, connected)

@@ -296,7 +296,7 @@ class Sandboxes:
                 "reason": "",
                 "message": f"starting sandbox {run.pod}",
                 "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
-                "counters": counters.dump(),
+                "counters": counters.changed(st.counters),
                 # A volume made now is <session>-workspace, whatever warm sandbox's it had before.
                 **({"workspace": None} if claim is not None else {}),
             },

@@ -272,11 +272,13 @@ class Sessions:
         st = Session.model_validate(s_obj).status
         typed = [Turn.model_validate(t) for t in turns]
         n = (len(typed), sum(len(t.spec.steers) for t in typed), sum(len(t.spec.interrupts) for t in typed))
-        c = st.counters
+        c = st.counters.model_copy()
         if (c.turns, c.steers, c.interrupts) == n:
             return s_obj
         c.turns, c.steers, c.interrupts = n
-        return await patch_status(self.ctx.kube_in(ns), "sessions", s_obj, {"counters": c.dump()})
+        return await patch_status(
+            self.ctx.kube_in(ns), "sessions", s_obj, {"counters": c.changed(st.counters)}
+        )
 
     async def _start_turn(
         self, ns: str, s_obj: Obj, turn_obj: Obj, policy: str, env: EnvironmentSpec

@@ -85,6 +85,7 @@ class Rig:
         run = self.run_id(session, ns)
         seq = next(self.seq.setdefault(run, itertools.count(1)))
         await self.c.router.on_event(run, seq, name, payload)
+        await self.c.approvals.pending.settled()  # the session's record of its approvals: written on a task
 
     async def connect(self, session: str, ns: str = "default") -> None:
         await self.c.router.on_connect(self.run_id(session, ns), {"driver_version": "test"})

@@ -41,6 +41,7 @@ async def test_a_person_allows_and_the_answer_goes_to_the_driver_once(tmp_path: 
     assert st["phase"] == "Allowed" and st["by"] == "ann" and st["resolvedBy"] == "person"
     assert rig.condition("approvals", name)["status"] == "True"
     assert rig.commands("s1-r1").count(f"answer-{name}") == 1
+    await rig.c.approvals.pending.settled()
     assert rig.status("sessions", "s1").get("pendingApprovals") in (None, [])
     await rig.event("s1", "command_result", op="answer", ok=True, command_id=f"answer-{name}")
     await rig.c.approvals.deliveries.settled()  # recorded on its own task (approvals/delivery.py)

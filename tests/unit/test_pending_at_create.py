@@ -151,6 +151,7 @@ async def test_an_event_applied_again_keeps_the_times_it_was_first_shown_with(tm
     st = rig.status("approvals", name)
     assert st["phase"] == "Pending"
     assert (st["requestedAt"], st["deadline"]) == (shown["requested_at"], shown["deadline"])
+    await rig.c.approvals.pending.settled()
     assert [p["id"] for p in rig.status("sessions", "s1")["pendingApprovals"]] == [name]
 
 

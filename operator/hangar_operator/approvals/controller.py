@@ -35,8 +35,9 @@ from hangar.models.environment import EnvironmentSpec
 from .. import metrics
 from ..context import Context, resource
 from ..lifecycle import APPROVAL, move
-from ..status import patch_status, with_conditions
-from .delivery import Deliveries, ended
+from ..status import with_conditions
+from .delivery import Deliveries, ended, waiting_as_known
+from .pending_writer import PendingWriter, listed
 from .policy import (
     WEB_TOOLS,
     approval_name,
@@ -70,6 +71,8 @@ class Approvals:
         # Approvals whose answer this process sent: only the others are re-sent (after a restart).
         self.sent: set[tuple[str, str]] = set()
         self.deliveries = Deliveries(ctx, self.sent)
+        # The sessions' pendingApprovals and counters, written off the session's lock (``pending_writer.py``).
+        self.pending = PendingWriter(ctx)
         # Set by controllers.py: governance's callbacks (they sit above this module).
         self.hooks: list[Hook] = []
         self.on_held_decision: HeldDecision | None = None
@@ -77,6 +80,7 @@ class Approvals:
 
     def stop(self) -> None:
         self.deliveries.stop()
+        self.pending.stop()
         for t in self.timers.values():
             t.cancel()
         self.timers.clear()
@@ -120,37 +124,6 @@ class Approvals:
         for key in [k for k in self.tools if k[0] == run]:
             del self.tools[key]
 
-    async def set_pending(
-        self,
-        kube: Kube,
-        session: str,
-        add: dict[str, Any] | None = None,
-        drop: str | None = None,
-        count: bool = False,
-    ) -> None:
-        """Add to or drop from the session's pendingApprovals (and count a new approval), in one patch.
-        Read from the operator's cache when it is primed: only the operator writes these fields, and each
-        write it makes is put in the cache, so the cache is as current as a read would be."""
-        s_obj, _ = await self._session(kube.namespace, session)
-        if s_obj is None:
-            return
-        st = Session.model_validate(s_obj).status
-        pending = [p.dump() for p in st.pending_approvals]
-        before = list(pending)
-        if drop:
-            pending = [x for x in pending if x.get("id") != drop]
-        if add and not any(x.get("id") == add["id"] for x in pending):
-            pending.append(add)
-        patch: dict[str, Any] = {}
-        if pending != before:
-            patch["pendingApprovals"] = pending
-        if count:
-            counters = st.counters.model_copy()
-            counters.approvals += 1
-            patch["counters"] = counters.dump()
-        if patch:
-            await patch_status(kube, "sessions", s_obj, patch)
-
     async def _cas_status(self, kube: Kube, obj: Obj, status: dict[str, Any]) -> bool:
         """Patch the Approval's status only if nothing changed it since ``obj`` was read."""
         try:
@@ -185,9 +158,15 @@ class Approvals:
         event shows one no reconcile can act on (``ended``): its own status writes' and its ``deliveredAt``'s
         events would each hold the session's lock for a read while the agent's next events wait on it."""
         if seen is not None:
-            sst = Approval.model_validate(seen).status
-            if ended(sst.phase, sst.delivered_at is not None, (ns, name) in self.sent):
+            sap = Approval.model_validate(seen)
+            sst = sap.status
+            done = ended(sst.phase, sst.delivered_at is not None, (ns, name) in self.sent)
+            if done:
                 self._disarm(ns, name)
+                self.pending.drop(ns, sap.spec.session or "", name)  # repair only: no write when not listed
+            # Nor does one undecided and known here (the request's create, its status write, armed): the
+            # decision's event of the same Approval waits behind these.
+            if done or waiting_as_known(sst.phase, sap.spec.decision is not None, self.armed(ns, name)):
                 for hook in self.hooks:
                     await hook(ns, name)
                 return
@@ -199,7 +178,10 @@ class Approvals:
         session = ap.spec.session
         if not session:
             return
-        first = obj if ap.status.phase == "Pending" and ap.spec.decision is not None else None
+        # Not the first look when this process already sent its answer: the event is older than the decide
+        # that sent it (a compare-and-set with it would lose), so the state is read.
+        fresh = ap.status.phase == "Pending" and ap.spec.decision is not None and (ns, name) not in self.sent
+        first = obj if fresh else None
         async with self.ctx.lock(ns, session):
             await self._reconcile(ns, session, name, first)
         for hook in self.hooks:
@@ -213,6 +195,9 @@ class Approvals:
     async def _reconcile(self, ns: str, session: str, name: str, seen: Obj | None = None) -> None:
         kube = self.ctx.kube_in(ns)
         for _ in range(5):
+            # Whether its answer was out before the read: a confirmation written while the read was out
+            # takes it from ``sent``, and the read, older, shows no deliveredAt yet.
+            was_sent = (ns, name) in self.sent
             obj, seen = seen or await kube.get("approvals", name), None
             if obj is None:
                 self._disarm(ns, name)
@@ -223,7 +208,8 @@ class Approvals:
                 return  # not (yet) one the operator requested: nothing to deliver
             if phase in APPROVAL_DONE:
                 self._disarm(ns, name)
-                if phase != "Withdrawn" and ap.status.delivered_at is None:
+                self.pending.drop(ns, session, name)
+                if phase != "Withdrawn" and ap.status.delivered_at is None and not was_sent:
                     await self._resend(ns, obj)
                 return
             # One look at the session serves both questions (is its sandbox gone? is it held for Tower?).
@@ -244,6 +230,8 @@ class Approvals:
                 if await self._decide(ns, obj, ap.spec.decision, by, ap.spec.message, resolver, held):
                     return
                 continue
+            # Listed while it waits: a record queued but lost to a restart is written again (none when listed).
+            self.pending.add(ns, session, listed(ap))
             if held:
                 self._disarm(ns, name)  # a suspended call waits for Tower, not for the ask deadline
                 return
@@ -305,10 +293,13 @@ class Approvals:
             # executes the command id once, and a status write that loses its compare-and-set (someone
             # changed the Approval meanwhile) is looked at again under this lock and sends the same id.
             # Everything that ends an approval otherwise (withdraw, expire) runs under this session's lock.
-            written, _ = await asyncio.gather(
-                self._cas_status(kube, obj, status),
-                self.answer(ns, self._run_id(ns, ap), ap.name, ap.spec.request_id, decision, agent_message),
-            )
+            # A decide again after a lost compare-and-set sends nothing again: the answer is queued at the
+            # gateway until the driver confirms it, and one sent after that reached the driver twice.
+            sends = []
+            if (ns, ap.name) not in self.sent:
+                run = self._run_id(ns, ap)
+                sends.append(self.answer(ns, run, ap.name, ap.spec.request_id, decision, agent_message))
+            written, *_ = await asyncio.gather(self._cas_status(kube, obj, status), *sends)
             if not written:
                 return False
         await self._resolved(ns, obj, decision, resolver, now, by)
@@ -371,27 +362,23 @@ class Approvals:
                 max(0.0, (at - ap.status.requested_at).total_seconds())
             )
         person = resolver in ("person", "tower")
-        # The session's record and the activity event at once: two stores, and the session's next
-        # driver event (the agent's next call) waits for this lock.
-        await asyncio.gather(
-            self.set_pending(self.ctx.kube_in(ns), session, drop=ap.name),
-            self.ctx.activity(
-                ns,
-                session,
-                "approval_decided",
-                {
-                    "approval": ap.name,
-                    "tool": ap.spec.tool,
-                    "command": ap.spec.command,
-                    "decision": decision,
-                    "resolved_by": resolver,
-                    "by": (by or ap.spec.decided_by or field_manager(obj) or "unknown")
-                    if person
-                    else "hangar",
-                    "message": ap.spec.message if person else ap.status.message,
-                },
-                ap.spec.turn,
-            ),
+        # The session's record is queued (written after the lock is let go: the agent's next request waits
+        # for it); the activity event is written here, so it comes before the events of the call it decided.
+        self.pending.drop(ns, session, ap.name)
+        await self.ctx.activity(
+            ns,
+            session,
+            "approval_decided",
+            {
+                "approval": ap.name,
+                "tool": ap.spec.tool,
+                "command": ap.spec.command,
+                "decision": decision,
+                "resolved_by": resolver,
+                "by": (by or ap.spec.decided_by or field_manager(obj) or "unknown") if person else "hangar",
+                "message": ap.spec.message if person else ap.status.message,
+            },
+            ap.spec.turn,
         )
 
     async def tower_decided(self, ns: str, name: str, decision: str, by: str, reason: str | None) -> bool:
@@ -421,7 +408,7 @@ class Approvals:
             return False
         ap = Approval.model_validate(obj)
         self._disarm(ns, ap.name)
-        await self.set_pending(self.ctx.kube_in(ns), ap.spec.session or "", drop=ap.name)
+        self.pending.drop(ns, ap.spec.session or "", ap.name)
         metrics.APPROVALS.labels(policy=ap.spec.policy, outcome="withdrawn", resolver="none").inc()
         if self.on_withdrawn is not None:
             await self.on_withdrawn(ns, obj, why)
@@ -466,6 +453,10 @@ class Approvals:
         if task is not None and not task.done():
             return
         self.timers[(ns, name)] = asyncio.create_task(self._timer(ns, name, session, deadline))
+
+    def armed(self, ns: str, name: str) -> bool:
+        task = self.timers.get((ns, name))
+        return task is not None and not task.done()
 
     def _disarm(self, ns: str, name: str) -> None:
         task = self.timers.pop((ns, name), None)

@@ -47,6 +47,16 @@ def ended(phase: str | None, delivered: bool, sent: bool) -> bool:
     return phase in APPROVAL_DONE and (phase == "Withdrawn" or delivered or sent)
 
 
+def waiting_as_known(phase: str | None, decided: bool, armed: bool) -> bool:
+    """Nothing to do now for an Approval seen undecided: its request's own create (the status write that
+    follows is seen next), or pending with its deadline armed here. A decision made since is a later event
+    of the same Approval, seen after this one (kopf hands an object's events over in order, the latest last);
+    a withdrawal or an expiry is not waited for on these events (the turn's end, the sandbox's, the timer)."""
+    if decided:
+        return False
+    return phase is None or (phase == "Pending" and armed)
+
+
 def final(e: ApiException) -> bool:
     """The apiserver refused the write as it is (trying again cannot work); a conflict is read again."""
     status = int(e.status or 0)

@@ -36,6 +36,7 @@ from ..context import Context
 from ..lifecycle import APPROVAL, move
 from ..status import patch_status
 from .controller import Approvals
+from .pending_writer import listed
 from .policy import AGENT_HOME, approval_name, sandbox_time, shown_command
 
 
@@ -312,7 +313,7 @@ class PermissionRequests:
                 **claimed,
             },
         )
-        await self.approvals.set_pending(kube, spec["session"], count=True)
+        self.approvals.pending.count(kube.namespace, spec["session"])
 
     async def _request(
         self,
@@ -346,6 +347,8 @@ class PermissionRequests:
         first, until = asked_times(ap.status, ap.metadata)
         if first is not None and until is not None:
             now, deadline = first, until
+        # Armed before the status write: its watch event then needs no look under the session's lock.
+        self.approvals.arm(ns, name, session, deadline)
         await patch_status(
             kube,
             "approvals",
@@ -358,18 +361,10 @@ class PermissionRequests:
                 **claimed,
             },
         )
-        # Pending in its status too. The session's record of it and the activity event are written at once,
-        # to two different stores.
-        self.approvals.arm(ns, name, session, deadline)
-        await asyncio.gather(
-            self.approvals.set_pending(
-                kube,
-                session,
-                add={"id": name, "turn": spec["turn"], "tool": spec["tool"], "command": spec["command"]},
-                count=True,
-            ),
-            self._requested_event(ns, session, name, spec, v, deadline),
-        )
+        # Pending in its status too. The session's record of it is queued (written after the lock is let go:
+        # the decision waits for it); the activity event is written here, before the decision's.
+        self.approvals.pending.add(ns, session, listed(ap), count=True)
+        await self._requested_event(ns, session, name, spec, v, deadline)
 
     async def _requested_event(
         self, ns: str, session: str, name: str, spec: dict[str, Any], v: Verdict, deadline: datetime

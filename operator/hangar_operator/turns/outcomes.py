@@ -129,7 +129,7 @@ class TurnOutcomes:
         counters.input_tokens += usage.input_tokens
         counters.output_tokens += usage.output_tokens
         counters.cost_usd = round(counters.cost_usd + (cost or 0.0), 6)
-        spatch: dict[str, Any] = {"lastTurn": turn_name, "counters": counters.dump()}
+        spatch: dict[str, Any] = {"lastTurn": turn_name, "counters": counters.changed(st.counters)}
         if st.current_turn == turn_name:
             spatch["currentTurn"] = None
             if can(SESSION, st.phase, "turn_ended"):
