@@ -71,6 +71,7 @@ class Bench(Cluster):
         }
         self.swarm = Swarm("127.0.0.1", stack.gateway_port)
         self.created: dict[str, float] = {}  # session -> when the bench asked for it
+        self.throttled = 0  # POSTs the API answered 429 (its per-token write limit), each tried again
         self.connected: dict[str, float] = {}  # session -> when the bench saw sandbox.connected
         self.turn_done: dict[str, float] = {}  # turn -> when the bench saw it Completed
         self.turn_seen: dict[str, float] = {}  # turn -> when the bench's watch first saw it
@@ -225,14 +226,22 @@ class Bench(Cluster):
         async def one(name: str) -> None:
             async with sem:
                 await self._volume(name)
-                self.created[name] = time.time()
-                r = await self.post(
-                    "/api/sessions", {"name": name, "environment": ENVIRONMENT, "harness": "claude"}
-                )
+                while True:
+                    self.created[name] = time.time()
+                    r = await self.post(
+                        "/api/sessions", {"name": name, "environment": ENVIRONMENT, "harness": "claude"}
+                    )
+                    if r.status_code != 429:
+                        break
+                    # The API's per-token write limit (HANGAR_API_WRITE_BURST, _RATE): as a client should,
+                    # wait what it says and try again; the session's clock starts at the create that went in.
+                    self.throttled += 1
+                    await asyncio.sleep(float(r.headers.get("retry-after", "1")))
                 if r.status_code not in (201, 409):
                     raise RuntimeError(f"POST /api/sessions {name}: {r.status_code} {r.text[:300]}")
 
         t0 = time.time()
+        throttled = self.throttled
         await asyncio.gather(*(one(n) for n in names))
         deadline = time.monotonic() + timeout
         while not all(n in self.connected for n in names):
@@ -241,7 +250,12 @@ class Bench(Cluster):
                 raise TimeoutError(f"{len(missing)} sessions not connected after {timeout}s: {missing[:5]}")
             await asyncio.sleep(0.2)
         lat = [self.connected[n] - self.created[n] for n in names]
-        return {"added": len(names), "wall_s": time.time() - t0, "create_to_connected_s": summary(lat)}
+        return {
+            "added": len(names),
+            "wall_s": time.time() - t0,
+            "create_to_connected_s": summary(lat),
+            "throttled_posts": self.throttled - throttled,
+        }
 
     # -- measures ------------------------------------------------------------------------------------------
     async def idle(self, seconds: float) -> dict[str, Any]:
