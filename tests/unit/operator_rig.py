@@ -7,11 +7,15 @@ deadlines) use short settings so each test stays fast.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hangar.config import Settings
+from hangar.kube import Obj
 from hangar.models import API_VERSION
 from hangar.store import open_database
 from hangar.testing.fake_kube import FakeKube
@@ -113,3 +117,20 @@ async def make_rig(tmp_path: Path, *, snapshot_api: bool = False, **settings: An
     db = await open_database(str(base["database_url"]))
     c = build(kube, db, Settings(**base), Retrier(first_delay=0.05, max_delay=0.2))
     return Rig(c, kube)
+
+
+def hold_status_writes(monkeypatch: pytest.MonkeyPatch, plural: str, field: str) -> asyncio.Event:
+    """The apiserver slow to take a status write of ``plural`` that holds ``field``: each such write waits
+    for the event returned (set it to let them through)."""
+    release = asyncio.Event()
+    patch_status = FakeKube.patch_status
+
+    async def held(
+        self: FakeKube, plural_: str, name: str, status: Obj, resource_version: str | None = None
+    ) -> Obj:
+        if plural_ == plural and field in status:
+            await release.wait()
+        return await patch_status(self, plural_, name, status, resource_version)
+
+    monkeypatch.setattr(FakeKube, "patch_status", held)
+    return release

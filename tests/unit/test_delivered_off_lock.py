@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hangar.kube import Obj
-from hangar.testing.fake_kube import FakeKube
 from hangar_operator.approvals import approval_name
 from hangar_operator.approvals.delivery import ended
-from tests.unit.operator_rig import Rig, make_rig
+from tests.unit.operator_rig import Rig, hold_status_writes, make_rig
 
 from .test_approval_controller import asked
 
@@ -61,18 +59,7 @@ def confirm(name: str) -> dict[str, object]:
 
 def hold_delivered(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
     """The apiserver slow to take a ``deliveredAt`` record: each such status write waits for the event."""
-    release = asyncio.Event()
-    patch_status = FakeKube.patch_status
-
-    async def slow(
-        self: FakeKube, plural: str, n: str, status: Obj, resource_version: str | None = None
-    ) -> Obj:
-        if plural == "approvals" and "deliveredAt" in status:
-            await release.wait()
-        return await patch_status(self, plural, n, status, resource_version)
-
-    monkeypatch.setattr(FakeKube, "patch_status", slow)
-    return release
+    return hold_status_writes(monkeypatch, "approvals", "deliveredAt")
 
 
 async def test_the_next_request_is_not_queued_behind_the_delivered_write(

@@ -14,11 +14,10 @@ from hypothesis import strategies as st
 
 from hangar.kube import Obj
 from hangar.models.session import Counters
-from hangar.testing.fake_kube import FakeKube
 from hangar_operator.approvals import approval_name
 from hangar_operator.approvals.controller import Approvals
 from hangar_operator.approvals.pending_writer import Change, apply
-from tests.unit.operator_rig import Rig, make_rig
+from tests.unit.operator_rig import Rig, hold_status_writes, make_rig
 
 from .test_approval_controller import asked
 
@@ -111,17 +110,7 @@ async def test_a_burst_queued_while_a_write_is_out_goes_in_one_more_write(
 ) -> None:
     rig = await make_rig(tmp_path)
     await asked(rig, "s1")
-    release = asyncio.Event()
-    patch_status = FakeKube.patch_status
-
-    async def slow(
-        self: FakeKube, plural: str, n: str, status: Obj, resource_version: str | None = None
-    ) -> Obj:
-        if plural == "sessions" and "pendingApprovals" in status:
-            await release.wait()
-        return await patch_status(self, plural, n, status, resource_version)
-
-    monkeypatch.setattr(FakeKube, "patch_status", slow)
+    release = hold_status_writes(monkeypatch, "sessions", "pendingApprovals")
     w = rig.c.approvals.pending
     before = len(session_writes(rig))
     w.add("default", "s1", entry("x1"), count=True)
@@ -274,17 +263,7 @@ async def test_its_count_leaves_the_counters_written_beside_it_alone(
     rig = await make_rig(tmp_path)
     await asked(rig, "s1")
     await rig.c.approvals.pending.settled()
-    release = asyncio.Event()
-    patch_status = FakeKube.patch_status
-
-    async def held(
-        self: FakeKube, plural: str, n: str, status: Obj, resource_version: str | None = None
-    ) -> Obj:
-        if plural == "sessions" and "pendingApprovals" in status:
-            await release.wait()
-        return await patch_status(self, plural, n, status, resource_version)
-
-    monkeypatch.setattr(FakeKube, "patch_status", held)
+    release = hold_status_writes(monkeypatch, "sessions", "pendingApprovals")
     counted = rig.status("sessions", "s1")["counters"].get("approvals", 0)
     w = rig.c.approvals.pending
     w.add("default", "s1", entry("x2"), count=True)
