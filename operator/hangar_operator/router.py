@@ -169,6 +169,7 @@ class Router:
             return
         ns, session = run.namespace, run.session
         turn = payload.get("turn") if isinstance(payload.get("turn"), str) else None
+        self.approvals.deliveries.arrived(ns, name, payload, received)  # a decision holding the lock waits
         async with self.ctx.lock(ns, session):
             turn = turn or await self._current_turn(ns, session)
             try:

@@ -36,7 +36,7 @@ from .. import metrics
 from ..context import Context, resource
 from ..lifecycle import APPROVAL, move
 from ..status import with_conditions
-from .delivery import Deliveries, ended, waiting_as_known
+from .delivery import Deliveries, answer_delivered, ended, waiting_as_known
 from .pending_writer import PendingWriter, listed
 from .policy import (
     WEB_TOOLS,
@@ -111,11 +111,9 @@ class Approvals:
                 why = untrusted_source(tool, await self.environment(ns, session))
                 if why:
                     await self.tainting.taint(ns, session, turn, why)
-        elif name == "command_result" and p.get("op") == "answer":
-            cid = str(p.get("command_id") or "")
-            if cid.startswith("answer-ap-") and p.get("ok"):
-                # Written on its own task: the agent's next request waits on this lock (``delivery.py``).
-                self.deliveries.confirmed(ns, cid[len("answer-") :], received)
+        elif name == "command_result" and (delivered := answer_delivered(p)) is not None:
+            # Written on its own task: the agent's next request waits on this lock (``delivery.py``).
+            self.deliveries.confirmed(ns, delivered, received)
         elif name == "turn_ended" and turn:
             await self.withdraw_turn(ns, turn, "the turn ended")
             self.forget_run(run)
@@ -295,13 +293,19 @@ class Approvals:
             # Everything that ends an approval otherwise (withdraw, expire) runs under this session's lock.
             # A decide again after a lost compare-and-set sends nothing again: the answer is queued at the
             # gateway until the driver confirms it, and one sent after that reached the driver twice.
-            sends = []
+            # The status is written once the driver says the CLI has the answer (``delivery.py``: its
+            # deliveredAt in the same write, and the apiserver left alone while the answer is on its way).
             if (ns, ap.name) not in self.sent:
                 run = self._run_id(ns, ap)
-                sends.append(self.answer(ns, run, ap.name, ap.spec.request_id, decision, agent_message))
-            written, *_ = await asyncio.gather(self._cas_status(kube, obj, status), *sends)
-            if not written:
+                if self.ctx.gateway.connected(run):
+                    self.deliveries.expect(ns, ap.name)
+                await self.answer(ns, run, ap.name, ap.spec.request_id, decision, agent_message)
+            delivered = await self.deliveries.heard(ns, ap.name)
+            if delivered is not None:
+                status["deliveredAt"] = iso(delivered)
+            if not await self._cas_status(kube, obj, status):
                 return False
+            self.deliveries.written(ns, ap.name, delivered is not None)
         await self._resolved(ns, obj, decision, resolver, now, by)
         if held and self.on_held_decision is not None:
             await self.on_held_decision(ns, ap.spec.session or "", ap.name)

@@ -15,6 +15,13 @@ trips ahead of that request. It is written on a task of its own instead, once th
   sent: the next reconcile (its next watch event, or the listing at start-up) sends the answer again under
   the same command id, the driver confirms it with its recorded result without giving it to the CLI a
   second time, and that confirmation is written. Delivery stays exactly once; only its record may be late.
+
+A decision's own status write waits for the confirmation first (at most ``HEAR_WAIT``; the driver answers
+within milliseconds): it is taken from the driver's event as the gateway hands it over, before the event
+waits for the session's lock the decision holds, and ``deliveredAt`` goes out in the decision's write. One
+write where there were two, and none on the apiserver while the answer is on its way to the agent; the
+confirmation, applied after, then writes nothing. Unheard in time, the status is written without it and
+the confirmation writes it as above.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
+from typing import Any
 
 from hangar.kube import ApiException
 from hangar.models import Approval
@@ -37,6 +45,11 @@ DECIDED = ("Allowed", "Denied", "Expired")
 # Between tries of a write the apiserver did not take (it was away, throttling, a server error); after the
 # last the record waits for the re-send (about 30 s of tries).
 FIRST_BACKOFF, MAX_BACKOFF, TRIES = 0.2, 5.0, 10
+# Seconds a decision's status write waits to hear that the driver has delivered its answer (it holds the
+# session's lock meanwhile: the driver's next events wait anyway, behind the confirmation).
+HEAR_WAIT = 0.25
+
+Key = tuple[str, str]  # (namespace, approval)
 
 
 def ended(phase: str | None, delivered: bool, sent: bool) -> bool:
@@ -57,6 +70,14 @@ def waiting_as_known(phase: str | None, decided: bool, armed: bool) -> bool:
     return phase is None or (phase == "Pending" and armed)
 
 
+def answer_delivered(p: dict[str, Any]) -> str | None:
+    """The Approval whose answer a ``command_result`` says the driver gave the CLI, if it says so."""
+    cid = str(p.get("command_id") or "")
+    if p.get("op") == "answer" and p.get("ok") and cid.startswith("answer-ap-"):
+        return cid[len("answer-") :]
+    return None
+
+
 def final(e: ApiException) -> bool:
     """The apiserver refused the write as it is (trying again cannot work); a conflict is read again."""
     status = int(e.status or 0)
@@ -64,14 +85,55 @@ def final(e: ApiException) -> bool:
 
 
 class Deliveries:
-    def __init__(self, ctx: Context, sent: set[tuple[str, str]]) -> None:
+    def __init__(self, ctx: Context, sent: set[Key]) -> None:
         self.ctx = ctx
         # The approvals controller's set of answers this process sent (shared: only the others are re-sent).
         self.sent = sent
         self.tasks: set[asyncio.Task[None]] = set()
+        # Decisions whose status write waits to hear of their delivery: when the driver's word arrived.
+        self.hearing: dict[Key, asyncio.Future[datetime]] = {}
+        # Written with the decision's status: the confirmation, applied later, has nothing to write.
+        self.recorded: set[Key] = set()
+
+    def expect(self, ns: str, name: str) -> None:
+        """A decision's answer is about to be sent: its status write will wait to hear of its delivery."""
+        self.hearing[(ns, name)] = asyncio.get_running_loop().create_future()
+
+    def arrived(self, ns: str, event: str, p: dict[str, Any], received: datetime) -> None:
+        """A driver event as the gateway hands it over (its signature checked, in order), before it waits for
+        the session's lock: the word that an answer was delivered reaches the decision holding that lock."""
+        name = answer_delivered(p) if event == "command_result" else None
+        heard = self.hearing.get((ns, name)) if name is not None else None
+        if heard is not None and not heard.done():
+            heard.set_result(received)
+
+    async def heard(self, ns: str, name: str) -> datetime | None:
+        """When the driver's word arrived, waited for (``HEAR_WAIT``) if a decision expects it; None when
+        none is expected, or it did not come in time (the confirmation writes it then)."""
+        key = (ns, name)
+        heard = self.hearing.get(key)
+        if heard is None:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.shield(heard), HEAR_WAIT)
+        except TimeoutError:
+            self.hearing.pop(key, None)
+            return None
+
+    def written(self, ns: str, name: str, delivered: bool) -> None:
+        """The decision's status is written, ``delivered``: with its ``deliveredAt``."""
+        self.hearing.pop((ns, name), None)
+        if delivered:
+            self.recorded.add((ns, name))
 
     def confirmed(self, ns: str, name: str, received: datetime | None = None) -> None:
         """The driver wrote the answer to the CLI; ``received``: when its word arrived (the time recorded)."""
+        key = (ns, name)
+        self.hearing.pop(key, None)
+        if key in self.recorded:  # written with the decision (the status write came first, under the lock)
+            self.recorded.discard(key)
+            self.sent.discard(key)
+            return
         at = iso(received) if received is not None else iso()
         self.sent.add((ns, name))  # until it is written: a reconcile meanwhile does not send it again
         task = asyncio.create_task(self._write(ns, name, at))
