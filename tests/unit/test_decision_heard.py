@@ -50,9 +50,26 @@ async def test_the_decision_and_its_delivery_are_one_write_after_the_drivers_wor
     assert len(writes) == 1 and writes[0]["phase"] == "Allowed" and writes[0]["deliveredAt"]
     st = rig.status("approvals", name)
     assert st["deliveredAt"] >= st["decidedAt"]
-    assert ("default", name) not in rig.c.approvals.sent
     assert not rig.c.approvals.deliveries.hearing and not rig.c.approvals.deliveries.recorded
     assert rig.commands(rig.run_id("s1")).count(f"answer-{name}") == 1
+    # Its latest watch event: nothing to do, and it is no longer counted among the answers out.
+    await rig.c.approvals.reconcile("default", name, rig.get("approvals", name))
+    assert ("default", name) not in rig.c.approvals.sent
+
+
+async def test_an_older_event_after_the_confirmation_sends_nothing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = await make_rig(tmp_path)
+    name = await asked(rig, "s1")
+    look = await decision_out(rig, name, monkeypatch)
+    stale = rig.get("approvals", name)  # Pending, decided: the decision's own event, late
+    await asyncio.wait_for(rig.event("s1", "command_result", **confirm(name)), 5)
+    await asyncio.wait_for(look, 5)
+    writes = len(rig.kube.writes)
+    await asyncio.wait_for(rig.c.approvals.reconcile("default", name, stale), 5)
+    assert rig.commands(rig.run_id("s1")).count(f"answer-{name}") == 1
+    assert len(rig.kube.writes) == writes
 
 
 async def test_unheard_in_time_the_status_goes_first_and_the_word_is_written_after(

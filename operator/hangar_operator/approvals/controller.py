@@ -161,6 +161,8 @@ class Approvals:
             done = ended(sst.phase, sst.delivered_at is not None, (ns, name) in self.sent)
             if done:
                 self._disarm(ns, name)
+                if sst.delivered_at is not None:  # its latest state: no older event of it comes after this
+                    self.sent.discard((ns, name))
                 self.pending.drop(ns, sap.spec.session or "", name)  # repair only: no write when not listed
             # Nor does one undecided and known here (the request's create, its status write, armed): the
             # decision's event of the same Approval waits behind these.

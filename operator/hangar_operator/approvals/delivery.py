@@ -131,8 +131,9 @@ class Deliveries:
         key = (ns, name)
         self.hearing.pop(key, None)
         if key in self.recorded:  # written with the decision (the status write came first, under the lock)
+            # Still among the answers sent until the watch shows it delivered (``Approvals.reconcile``): an
+            # older event of it, still on its way, must not pass for a decision to send.
             self.recorded.discard(key)
-            self.sent.discard(key)
             return
         at = iso(received) if received is not None else iso()
         self.sent.add((ns, name))  # until it is written: a reconcile meanwhile does not send it again
