@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from hangar.kube import Obj
-from hangar_operator.approvals import delivery
+from hangar.testing.fake_kube import FakeKube
+from hangar_operator.approvals import approval_name, delivery
 
-from .operator_rig import Rig, make_rig
+from .operator_rig import Rig, hold_status_writes, make_rig
 from .test_approval_controller import asked
 from .test_delivered_off_lock import confirm
 
@@ -113,3 +114,39 @@ async def test_no_wait_when_the_driver_is_away(tmp_path: Path, monkeypatch: pyte
     st = rig.status("approvals", name)
     assert st["phase"] == "Allowed" and "deliveredAt" not in st
     assert not rig.c.approvals.deliveries.hearing
+
+
+async def test_a_decision_before_the_requests_status_decides_from_that_write_without_a_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = await make_rig(tmp_path)
+    rig.env()
+    turn = await rig.running("s1", approvals="ask")
+    release = hold_status_writes(monkeypatch, "approvals", "requestedAt")
+    request = asyncio.create_task(
+        rig.event("s1", "permission_request", turn=turn, request_id="r1", tool="Bash", command="rm -rf x")
+    )
+    name = approval_name(rig.run_id("s1"), "r1")
+    for _ in range(500):  # created, its status write held
+        if rig.kube.scoped("default").peek("approvals", name) is not None:
+            break
+        await asyncio.sleep(0.001)
+    await rig.kube.patch("approvals", name, {"spec": {"decision": "allow", "decidedBy": "ann"}})
+    early = rig.get("approvals", name)  # the decision's event: no status yet
+    assert not early.get("status") and early["spec"]["decision"] == "allow"
+    reads: list[str] = []
+    get = FakeKube.get
+
+    async def counted(self: FakeKube, plural: str, n: str) -> Obj | None:
+        reads.append(plural)
+        return await get(self, plural, n)
+
+    monkeypatch.setattr(FakeKube, "get", counted)
+    look = asyncio.create_task(rig.c.approvals.reconcile("default", name, early))  # waits for the lock
+    await asyncio.sleep(0.01)
+    release.set()
+    await asyncio.wait_for(asyncio.gather(request, look), 5)
+    assert rig.status("approvals", name)["phase"] == "Allowed"
+    assert "approvals" not in reads
+    assert rig.commands(rig.run_id("s1")).count(f"answer-{name}") == 1
+    assert not rig.c.approvals.deliveries.early

@@ -183,6 +183,8 @@ class Approvals:
         fresh = ap.status.phase == "Pending" and ap.spec.decision is not None and (ns, name) not in self.sent
         first = obj if fresh else None
         async with self.ctx.lock(ns, session):
+            if not fresh and ap.status.phase is None and ap.spec.decision is not None:
+                first = self.deliveries.first_look(ns, name, (ns, name) in self.sent)  # before its status
             await self._reconcile(ns, session, name, first)
         for hook in self.hooks:
             await hook(ns, name)
@@ -465,6 +467,7 @@ class Approvals:
         return task is not None and not task.done()
 
     def _disarm(self, ns: str, name: str) -> None:
+        self.deliveries.early.pop((ns, name), None)
         task = self.timers.pop((ns, name), None)
         if task is not None and task is not asyncio.current_task():
             task.cancel()

@@ -31,7 +31,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from hangar.kube import ApiException
+from hangar.kube import ApiException, Obj
 from hangar.models import Approval
 from hangar.models.approval import APPROVAL_DONE
 from hangar.models.base import iso
@@ -94,6 +94,21 @@ class Deliveries:
         self.hearing: dict[Key, asyncio.Future[datetime]] = {}
         # Written with the decision's status: the confirmation, applied later, has nothing to write.
         self.recorded: set[Key] = set()
+        # The Approval as its request's status write left it, when a decision was in it already.
+        self.early: dict[Key, Obj] = {}
+
+    def requested(self, ns: str, name: str, written: Obj) -> None:
+        """The request's status write returned ``written`` (under the session's lock). A decision made before
+        it landed is in it: that decision's event, which shows no status, waits for this lock, and then
+        decides from this, the apiserver's own answer, without a read (a stale one loses its compare-and-set)."""
+        if (written.get("spec") or {}).get("decision") is not None:
+            self.early[(ns, name)] = written
+
+    def first_look(self, ns: str, name: str, sent: bool) -> Obj | None:
+        """What a decision seen before its request's status write decides from, if that write showed it and
+        its answer is not out yet (else the state is read)."""
+        early = self.early.pop((ns, name), None)
+        return None if sent else early
 
     def expect(self, ns: str, name: str) -> None:
         """A decision's answer is about to be sent: its status write will wait to hear of its delivery."""

@@ -349,7 +349,7 @@ class PermissionRequests:
             now, deadline = first, until
         # Armed before the status write: its watch event then needs no look under the session's lock.
         self.approvals.arm(ns, name, session, deadline)
-        await patch_status(
+        written = await patch_status(
             kube,
             "approvals",
             obj,
@@ -361,6 +361,7 @@ class PermissionRequests:
                 **claimed,
             },
         )
+        self.approvals.deliveries.requested(ns, name, written)
         # Pending in its status too. The session's record of it is queued (written after the lock is let go:
         # the decision waits for it); the activity event is written here, before the decision's.
         self.approvals.pending.add(ns, session, listed(ap), count=True)
