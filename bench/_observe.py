@@ -8,9 +8,11 @@ import os
 import statistics
 import threading
 import time
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+import _watch
 from _kube import NAMESPACE
 from _stats import log
 from kubernetes_asyncio import client
@@ -112,16 +114,19 @@ class PodTimes:
                 pass
 
     async def _run(self) -> None:
-        from kubernetes_asyncio import watch
-
+        # JSON only (``_watch.events``): it runs on the loop that times the samples, and hangar's samples make
+        # more pod events than the floors' (a pool's refill, a claimed pod's relabel).
         core = client.CoreV1Api(self.api)
         while True:
-            w = watch.Watch()
             try:
-                async with w.stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=300) as stream:
-                    async for ev in stream:
+                async with aclosing(
+                    _watch.events(core.list_namespaced_pod, NAMESPACE, timeout_seconds=300)
+                ) as s:
+                    async for ev in s:
                         now = time.time()
-                        pod = ev["raw_object"]
+                        pod = ev["object"]
+                        if ev["type"] == "ERROR":
+                            raise RuntimeError(pod)
                         d = self.seen.setdefault(pod["metadata"]["name"] + "/" + pod["metadata"]["uid"], {})
                         d.setdefault("created", now)
                         if pod.get("spec", {}).get("nodeName"):
