@@ -125,8 +125,6 @@ class PodTimes:
                     async for ev in s:
                         now = time.time()
                         pod = ev["object"]
-                        if ev["type"] == "ERROR":
-                            raise RuntimeError(pod)
                         d = self.seen.setdefault(pod["metadata"]["name"] + "/" + pod["metadata"]["uid"], {})
                         d.setdefault("created", now)
                         if pod.get("spec", {}).get("nodeName"):

@@ -39,14 +39,19 @@ async def call(fn: Any, *args: Any, **params: Any) -> dict[str, Any]:
 
 async def events(list_fn: Any, *args: Any, **params: Any) -> AsyncGenerator[dict[str, Any], None]:
     """The events of one watch request (``list_fn`` with ``watch=True``), each a decoded JSON line, until the
-    server ends the stream (its ``timeout_seconds``). The connection is closed when the caller stops early."""
+    server ends the stream (its ``timeout_seconds``); an ERROR event raises ApiException, as kubernetes_asyncio's
+    watch does. The connection is closed when the caller stops early."""
     resp = await list_fn(*args, watch=True, _preload_content=False, **params)
     try:
         if resp.status != 200:
             body = await resp.read()
             raise ApiException(status=resp.status, reason=body.decode(errors="replace")[:2000])
         while line := await resp.content.readline():
-            yield json.loads(line)
+            ev = json.loads(line)
+            if ev["type"] == "ERROR":  # the stream's end (410 Gone: the resourceVersion is too old), as typed
+                st = ev["object"]
+                raise ApiException(status=st.get("code"), reason=f"{st.get('reason')}: {st.get('message')}")
+            yield ev
     finally:
         resp.close()  # a watch cut short can't go back to the pool mid-stream
 
@@ -57,20 +62,21 @@ async def until(
     """The object ``name`` once ``check`` holds for it, seen by a list and then a watch from that list's
     resourceVersion (nothing in between is missed); ``check`` may raise to end the wait (a failure)."""
     sel = f"metadata.name={name}"
-    async with asyncio.timeout(timeout):
-        listed = await call(list_fn, *args, field_selector=sel)
-        for obj in listed.get("items") or []:
-            if check(obj):
-                return dict(obj)
-        rv = listed["metadata"]["resourceVersion"]
-        while True:  # the stream ends at its own timeout: watch again from where it was
-            stream = events(list_fn, *args, field_selector=sel, resource_version=rv, timeout_seconds=60)
-            async with aclosing(stream):
-                async for ev in stream:
-                    obj = ev["object"]
-                    if ev["type"] == "ERROR":
-                        raise RuntimeError(f"watching {what}: {obj}")
-                    rv = obj["metadata"]["resourceVersion"]
-                    if ev["type"] != "DELETED" and check(obj):
-                        return dict(obj)
+    try:
+        async with asyncio.timeout(timeout):
+            listed = await call(list_fn, *args, field_selector=sel)
+            for obj in listed.get("items") or []:
+                if check(obj):
+                    return dict(obj)
+            rv = listed["metadata"]["resourceVersion"]
+            while True:  # the stream ends at its own timeout: watch again from where it was
+                stream = events(list_fn, *args, field_selector=sel, resource_version=rv, timeout_seconds=60)
+                async with aclosing(stream):
+                    async for ev in stream:
+                        obj = ev["object"]
+                        rv = obj["metadata"]["resourceVersion"]
+                        if ev["type"] != "DELETED" and check(obj):
+                            return dict(obj)
+    except ApiException as e:
+        raise RuntimeError(f"watching {what}: {e.status} {e.reason}") from e
     raise AssertionError("unreachable")
