@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
+from _stats import log
 from kubernetes_asyncio.client.exceptions import ApiException
 
 Check = Callable[[dict[str, Any]], bool]
+Handle = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 async def call(fn: Any, *args: Any, **params: Any) -> dict[str, Any]:
@@ -54,6 +56,21 @@ async def events(list_fn: Any, *args: Any, **params: Any) -> AsyncGenerator[dict
             yield ev
     finally:
         resp.close()  # a watch cut short can't go back to the pool mid-stream
+
+
+async def forever(handle: Handle, list_fn: Any, *args: Any) -> None:
+    """Every event of every object ``list_fn`` lists, ``handle(type, object)``d, until cancelled: each watch
+    begins with the objects there are (ADDED) and is begun again when it ends or breaks."""
+    while True:
+        try:
+            async with aclosing(events(list_fn, *args, timeout_seconds=300)) as stream:
+                async for ev in stream:
+                    await handle(ev["type"], ev["object"])
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log(f"watch broke ({e!r}); re-watching")
+            await asyncio.sleep(0.5)
 
 
 async def until(
