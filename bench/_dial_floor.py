@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from _kube import NAMESPACE, TIMEOUT, Cluster
+from _watch import call
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hangar.config import Settings
@@ -102,9 +103,9 @@ async def dial_sample(c: Cluster, listener: DialListener, name: str) -> dict[str
     secret, pvc, pod = objects(name, listener.port)
     arrived = listener.expect(name)
     t0 = time.monotonic()
-    await c.core.create_namespaced_secret(NAMESPACE, secret)
-    await c.core.create_namespaced_persistent_volume_claim(NAMESPACE, pvc)
-    await c.core.create_namespaced_pod(NAMESPACE, pod)
+    await call(c.core.create_namespaced_secret, NAMESPACE, secret)  # JSON only, as every side's watch
+    await call(c.core.create_namespaced_persistent_volume_claim, NAMESPACE, pvc)
+    await call(c.core.create_namespaced_pod, NAMESPACE, pod)
     t_created = time.monotonic()
     try:
         at = await asyncio.wait_for(arrived, TIMEOUT)

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _watch
 from _kube import NAMESPACE
-from _stats import log
 from kubernetes_asyncio import client
 
 from hangar.devcluster.controlplane import ControlPlane
@@ -112,27 +112,18 @@ class PodTimes:
                 pass
 
     async def _run(self) -> None:
-        from kubernetes_asyncio import watch
+        # JSON only (``_watch``): it runs on the loop that times the samples, and hangar's samples make more pod
+        # events than the floors' (a pool's refill, a claimed pod's relabel).
+        await _watch.forever(self._seen, client.CoreV1Api(self.api).list_namespaced_pod, NAMESPACE)
 
-        core = client.CoreV1Api(self.api)
-        while True:
-            w = watch.Watch()
-            try:
-                async with w.stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=300) as stream:
-                    async for ev in stream:
-                        now = time.time()
-                        pod = ev["raw_object"]
-                        d = self.seen.setdefault(pod["metadata"]["name"] + "/" + pod["metadata"]["uid"], {})
-                        d.setdefault("created", now)
-                        if pod.get("spec", {}).get("nodeName"):
-                            d.setdefault("bound", now)
-                        if (pod.get("status") or {}).get("phase") == "Running":
-                            d.setdefault("running", now)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a broken watch: re-watch
-                log(f"pod watch broke ({e}); re-watching")
-                await asyncio.sleep(0.5)
+    async def _seen(self, kind: str, pod: dict[str, Any]) -> None:
+        now = time.time()
+        d = self.seen.setdefault(pod["metadata"]["name"] + "/" + pod["metadata"]["uid"], {})
+        d.setdefault("created", now)
+        if pod.get("spec", {}).get("nodeName"):
+            d.setdefault("bound", now)
+        if (pod.get("status") or {}).get("phase") == "Running":
+            d.setdefault("running", now)
 
     def of(self, name: str) -> dict[str, float]:
         for k, v in self.seen.items():

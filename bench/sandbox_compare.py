@@ -43,6 +43,7 @@ from _kube import NAMESPACE, TIMEOUT, Check, Cluster, bare_pod_spec, ready_condi
 from _settle import settle
 from _stack import bench_run, claude_env, header, print_result
 from _stats import log, summary
+from _watch import call
 
 from hangar.config import Settings
 from hangar.devcluster.stack import Stack
@@ -158,7 +159,9 @@ class Compare(Cluster):
             "spec": spec,
         }
         t0 = time.monotonic()
-        await self.custom.create_namespaced_custom_object(SB_GROUP, SB_VERSION, NAMESPACE, "sandboxes", body)
+        await call(
+            self.custom.create_namespaced_custom_object, SB_GROUP, SB_VERSION, NAMESPACE, "sandboxes", body
+        )
 
         await self._until(SB_GROUP, SB_VERSION, "sandboxes", name, ready)
         took = time.monotonic() - t0
@@ -201,8 +204,13 @@ class Compare(Cluster):
             "spec": {"warmPoolRef": {"name": "bench-pool"}},
         }
         t0 = time.monotonic()
-        await self.custom.create_namespaced_custom_object(
-            EXT_GROUP, SB_VERSION, NAMESPACE, "sandboxclaims", body
+        await call(
+            self.custom.create_namespaced_custom_object,
+            EXT_GROUP,
+            SB_VERSION,
+            NAMESPACE,
+            "sandboxclaims",
+            body,
         )
 
         await self._until(EXT_GROUP, SB_VERSION, "sandboxclaims", name, ready)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
+import _watch
 import httpx
 from _apiserver import requests, until_quiet
 from _kube import NAMESPACE, Cluster
@@ -36,7 +37,7 @@ from _scale_report import plot, table
 from _stack import bench_run, header, print_result
 from _stats import log, summary
 from _swarm import Swarm
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 
 from hangar.devcluster import binaries
 from hangar.devcluster.controlplane import ControlPlane
@@ -81,12 +82,12 @@ class Bench(Cluster):
     async def __aenter__(self) -> Self:
         await super().__aenter__()
         self.tasks = [
-            asyncio.create_task(self._watch(self._pods, self.core.list_namespaced_pod, NAMESPACE)),
+            asyncio.create_task(_watch.forever(self._pods, self.core.list_namespaced_pod, NAMESPACE)),
             asyncio.create_task(
-                self._watch(self._claim, self.core.list_namespaced_persistent_volume_claim, NAMESPACE)
+                _watch.forever(self._claim, self.core.list_namespaced_persistent_volume_claim, NAMESPACE)
             ),
             asyncio.create_task(
-                self._watch(
+                _watch.forever(
                     self._session,
                     self.custom.list_namespaced_custom_object,
                     "hangar.dev",
@@ -96,7 +97,7 @@ class Bench(Cluster):
                 )
             ),
             asyncio.create_task(
-                self._watch(
+                _watch.forever(
                     self._turn,
                     self.custom.list_namespaced_custom_object,
                     "hangar.dev",
@@ -115,18 +116,6 @@ class Bench(Cluster):
         await super().__aexit__(*exc)
 
     # -- watches -------------------------------------------------------------------------------------------
-    async def _watch(self, handle: Any, fn: Any, *args: Any) -> None:
-        while True:
-            try:
-                async with watch.Watch().stream(fn, *args, timeout_seconds=300) as stream:
-                    async for ev in stream:
-                        await handle(ev["type"], ev["raw_object"])
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log(f"watch broke ({e!r}); re-watching")
-                await asyncio.sleep(0.5)
-
     async def _pods(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         run = (meta.get("annotations") or {}).get("hangar.dev/run")

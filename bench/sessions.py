@@ -63,6 +63,7 @@ from _stack import (  # bench/ is the script's directory, so on sys.path
     wall,
 )
 from _stats import log
+from _watch import call
 
 from hangar.devcluster.stack import Stack
 from hangar.paths import cli_dir
@@ -266,7 +267,7 @@ class Bench(Cluster):
         c0 = self.cpu.snapshot()
         w0 = time.time()
         t0 = time.monotonic()
-        await self.core.create_namespaced_pod(NAMESPACE, body)
+        await call(self.core.create_namespaced_pod, NAMESPACE, body)  # JSON only, as every side's watch
         if self.ready == "watch":
             await self.until_pod_running(name)
         else:
