@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
+from yarl import URL
 
 from .models import GROUP, VERSION
 
@@ -60,6 +63,22 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+def proxy_once(cfg: client.Configuration, api: client.ApiClient) -> None:
+    """kubernetes_asyncio's aiohttp session trusts the environment, so aiohttp looks a proxy (and ~/.netrc)
+    up on a worker thread for every request: two thread hops on the way of each apiserver call (0.5 ms p50,
+    ~4 ms p99 on a loaded machine). The environment is the process's own: the proxy it names for the
+    apiserver (HTTPS_PROXY and NO_PROXY, as aiohttp reads them) is found once, here, and given with every
+    request. A ~/.netrc login was never the apiserver's concern (basic auth went in Kubernetes 1.19)."""
+    rest = api.rest_client
+    if not cfg.proxy:
+        with contextlib.suppress(LookupError):
+            proxy, auth = get_env_proxy_for_url(URL(cfg.host))
+            rest.proxy = str(proxy)
+            if auth is not None:
+                rest.proxy_headers = {**(rest.proxy_headers or {}), "Proxy-Authorization": auth.encode()}
+    rest.pool_manager._trust_env = False
+
+
 class Kube:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.api = api
@@ -76,7 +95,9 @@ class Kube:
         else:
             config.load_incluster_config(client_configuration=cfg)
         ns = namespace or os.environ.get("HANGAR_NAMESPACE") or "default"
-        return cls(client.ApiClient(cfg), ns)
+        api = client.ApiClient(cfg)
+        proxy_once(cfg, api)
+        return cls(api, ns)
 
     def scoped(self, namespace: str) -> Kube:
         """The same connection, acting in another namespace (the operator serves several)."""

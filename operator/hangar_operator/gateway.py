@@ -93,6 +93,7 @@ class Gateway:
         # pool run -> the run an ``adopt`` sent to it names (the one hello its connection may say in place),
         # and that run's stored events, read while the driver derives its key (one database read fewer after)
         self._adopts: dict[str, tuple[str, asyncio.Future[int]]] = {}
+        self._expected: dict[str, asyncio.Future[int]] = {}  # a new run's stored events, read ahead (expect)
         self._conns: set[Conn] = set()
         self._unconfirmed = 0
         self._reject_window: dict[str, tuple[float, int]] = {}
@@ -122,8 +123,9 @@ class Gateway:
             self._server.close()
         for conn in list(self._conns):
             conn.close()
-        for run in list(self._adopts):
-            self._drop_adopt(run)
+        for acked in [*(a for _, a in self._adopts.values()), *self._expected.values()]:
+            _drop(acked)
+        self._adopts, self._expected = {}, {}
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -196,19 +198,21 @@ class Gateway:
         state = self._runs.get(run)
         return state.acked if state else 0
 
+    def expect(self, run: str) -> None:
+        """A run just made: what is stored for it is read while its pod starts, not after its first hello."""
+        if run not in self._expected:
+            self._expected[run] = asyncio.ensure_future(self._acked_for_run(run))
+
     def forget(self, run: str) -> None:
         """Drop a finished run: close its connection and its queued commands."""
         self._drop_adopt(run)
+        _drop(self._expected.pop(run, None))
         state = self._runs.pop(run, None)
         if state and state.conn is not None:
             state.conn.close()
 
     def _drop_adopt(self, run: str) -> None:
-        _, acked = self._adopts.pop(run, ("", None))
-        if acked is not None:
-            acked.cancel()
-            if acked.done() and not acked.cancelled():
-                acked.exception()  # read, so an unread failure is not reported as lost
+        _drop(self._adopts.pop(run, ("", None))[1])
 
     # ---------------------------------------------------------------- connection handling
 
@@ -330,8 +334,13 @@ class Gateway:
         conn.run, conn.key, conn.hello = run, key, dict(frame["body"])
         conn.nonce = secrets.token_urlsafe(18)
         state = self._state(run)
+        ahead = self._expected.pop(run, None)
         async with state.events_lock:
-            stored = await self._acked_for_run(run)
+            stored = None
+            if ahead is not None:  # read when the run was made (expect); a failed read is made again
+                with contextlib.suppress(Exception):
+                    stored = await ahead
+            stored = await self._acked_for_run(run) if stored is None else stored
             state.acked = max(state.acked, int(stored))
             acked = state.acked
         await conn.send(P.WELCOME, {"acked": acked, "nonce": conn.nonce})
@@ -482,3 +491,10 @@ class Gateway:
                 state.acked = seq
             acked = state.acked
         await conn.send(P.ACK, {"seq": acked})
+
+
+def _drop(acked: asyncio.Future[int] | None) -> None:
+    if acked is not None:
+        acked.cancel()
+        if acked.done() and not acked.cancelled():
+            acked.exception()  # read, so an unread failure is not reported as lost

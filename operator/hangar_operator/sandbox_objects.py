@@ -21,6 +21,7 @@ from .runs import Run
 
 # Paths inside the sandbox container. The local pod runner maps these to local directories.
 DRIVER_DIR = "/opt/hangar/lib"
+DRIVER_COMMAND = f"{DRIVER_DIR}/bin/hangar-driver"  # sandbox-image/bin/hangar-driver
 KEY_DIR = "/var/run/hangar/key"
 KEY_FILE = f"{KEY_DIR}/run-key"
 PRECLEARED_FILE = f"{KEY_DIR}/precleared"
@@ -183,8 +184,9 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
     container: dict[str, Any] = {
         "name": "sandbox",
         "image": env.image,
-        # -S: no site (the driver is stdlib only; site's imports are ~15% of its way to the hello).
-        "command": ["python3", "-S", "-m", "hangar_driver"],
+        # -S: no site (the driver is stdlib only; site's imports are ~15% of its way to the hello). A file,
+        # not -m: the workspace (the working directory) stays off the driver's sys.path (bin/hangar-driver).
+        "command": ["python3", "-S", DRIVER_COMMAND],
         "workingDir": WORKSPACE,
         "env": [
             {"name": "PYTHONPATH", "value": DRIVER_DIR},

@@ -261,6 +261,7 @@ class Sandboxes:
         async def make_secret() -> None:
             if await kube.create_core("secrets", secret):
                 self.ctx.run_keys[run.id] = key.encode()
+                self.ctx.gateway.expect(run.id)  # its stored events read while the pod starts
             # (an earlier attempt made it: its key is read on the driver's hello)
 
         async def make_volume_then_pod() -> None:

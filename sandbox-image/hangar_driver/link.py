@@ -212,7 +212,11 @@ class Link:
             backoff = min(backoff * 2, BACKOFF_MAX)
 
     def _session(self) -> None:
-        sock = socket.create_connection((self.cfg.host, self.cfg.port), timeout=CONNECT_TIMEOUT)
+        # An ASCII host as bytes: getaddrinfo encodes a str with the "idna" codec, whose import (stringprep,
+        # unicodedata) was on the way to every first hello.
+        host = self.cfg.host
+        addr = (host.encode("ascii") if host.isascii() else host, self.cfg.port)
+        sock = socket.create_connection(addr, timeout=CONNECT_TIMEOUT)  # type: ignore[arg-type]
         conn: Optional[_Connection] = None
         writer: Optional[threading.Thread] = None
         try:

@@ -121,12 +121,20 @@ operator side (e.g. the steer id) so that a command re-sent after an operator re
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import math
 import os
+import sys
 import time
+from _operator import _compare_digest  # hmac.compare_digest, without importing hmac (and OpenSSL)
+
+try:  # python3's own SHA-256 (``_sha2`` from 3.12): a driver's handshake need not load OpenSSL (_digest)
+    from _sha256 import sha256 as _builtin_sha256  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover (3.12+, or a python3 built without it)
+    try:
+        from _sha2 import sha256 as _builtin_sha256  # type: ignore[import-not-found]
+    except ImportError:
+        _builtin_sha256 = None
 
 TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
 if TYPE_CHECKING:
@@ -242,6 +250,9 @@ def derive_run_key(key: Key, run: str, nonce: str) -> str:
 
     Both ends compute it from the warm sandbox's own key, so the new key never crosses the network; the
     agent, which can't read the driver's key, can't compute it either."""
+    import hashlib
+    import hmac
+
     msg = b"hangar-adopt\x00" + run.encode("utf-8") + b"\x00" + nonce.encode("utf-8")
     mac = hmac.new(key_bytes(key), msg, hashlib.sha256).digest()
     import base64
@@ -276,8 +287,31 @@ def canonical(frame: Frame) -> bytes:
     )
 
 
+_TRANS_5C = bytes(x ^ 0x5C for x in range(256))
+_TRANS_36 = bytes(x ^ 0x36 for x in range(256))
+_BUILTIN_MAX = (
+    4096  # bytes: a hello or an ack, not a turn's output (OpenSSL's SHA-256 is ~8x faster on those)
+)
+
+
 def _digest(key: Key, data: bytes) -> str:
-    return hmac.new(key_bytes(key), data, hashlib.sha256).hexdigest()
+    """HMAC-SHA256 of ``data``, hex. Until this process has imported ``hashlib`` (OpenSSL: ~2.5 ms of a
+    python3's start to load, most of what the driver's hello waited on past socket and json), short data is
+    signed with python3's built-in SHA-256, as ``hmac`` computes it without OpenSSL: the same digest."""
+    k = key_bytes(key)
+    if _builtin_sha256 is not None and len(data) <= _BUILTIN_MAX and "hashlib" not in sys.modules:
+        if len(k) > 64:  # HMAC's block size: a longer key is hashed first
+            k = _builtin_sha256(k).digest()
+        k = k.ljust(64, b"\0")
+        inner = _builtin_sha256(k.translate(_TRANS_36))
+        inner.update(data)
+        outer = _builtin_sha256(k.translate(_TRANS_5C))
+        outer.update(inner.digest())
+        return str(outer.hexdigest())
+    import hashlib
+    import hmac
+
+    return hmac.new(k, data, hashlib.sha256).hexdigest()
 
 
 def scrub(value: Any) -> Any:
@@ -343,7 +377,7 @@ def verify(key: Key, frame: Frame, expected_dir: str, expected_run: str) -> None
     except (UnicodeEncodeError, ValueError, TypeError):
         raise BadSignature("malformed frame") from None
     expected = _digest(key, data)
-    if not hmac.compare_digest(expected.encode("ascii"), sig.encode("utf-8", "replace")):
+    if not _compare_digest(expected.encode("ascii"), sig.encode("utf-8", "replace")):
         raise BadSignature("bad signature")
     if frame.get("v") != PROTOCOL_VERSION:
         raise BadSignature("unsupported protocol version")
@@ -371,7 +405,7 @@ def verify_adoption(key: Key, frame: Frame, pool_run: str, run: str, nonce: str)
     if body.get("run") != run or body.get("adopted_from") != pool_run:
         raise BadSignature("adoption names another run")
     got = body.get("nonce")
-    if not isinstance(got, str) or not nonce or not hmac.compare_digest(got.encode("utf-8"), nonce.encode()):
+    if not isinstance(got, str) or not nonce or not _compare_digest(got.encode("utf-8"), nonce.encode()):
         raise BadSignature("adoption with a wrong nonce (replayed?)")
 
 
@@ -411,6 +445,8 @@ def read_key_file(path: str) -> bytes:
 
 def fingerprint(key: Key) -> str:
     """A short, non-reversible name for a key, for logs (never log the key)."""
+    import hashlib
+
     return hashlib.sha256(b"hangar-run-key:" + key_bytes(key)).hexdigest()[:12]
 
 

@@ -174,7 +174,8 @@ def _sandbox_sources() -> list[Path]:
 
 
 def test_sandbox_image_imports_only_the_standard_library() -> None:
-    allowed = set(sys.stdlib_module_names) | {"hangar_driver", "__future__"}
+    # _sha2: the standard library's SHA-256 from 3.12 (protocol.py falls back to it), unknown to this python
+    allowed = set(sys.stdlib_module_names) | {"hangar_driver", "__future__", "_sha2"}
     bad = []
     for path in _sandbox_sources():
         tree = ast.parse(path.read_text(), str(path))
@@ -331,3 +332,41 @@ def test_an_adoption_needs_a_connection_nonce_to_match() -> None:
     # a gateway that has no nonce for the connection (never welcomed) accepts nothing, not even an empty one
     with pytest.raises(P.BadSignature, match="wrong nonce"):
         P.verify_adoption(SESSION_KEY, _adoption(nonce=""), "pool-e-abc", "s1-r1", "")
+
+
+def test_the_signature_is_hmac_sha256_whether_or_not_openssl_is_loaded() -> None:
+    """A driver signs its handshake with python3's built-in SHA-256 until it imports ``hashlib`` (OpenSSL:
+    milliseconds of its start); this process has, and signs with it. Both must be HMAC-SHA256."""
+    import hashlib
+    import hmac
+
+    keys = [b"k" * 43, b"x" * 64, b"y" * 65, bytes(range(200)), b" padded-key\n"]
+    sizes = [0, 1, 300, 4096, 4097, 70_000]
+    code = (
+        "import json, sys; from hangar_driver import protocol as P; "
+        "keys = [bytes.fromhex(k) for k in json.loads(sys.argv[1])]; "
+        "out = [P._digest(k, bytes(i % 251 for i in range(n))) for k in keys for n in json.loads(sys.argv[2])]; "
+        "print(json.dumps({'digests': out, 'hashlib': 'hashlib' in sys.modules}))"
+    )
+
+    def run(sizes: list[int]) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-S", "-c", code, json.dumps([k.hex() for k in keys]), json.dumps(sizes)],
+            env={"PYTHONPATH": str(SANDBOX)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return dict(json.loads(out.stdout))
+
+    def expected(sizes: list[int]) -> list[str]:
+        data = [bytes(i % 251 for i in range(n)) for n in sizes]
+        return [hmac.new(P.key_bytes(k), d, hashlib.sha256).hexdigest() for k in keys for d in data]
+
+    short = run(sizes[:4])
+    assert short == {
+        "digests": expected(sizes[:4]),
+        "hashlib": False,
+    }  # the built-in SHA-256, OpenSSL unloaded
+    assert run(sizes)["digests"] == expected(sizes)  # longer data: OpenSSL's
+    assert [P._digest(k, bytes(i % 251 for i in range(n))) for k in keys for n in sizes] == expected(sizes)

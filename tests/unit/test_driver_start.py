@@ -13,16 +13,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hangar.config import Settings
 from hangar.devcluster.podrunner import DEFAULT_PATH
 from hangar.devcluster.stack import sandbox_image_copy
+from hangar.models.environment import EnvironmentSpec
 from hangar_driver import protocol as P
 from hangar_driver.adapters import NAMES, make_harness
 from hangar_driver.config import LIVE_HARNESSES
 from hangar_driver.driver import Driver
+from hangar_operator.runs import make_run
+from hangar_operator.sandbox_objects import DRIVER_DIR, sandbox_pod
 from tests.unit.test_prepare_turn import driver_config
 
 SANDBOX_IMAGE = Path(__file__).resolve().parents[2] / "sandbox-image"
 KEY = b"k" * 43
+SESSION = {
+    "apiVersion": "hangar.dev/v1alpha1",
+    "kind": "Session",
+    "metadata": {"name": "s", "namespace": "ns", "uid": "u"},
+    "spec": {"harness": "claude"},
+}
 
 
 def test_the_hello_says_live_as_the_adapter_would() -> None:
@@ -112,20 +122,37 @@ def test_commands_and_live_work_before_load_wait_for_it(tmp_path: Path) -> None:
     d.turns.close()
 
 
-def _hello_and_workspace(tmp_path: Path, **env: str) -> tuple[dict[str, Any], bool]:
-    """Start the real driver (fresh copy, no bytecode, as in a pod) against a listener: its hello, and
-    whether its workspace was a checkout when the hello came."""
+def pod_command(lib: Path) -> list[str]:
+    """The sandbox container's command, with this machine's python3 and ``lib`` for the image's driver."""
+    pod = sandbox_pod(SESSION, EnvironmentSpec(image="x"), make_run("ns", "ns", "s", 1), Settings(), "g:1")
+    command = list(pod["spec"]["containers"][0]["command"])
+    assert command[0] == "python3"
+    return [sys.executable, *(a.replace(DRIVER_DIR, str(lib)) for a in command[1:])]
+
+
+def _hello_and_workspace(
+    tmp_path: Path,
+    ws: Path | None = None,
+    python_flags: tuple[str, ...] = (),
+    stderr: Any = subprocess.DEVNULL,
+    **env: str,
+) -> tuple[dict[str, Any], bool]:
+    """Start the real driver (fresh copy, no bytecode) as a pod does (its command, its working directory)
+    against a listener: its hello, and whether its workspace was a checkout when the hello came."""
     lib = tmp_path / "lib"
-    shutil.copytree(
-        SANDBOX_IMAGE / "hangar_driver", lib / "hangar_driver", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(SANDBOX_IMAGE / "hangar_driver", lib / "hangar_driver", ignore=ignore)
+    shutil.copytree(SANDBOX_IMAGE / "bin", lib / "bin", ignore=ignore)
     (tmp_path / "key").write_bytes(KEY)
-    ws = tmp_path / "ws"
+    ws = ws or tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(60)
     port = listener.getsockname()[1]
+    command = pod_command(lib)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hangar_driver"],
+        [command[0], *python_flags, *command[1:]],
+        cwd=ws,
         env={
             "PATH": os.environ["PATH"],
             "PYTHONPATH": str(lib),
@@ -139,7 +166,7 @@ def _hello_and_workspace(tmp_path: Path, **env: str) -> tuple[dict[str, Any], bo
             **env,
         },
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
     )
     try:
         conn, _ = listener.accept()
@@ -169,3 +196,37 @@ def test_a_sandbox_with_a_checkout_says_hello_once_its_workspace_is_checked_out(
 def test_a_sandbox_without_one_says_hello_with_its_kind_of_harness(tmp_path: Path) -> None:
     hello, _ = _hello_and_workspace(tmp_path)
     assert hello["type"] == P.HELLO and hello["body"]["live"] is True and hello["body"]["harness"] == "claude"
+
+
+def test_what_the_agent_left_in_its_workspace_is_never_imported_by_the_driver(tmp_path: Path) -> None:
+    """The pod's working directory is the workspace, which the agent writes and a later run's driver (root,
+    with the run key) starts in: a ``json.py`` or a ``hangar_driver/`` left there must not be what the
+    driver imports (``python3 -m`` put the working directory first on sys.path)."""
+    ws = tmp_path / "ws"
+    planted = tmp_path / "planted"
+    (ws / "hangar_driver").mkdir(parents=True)
+    code = f"open({str(planted)!r}, 'a').write(__name__ + '\\n')\n"
+    for name in (
+        "json.py",
+        "socket.py",
+        "threading.py",
+        "hangar_driver/__init__.py",
+        "hangar_driver/main.py",
+    ):
+        (ws / name).write_text(code)
+    hello, _ = _hello_and_workspace(tmp_path, ws=ws)
+    assert hello["type"] == P.HELLO and hello["body"]["harness"] == "claude"
+    assert not planted.exists(), planted.read_text()
+
+
+def test_the_pods_driver_says_hello_without_runpy_openssl_idna_or_queue(tmp_path: Path) -> None:
+    """What the container's command imports before its hello (``-X importtime``, in the order it happens):
+    not ``runpy`` (``-m``), OpenSSL's ``hashlib``/``hmac`` (the handshake's HMAC is python3's own SHA-256),
+    the ``idna`` codec (getaddrinfo of a str host) nor ``queue``: each was a millisecond or more of it."""
+    log = tmp_path / "imports"
+    with log.open("w") as err:
+        hello, _ = _hello_and_workspace(tmp_path, python_flags=("-X", "importtime"), stderr=err)
+    assert hello["type"] == P.HELLO
+    before_hello = {line.rsplit("|", 1)[1].strip() for line in log.read_text().splitlines() if "|" in line}
+    assert "hangar_driver.link" in before_hello and "socket" in before_hello
+    assert not before_hello & {"runpy", "hashlib", "_hashlib", "hmac", "encodings.idna", "queue"}
