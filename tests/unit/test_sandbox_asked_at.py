@@ -107,8 +107,12 @@ async def test_the_sandboxs_time_moves_neither_the_deadline_nor_the_order(tmp_pa
     rig = await make_rig(tmp_path)
     rig.env(approvalTimeoutSeconds=600)
     await rig.running("s1", approvals="ask")
-    first = await ask(rig, "r1", asked_at=datetime.now(UTC).timestamp())
     started = datetime.fromisoformat(rig.status("turns", "s1-1")["startedAt"])
+    # Stamps are stored to the millisecond: the first call is asked a few after the turn began, so the second
+    # one's claim (the turn's start) is before it, not in the same millisecond.
+    while datetime.now(UTC) - started < timedelta(milliseconds=3):
+        await asyncio.sleep(0.001)
+    first = await ask(rig, "r1", asked_at=datetime.now(UTC).timestamp())
     second = await ask(rig, "r2", asked_at=started.timestamp())
     for a in (first, second):
         st = a["status"]

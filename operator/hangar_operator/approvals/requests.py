@@ -35,6 +35,7 @@ from .. import metrics
 from ..context import Context
 from ..lifecycle import APPROVAL, move
 from ..status import patch_status
+from .asked_order import RequestClock
 from .controller import Approvals
 from .pending_writer import listed
 from .policy import AGENT_HOME, approval_name, sandbox_time, shown_command
@@ -49,6 +50,7 @@ class PermissionRequests:
         self.ctx = ctx
         self.approvals = approvals
         self.tower = tower
+        self.clock = RequestClock()  # requestedAt, in the order taken (the pending list sorts on it)
 
     async def on_permission(
         self, ns: str, session: str, turn_name: str, p: dict[str, Any], received: datetime | None = None
@@ -332,7 +334,7 @@ class PermissionRequests:
             # The Environment (its timeout) as the operator's cache holds it: the agent waits on this.
             env = await self._environment(kube, Session.model_validate(s_obj), self.ctx)
         timeout = (env.approval_timeout_seconds if env else None) or self.ctx.settings.approval_timeout
-        now = datetime.now(UTC)
+        now = self.clock.now(run_pod)
         deadline = now + timedelta(seconds=timeout)
         # Stamped on the Approval as it is created: it is pending from this one write on (the API lists it),
         # and its status, with the same times, follows without a read.
