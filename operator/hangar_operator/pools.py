@@ -63,7 +63,7 @@ BACKSTOP = 60.0  # seconds between looks at a pool that could not fill (no free 
 ADOPT_WAIT = 2.0  # seconds a claim waits for the adopted driver's hello before it writes the status
 # Seconds after a claim's writes before its pool refills: the refill's creates, the Environment's status and
 # the new pod's start came while the claim's `connected` write was on its way to its watchers (measured:
-# docs/performance.md, 2026-12-02 13:10-14:15), as the first turn's pre-start did (prepare_turn.py).
+# docs/performance.md, 2026-12-02 13:05-14:15), as the first turn's pre-start did (prepare_turn.py).
 REFILL_AFTER = 0.25
 
 InUse = Callable[[], Awaitable[int]]

@@ -10,7 +10,7 @@ carry but the message. The driver starts that CLI under the same rules as its ow
 
 It goes ``PRESTART_AFTER`` after the run's driver connected, not at once: the CLI's start (node, about half
 a second of a core) is speculative, and started at the connect it competed with the session's `connected`
-write on its way to whoever waits for it (docs/performance.md, 2026-12-02 13:10-14:15). A first message
+write on its way to whoever waits for it (docs/performance.md, 2026-12-02 13:05-14:15). A first message
 sooner than that gets its CLI from its ``start_turn``, as without a pre-start.
 """
 
