@@ -142,6 +142,13 @@ class Gateway:
         state = self._runs.get(run)
         return bool(state and state.conn is not None and state.conn.confirmed and not state.conn.closed)
 
+    def connected_for(self, run: str) -> float:
+        """Seconds since ``run``'s current connection was confirmed (0 while it has none)."""
+        state = self._runs.get(run)
+        if state is None or not self.connected(run):
+            return 0.0
+        return asyncio.get_running_loop().time() - state.connected_at
+
     def hello(self, run: str) -> dict[str, Any]:
         """The verified hello of ``run``'s connection (empty while it has none)."""
         state = self._runs.get(run)
@@ -441,6 +448,7 @@ class Gateway:
                 old.close()
             for cid, cmd in list(state.pending.items()):
                 await conn.send(P.COMMAND, cmd, fid=cid)
+        state.connected_at = asyncio.get_running_loop().time()
         state.connected.set()
         log.info("run %s: driver connected from %s (%s)", conn.run, conn.peer, conn.hello.get("harness"))
         try:

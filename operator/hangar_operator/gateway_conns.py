@@ -39,6 +39,7 @@ class RunState:
         self.events_lock = asyncio.Lock()  # event delivery and the welcome's acked, one at a time
         self.send_lock = asyncio.Lock()  # command order on the wire
         self.connected = asyncio.Event()
+        self.connected_at = 0.0  # loop time its current connection was confirmed
 
 
 class Conn:

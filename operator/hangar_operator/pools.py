@@ -61,6 +61,10 @@ READY = "hangar.dev/pool-ready"
 SPEC = "hangar.dev/pool-spec"  # the hash of the Environment spec a member was made from
 BACKSTOP = 60.0  # seconds between looks at a pool that could not fill (no free slot)
 ADOPT_WAIT = 2.0  # seconds a claim waits for the adopted driver's hello before it writes the status
+# Seconds after a claim's writes before its pool refills: the refill's creates, the Environment's status and
+# the new pod's start came while the claim's `connected` write was on its way to its watchers (measured:
+# docs/performance.md, 2026-12-02 13:05-14:15), as the first turn's pre-start did (prepare_turn.py).
+REFILL_AFTER = 0.25
 
 InUse = Callable[[], Awaitable[int]]
 
@@ -372,10 +376,10 @@ class Pools:
                 await self.ctx.kube_in(ns).delete_core("pods", m.name, grace_period_seconds=0)
                 raise
             finally:
-                # The refill once the claim is written, not beside it: its Secret, volume and pod creates
-                # and its driver's start would compete with the claim's writes for the apiserver and the
-                # CPU while a person waits on this session.
-                self.wake(ns, m.env)
+                # The refill a moment after the claim is written, not beside it: its Secret, volume and pod
+                # creates and its driver's start would compete for the apiserver and the CPU with the
+                # claim's writes and their way to the person who waits on this session.
+                self.wake(ns, m.env, self.clock() + REFILL_AFTER)
         return None
 
     def took_connect(self, run_id: str) -> bool:

@@ -7,11 +7,17 @@ adopted: the run in the session's status is the session's, and a pooled driver r
 and no turn is queued, running or was ever run there, the operator sends what that turn's ``start_turn`` will
 carry but the message. The driver starts that CLI under the same rules as its own pre-starts: a
 ``start_turn`` that differs starts afresh, so a wrong guess costs a process, never a turn's semantics.
+
+It goes ``PRESTART_AFTER`` after the run's driver connected, not at once: the CLI's start (node, about half
+a second of a core) is speculative, and started at the connect it competed with the session's `connected`
+write on its way to whoever waits for it (docs/performance.md, 2026-12-02 13:05-14:15). A first message
+sooner than that gets its CLI from its ``start_turn``, as without a pre-start.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from hangar.kube import Obj
@@ -25,6 +31,7 @@ from .context import Context
 # gets it again with the same command id, which its driver answers as a duplicate without starting anything.
 REMEMBERED = 4096
 _sent: OrderedDict[str, None] = OrderedDict()
+PRESTART_AFTER = 0.25  # seconds after the run's driver connected (the module's head says why)
 
 
 def turn_body(s: Session, policy: str, env: EnvironmentSpec) -> dict[str, Any]:
@@ -63,15 +70,27 @@ def prepare_body(
 
 
 async def prepare_first_turn(
-    ctx: Context, ns: str, s_obj: Obj, turns: list[Obj], policy: str, env: EnvironmentSpec
+    ctx: Context,
+    ns: str,
+    s_obj: Obj,
+    turns: list[Obj],
+    policy: str,
+    env: EnvironmentSpec,
+    later: Callable[[float], None] | None = None,
 ) -> bool:
-    """Send ``prepare_turn`` when ``prepare_body`` says so, once per run. True when it was sent."""
+    """Send ``prepare_turn`` when ``prepare_body`` says so, once per run, ``PRESTART_AFTER`` after the run
+    connected: sooner, ``later`` is told in how many seconds to look again. True when it was sent."""
     s = Session.model_validate(s_obj)
     run = ctx.run_of(ns, s.status.sandbox.run)
     if run is None or run.id in _sent or not ctx.gateway.connected(run.id):
         return False
     body = prepare_body(s, run.pod, turns, policy, env)
     if body is None:
+        return False
+    left = PRESTART_AFTER - ctx.gateway.connected_for(run.id)
+    if left > 0:
+        if later is not None:
+            later(left)
         return False
     await ctx.gateway.send(run.id, "prepare_turn", body, command_id=f"prepare-{run.pod}")
     _sent[run.id] = None

@@ -188,7 +188,16 @@ class Sessions:
             if st.counters.sandboxes == 0 or queued:
                 await self._start_sandbox(ns, s_obj, env, policy_patch)
             return
-        await prepare_first_turn(self.ctx, ns, s_obj, turns, policy, env)  # the first turn's CLI, ahead
+        # The first turn's CLI, ahead (a moment after the connect: prepare_turn.py says why).
+        await prepare_first_turn(
+            self.ctx,
+            ns,
+            s_obj,
+            turns,
+            policy,
+            env,
+            lambda left: self._wake_at(ns, name, "prepare", time.time() + left),
+        )
         if st.sandbox.connected and st.current_turn is None and queued:
             await self._start_turn(ns, s_obj, queued[0], policy, env)
         elif await self.idle.maybe_suspend(ns, s_obj, env, bool(queued)):

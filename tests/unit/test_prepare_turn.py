@@ -4,6 +4,7 @@ that, like ``claude -p``, waits on its stdin (the real CLI: tests/integration/te
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from hangar_driver.config import Config
 from hangar_driver.driver import Driver
 from hangar_driver.handback import HandbackWatcher
 from hangar_driver.turns import TurnRunner
-from hangar_operator.prepare_turn import prepare_body, prepare_first_turn
+from hangar_operator.prepare_turn import PRESTART_AFTER, prepare_body, prepare_first_turn
 from tests.unit.operator_rig import make_rig
 
 WAITER = [sys.executable, "-c", "import sys; sys.stdin.read()"]
@@ -246,3 +247,38 @@ async def test_the_operator_prepares_only_a_connected_idle_sessions_first_turn(t
     assert body([earlier])["turn"] == "s1-2"  # type: ignore[index]
     await rig.kube.scoped("default").patch("sessions", "s1", {"spec": {"harness": "pi"}})
     assert body() is None  # a one-shot harness has no CLI to wait
+
+
+async def test_the_first_turns_cli_is_prepared_a_moment_after_the_connect_not_at_once(tmp_path: Path) -> None:
+    """A real gateway and a driver's end of the protocol: the connect's reconcile does not send
+    ``prepare_turn`` (its CLI would start while the `connected` write goes out), the wake-up it leaves
+    sends it ``PRESTART_AFTER`` after the connection was confirmed."""
+    rig = await make_rig(tmp_path, gateway_host="127.0.0.1", gateway_port=0)
+    await rig.c.start()
+    try:
+        rig.env()
+        await rig.session("s1")
+        await rig.reconcile("s1")
+        key = rig.ctx.run_keys["s1-r1"]
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.ctx.gateway_port)
+
+        async def send(ftype: str, body: dict[str, Any]) -> None:
+            writer.write(P.encode(P.sign(key, P.make_frame("s1-r1", P.D2G, ftype, body))))
+            await writer.drain()
+
+        async def frame() -> dict[str, Any]:
+            return P.decode(await asyncio.wait_for(reader.readline(), 10))
+
+        await send(P.HELLO, {"run": "s1-r1", "harness": "claude"})
+        welcome = await frame()
+        assert welcome["type"] == P.WELCOME
+        await send(P.ACK, {"nonce": welcome["body"]["nonce"], "ids": []})
+        confirmed = time.monotonic()
+        command = await frame()
+        arrived = time.monotonic() - confirmed
+        assert command["body"]["op"] == P.OP_PREPARE_TURN and command["body"]["turn"] == "s1-1"
+        assert rig.status("sessions", "s1")["sandbox"]["connected"] is True
+        assert arrived >= PRESTART_AFTER - 0.05, f"prepare_turn {arrived:.3f}s after the connect"
+        writer.close()
+    finally:
+        await rig.c.stop()

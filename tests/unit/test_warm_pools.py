@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from hangar.kube import ApiException
 from hangar.models import labels as L
 from hangar_driver import protocol as P
 from hangar_operator.pool_objects import MEMBER, Member, claim_patch, parse_pool_run
+from hangar_operator.pools import REFILL_AFTER
 from hangar_operator.runs import make_run
 
 from .operator_rig import Rig, make_rig
@@ -460,19 +462,22 @@ async def test_a_member_recorded_ready_whose_driver_never_comes_back_is_retired_
     assert run not in pools.down and second_run not in pools.down  # forgotten with their members
 
 
-async def test_the_refill_is_woken_once_the_claim_is_written_not_beside_it(tmp_path: Path) -> None:
+async def test_the_refill_is_woken_a_moment_after_the_claim_is_written_not_beside_it(tmp_path: Path) -> None:
     """A claimed member's refill (a Secret, a volume, a pod, a driver's start) would compete with the claim's
-    own writes for the apiserver and the CPU while a person waits: it is woken after the claim's status write."""
+    own writes for the apiserver and the CPU while a person waits: it is woken after the claim's status write,
+    for ``REFILL_AFTER`` later, so it does not meet that write on its way to its watchers either."""
     rig = await pool_rig(tmp_path, size=1)
     await rig.c.pools.reconcile("default", "dev")
     [name] = members(rig)
     await make_ready(rig, name)
     order: list[str] = []
+    began = time.time()
 
     class Wakeups:
         def at(self, key: str, when: float, fn: Any) -> None:
             written = (rig.status("sessions", "s1").get("sandbox") or {}).get("pod") == name
             order.append(f"{key} after the claim's write" if written else f"{key} before it")
+            assert when >= began + REFILL_AFTER, f"woken {when - began:.3f}s after the claim began"
 
     rig.c.pools.wakeups = Wakeups()  # type: ignore[assignment]
     await rig.session("s1", prompt="hello")
