@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 from hangar_driver import protocol as P
 
 from . import metrics
-from .gateway_conns import Conn, RunState, reason_label
+from .gateway_conns import Conn, RunState, drop_read, read_ahead, reason_label
 
 log = logging.getLogger("hangar.gateway")
 
@@ -124,7 +124,7 @@ class Gateway:
         for conn in list(self._conns):
             conn.close()
         for acked in [*(a for _, a in self._adopts.values()), *self._expected.values()]:
-            _drop(acked)
+            drop_read(acked)
         self._adopts, self._expected = {}, {}
         tasks = list(self._tasks)
         for task in tasks:
@@ -144,10 +144,8 @@ class Gateway:
 
     def connected_for(self, run: str) -> float:
         """Seconds since ``run``'s current connection was confirmed (0 while it has none)."""
-        state = self._runs.get(run)
-        if state is None or not self.connected(run):
-            return 0.0
-        return asyncio.get_running_loop().time() - state.connected_at
+        now = asyncio.get_running_loop().time()
+        return now - self._runs[run].connected_at if self.connected(run) else 0.0
 
     def hello(self, run: str) -> dict[str, Any]:
         """The verified hello of ``run``'s connection (empty while it has none)."""
@@ -213,13 +211,13 @@ class Gateway:
     def forget(self, run: str) -> None:
         """Drop a finished run: close its connection and its queued commands."""
         self._drop_adopt(run)
-        _drop(self._expected.pop(run, None))
+        drop_read(self._expected.pop(run, None))
         state = self._runs.pop(run, None)
         if state and state.conn is not None:
             state.conn.close()
 
     def _drop_adopt(self, run: str) -> None:
-        _drop(self._adopts.pop(run, ("", None))[1])
+        drop_read(self._adopts.pop(run, ("", None))[1])
 
     # ---------------------------------------------------------------- connection handling
 
@@ -343,10 +341,7 @@ class Gateway:
         state = self._state(run)
         ahead = self._expected.pop(run, None)
         async with state.events_lock:
-            stored = None
-            if ahead is not None:  # read when the run was made (expect); a failed read is made again
-                with contextlib.suppress(Exception):
-                    stored = await ahead
+            stored = await read_ahead(ahead)  # when the run was made (expect); a failed read is made again
             stored = await self._acked_for_run(run) if stored is None else stored
             state.acked = max(state.acked, int(stored))
             acked = state.acked
@@ -499,10 +494,3 @@ class Gateway:
                 state.acked = seq
             acked = state.acked
         await conn.send(P.ACK, {"seq": acked})
-
-
-def _drop(acked: asyncio.Future[int] | None) -> None:
-    if acked is not None:
-        acked.cancel()
-        if acked.done() and not acked.cancelled():
-            acked.exception()  # read, so an unread failure is not reported as lost

@@ -72,3 +72,21 @@ class Conn:
             self.closed = True
             with contextlib.suppress(Exception):
                 self.writer.close()
+
+
+def drop_read(acked: asyncio.Future[int] | None) -> None:
+    """Cancel a read made ahead (the run's stored events) that is no longer wanted."""
+    if acked is not None:
+        acked.cancel()
+        if acked.done() and not acked.cancelled():
+            acked.exception()  # read, so an unread failure is not reported as lost
+
+
+async def read_ahead(acked: asyncio.Future[int] | None) -> int | None:
+    """What a read made ahead found; None when none was made or it failed (the caller reads again)."""
+    if acked is None:
+        return None
+    try:
+        return await acked
+    except Exception:
+        return None
