@@ -36,7 +36,7 @@ log, behaviours = sys.argv[1], sys.argv[2].split(",")  # then the CLI's own argu
 with open(log, "a+") as f:
     f.seek(0)
     n = len(f.read().splitlines())
-    f.write("%d\n" % os.getpid())
+    f.write("%d %s\n" % (os.getpid(), os.path.basename(os.environ.get("HANGAR_IO", "-"))))
 behaviour = behaviours[min(n, len(behaviours) - 1)]
 if behaviour == "main-exits":
     threading.Thread(target=sys.stdin.buffer.read).start()
@@ -95,8 +95,11 @@ def until(check: Callable[[], object], what: str, timeout: float = 20) -> None:
         time.sleep(0.02)
 
 
-def pids(log: Path) -> list[int]:
-    return [int(x) for x in log.read_text().split()] if log.exists() else []
+def pids(log: Path, turn: str = TURN["turn"]) -> list[int]:
+    """The stand-ins started for ``turn``: not the next turn's, which the driver pre-starts once this one
+    ended (on a thread of its own, so it may be in the log by the time a test reads it)."""
+    lines = [x.split() for x in log.read_text().splitlines()] if log.exists() else []
+    return [int(pid) for pid, io in lines if io == turn]
 
 
 def main_thread_state(pid: int) -> str:
