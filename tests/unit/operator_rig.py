@@ -134,3 +134,16 @@ def hold_status_writes(monkeypatch: pytest.MonkeyPatch, plural: str, field: str)
 
     monkeypatch.setattr(FakeKube, "patch_status", held)
     return release
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The plural of every object the code under test reads (``get``) from now on, in order."""
+    reads: list[str] = []
+    get = FakeKube.get
+
+    async def counted(self: FakeKube, plural: str, name: str) -> Obj | None:
+        reads.append(plural)
+        return await get(self, plural, name)
+
+    monkeypatch.setattr(FakeKube, "get", counted)
+    return reads

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hangar.kube import Obj
-from hangar.testing.fake_kube import FakeKube
 from hangar_operator.approvals import approval_name
-from tests.unit.operator_rig import Rig, make_rig
+from tests.unit.operator_rig import Rig, count_reads, make_rig
 
 
 async def asked(rig: Rig, session: str, request_id: str = "r1", timeout: int | None = None) -> str:
@@ -96,14 +94,7 @@ async def test_a_decision_seen_in_its_event_is_delivered_with_one_read_of_the_se
     rig = await make_rig(tmp_path)
     name = await asked(rig, "s1")
     seen = await rig.kube.patch("approvals", name, {"spec": {"decision": "deny", "decidedBy": "ann"}})
-    reads: list[str] = []
-    get = FakeKube.get
-
-    async def counted(self: FakeKube, plural: str, n: str) -> Obj | None:
-        reads.append(plural)
-        return await get(self, plural, n)
-
-    monkeypatch.setattr(FakeKube, "get", counted)
+    reads = count_reads(monkeypatch)
     await rig.c.approvals.reconcile("default", name, seen)
     assert reads.count("approvals") == 0 and reads.count("sessions") <= 2  # the second: _resolved's
     st = rig.status("approvals", name)
@@ -156,14 +147,7 @@ async def test_a_decision_looks_at_the_cached_session_and_reads_it_only_to_confi
     stale = rig.get("sessions", "s1")
     stale["status"]["sandbox"]["run"] = "someone-else"
     rig.ctx.cache.objs["sessions"][("default", "s1")] = stale
-    reads: list[str] = []
-    get = FakeKube.get
-
-    async def counted(self: FakeKube, plural: str, n: str) -> Obj | None:
-        reads.append(plural)
-        return await get(self, plural, n)
-
-    monkeypatch.setattr(FakeKube, "get", counted)
+    reads = count_reads(monkeypatch)
     await rig.c.approvals.reconcile("default", name, seen)
     st = rig.status("approvals", name)
     assert st["phase"] == "Allowed" and st["resolvedBy"] == "person"

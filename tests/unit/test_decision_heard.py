@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from hangar.kube import Obj
-from hangar.testing.fake_kube import FakeKube
 from hangar_operator.approvals import approval_name, delivery
 
-from .operator_rig import Rig, hold_status_writes, make_rig
+from .operator_rig import Rig, count_reads, hold_status_writes, make_rig
 from .test_approval_controller import asked
 from .test_delivered_off_lock import confirm
 
@@ -134,14 +133,7 @@ async def test_a_decision_before_the_requests_status_decides_from_that_write_wit
     await rig.kube.patch("approvals", name, {"spec": {"decision": "allow", "decidedBy": "ann"}})
     early = rig.get("approvals", name)  # the decision's event: no status yet
     assert not early.get("status") and early["spec"]["decision"] == "allow"
-    reads: list[str] = []
-    get = FakeKube.get
-
-    async def counted(self: FakeKube, plural: str, n: str) -> Obj | None:
-        reads.append(plural)
-        return await get(self, plural, n)
-
-    monkeypatch.setattr(FakeKube, "get", counted)
+    reads = count_reads(monkeypatch)
     look = asyncio.create_task(rig.c.approvals.reconcile("default", name, early))  # waits for the lock
     await asyncio.sleep(0.01)
     release.set()
