@@ -8,7 +8,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from aiohttp.helpers import get_env_proxy_for_url
+from aiohttp import helpers as aiohttp_helpers
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from yarl import URL
@@ -70,9 +70,12 @@ def proxy_once(cfg: client.Configuration, api: client.ApiClient) -> None:
     apiserver (HTTPS_PROXY and NO_PROXY, as aiohttp reads them) is found once, here, and given with every
     request. A ~/.netrc login was never the apiserver's concern (basic auth went in Kubernetes 1.19)."""
     rest = api.rest_client
+    find = getattr(aiohttp_helpers, "get_env_proxy_for_url", None)
+    if find is None or not hasattr(rest.pool_manager, "_trust_env"):
+        return  # an aiohttp without these (private) parts: it keeps looking the proxy up itself, as before
     if not cfg.proxy:
         with contextlib.suppress(LookupError):
-            proxy, auth = get_env_proxy_for_url(URL(cfg.host))
+            proxy, auth = find(URL(cfg.host))
             rest.proxy = str(proxy)
             if auth is not None:
                 rest.proxy_headers = {**(rest.proxy_headers or {}), "Proxy-Authorization": auth.encode()}
