@@ -31,3 +31,13 @@ def test_old_stamps_are_pruned_so_the_clock_stays_bounded() -> None:
     clock.last = {f"run-{i}": old for i in range(asked_order.PRUNE_AT)}
     clock.now("run-new")
     assert list(clock.last) == ["run-new"]
+
+
+def test_many_runs_asking_at_once_are_not_walked_on_every_call() -> None:
+    clock = RequestClock()
+    for i in range(asked_order.PRUNE_AT + 50):  # all recent: a prune keeps them
+        clock.now(f"run-{i}")
+    kept = clock.last
+    clock.now("run-next")
+    assert clock.last is kept  # not rebuilt: the next prune waits for twice as many runs
+    assert clock.prune_at >= 2 * asked_order.PRUNE_AT
