@@ -5,7 +5,6 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-import json
 import os
 
 from . import mcp
@@ -74,6 +73,8 @@ class Config:
         self.cli_path = [p for p in env.get("HANGAR_CLI_PATH", "").split(os.pathsep) if p]
         self.argv_prefix: Optional[List[str]] = None
         if env.get("HANGAR_CLI_ARGV"):
+            import json  # here: only this setting needs it before the hello (wirejson.py says why)
+
             argv = json.loads(env["HANGAR_CLI_ARGV"])
             if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
                 raise SystemExit("hangar-driver: HANGAR_CLI_ARGV must be a JSON list of strings")

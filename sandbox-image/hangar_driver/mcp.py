@@ -21,8 +21,6 @@ operator's ``write_tools`` patterns match either spelling.
 
 from __future__ import annotations
 
-import json
-
 TYPE_CHECKING = False  # typing is not imported on the way to the hello (lazylog.py); mypy reads True
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Tuple
@@ -48,6 +46,8 @@ def load(raw: str) -> Tuple[Servers, List[str]]:
     servers: Servers = {}
     if not raw.strip():
         return servers, warnings
+    import json  # here: a sandbox without MCP servers does not import it before its hello (wirejson.py)
+
     try:
         data = json.loads(raw)
     except ValueError as e:
@@ -83,6 +83,8 @@ def claude_args(servers: Servers) -> List[str]:
     """Claude Code's command-line arguments for these servers (none when there are none)."""
     if not servers:
         return []
+    import json
+
     config: Dict[str, Any] = {}
     for name, entry in servers.items():
         if "command" in entry:
@@ -94,6 +96,8 @@ def claude_args(servers: Servers) -> List[str]:
 
 def codex_toml(servers: Servers) -> List[str]:
     """config.toml lines (tables) for these servers."""
+    import json
+
     lines: List[str] = []
     for name, entry in servers.items():
         lines += ["", "[mcp_servers.%s]" % json.dumps(name)]

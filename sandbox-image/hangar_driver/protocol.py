@@ -121,12 +121,13 @@ operator side (e.g. the steer id) so that a command re-sent after an operator re
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 import time
 from _operator import _compare_digest  # hmac.compare_digest, without importing hmac (and OpenSSL)
+
+from . import wirejson  # json's C codec, without json's import (re): wirejson.py
 
 try:  # python3's own SHA-256 (``_sha2`` from 3.12): a driver's handshake need not load OpenSSL (_digest)
     from _sha256 import sha256 as _builtin_sha256  # type: ignore[import-not-found]
@@ -282,9 +283,7 @@ def _reject_constant(name: str) -> Any:
 def canonical(frame: Frame) -> bytes:
     """The bytes a frame's signature covers: the frame without ``sig``, in canonical JSON."""
     obj = {k: v for k, v in frame.items() if k != "sig"}
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
+    return wirejson.dumps(obj).encode("utf-8")
 
 
 _TRANS_5C = bytes(x ^ 0x5C for x in range(256))
@@ -411,8 +410,7 @@ def verify_adoption(key: Key, frame: Frame, pool_run: str, run: str, nonce: str)
 
 def encode(frame: Frame) -> bytes:
     """A signed frame as one line on the wire (``\\n``-terminated)."""
-    data = json.dumps(frame, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    raw = data.encode("utf-8")
+    raw = wirejson.dumps(frame).encode("utf-8")
     if len(raw) > MAX_FRAME_BYTES:
         raise FrameTooLarge("frame of %d bytes exceeds %d" % (len(raw), MAX_FRAME_BYTES))
     return raw + b"\n"
@@ -427,7 +425,7 @@ def decode(line: bytes) -> Frame:
     if len(line) > MAX_FRAME_BYTES:
         raise FrameTooLarge("frame of %d bytes exceeds %d" % (len(line), MAX_FRAME_BYTES))
     try:
-        obj = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+        obj = wirejson.loads(line.decode("utf-8"), _reject_constant)
     except ProtocolError:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

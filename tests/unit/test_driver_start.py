@@ -219,14 +219,25 @@ def test_what_the_agent_left_in_its_workspace_is_never_imported_by_the_driver(tm
     assert not planted.exists(), planted.read_text()
 
 
-def test_the_pods_driver_says_hello_without_runpy_openssl_idna_or_queue(tmp_path: Path) -> None:
+def test_the_pods_driver_says_hello_without_runpy_openssl_idna_queue_or_json(tmp_path: Path) -> None:
     """What the container's command imports before its hello (``-X importtime``, in the order it happens):
     not ``runpy`` (``-m``), OpenSSL's ``hashlib``/``hmac`` (the handshake's HMAC is python3's own SHA-256),
-    the ``idna`` codec (getaddrinfo of a str host) nor ``queue``: each was a millisecond or more of it."""
+    the ``idna`` codec (getaddrinfo of a str host), ``queue`` nor ``json`` with ``re`` (the frames go through
+    ``_json``, wirejson.py): each was a millisecond or more of it."""
     log = tmp_path / "imports"
     with log.open("w") as err:
         hello, _ = _hello_and_workspace(tmp_path, python_flags=("-X", "importtime"), stderr=err)
     assert hello["type"] == P.HELLO
     before_hello = {line.rsplit("|", 1)[1].strip() for line in log.read_text().splitlines() if "|" in line}
     assert "hangar_driver.link" in before_hello and "socket" in before_hello
-    assert not before_hello & {"runpy", "hashlib", "_hashlib", "hmac", "encodings.idna", "queue"}
+    assert "_json" in before_hello
+    assert not before_hello & {
+        "runpy",
+        "hashlib",
+        "_hashlib",
+        "hmac",
+        "encodings.idna",
+        "queue",
+        "json",
+        "re",
+    }
