@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from hangar import health
@@ -40,11 +40,9 @@ from . import (
 from .auth import Tokens
 from .guard import Guard
 from .ratelimit import RateLimiter
+from .request_metrics import RequestMetrics
 
 log = logging.getLogger("hangar.api")
-
-REQUESTS = Counter("hangar_api_requests_total", "API requests", ["method", "route", "status"])
-LATENCY = Histogram("hangar_api_request_seconds", "API request latency", ["route"])
 
 
 class TurnFactory:
@@ -109,15 +107,8 @@ def create_app(settings: Settings, kubeconfig: str | None = None, *, kube: Kube 
     app.state.settings = settings
     mcp_server = mcp.mount(app)
     errors.install(app)
-    app.add_middleware(Guard)  # inside the metrics middleware below, so its refusals are counted
-
-    @app.middleware("http")
-    async def metrics_mw(request: Request, call_next: Any) -> Response:
-        route = request.scope.get("route")
-        resp: Response = await call_next(request)
-        path = getattr(request.scope.get("route"), "path", None) or (route.path if route else "unmatched")
-        REQUESTS.labels(request.method, path, str(resp.status_code)).inc()
-        return resp
+    app.add_middleware(Guard)
+    app.add_middleware(RequestMetrics)  # outside the guard, so its refusals are counted
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> PlainTextResponse:

@@ -174,9 +174,10 @@ BEARER = HTTPBearer(
 )
 
 
-def caller(request: Request, _: Any = Security(BEARER)) -> Caller:
+async def caller(request: Request, _: Any = Security(BEARER)) -> Caller:
     """The caller the guard authenticated before the body was read (``hangar_api/guard.py``); the
-    ``Security`` parameter declares the bearer scheme in the OpenAPI document."""
+    ``Security`` parameter declares the bearer scheme in the OpenAPI document. ``async``, as every route
+    dependency (``hangar_api/deps.py``): run on the loop, not on a worker thread."""
     found: Caller | None = request.scope.get("hangar.caller")
     if found is None:  # a route the guard does not cover: look the token up here, as it would
         scheme, _s, token = request.headers.get("authorization", "").partition(" ")
@@ -189,7 +190,7 @@ def caller(request: Request, _: Any = Security(BEARER)) -> Caller:
     return found
 
 
-def admin(who: Caller = Depends(caller)) -> Caller:
+async def admin(who: Caller = Depends(caller)) -> Caller:
     if not who.admin:
         raise HTTPException(403, f"{who.subject} is not an admin: the session routes are admin only")
     return who
@@ -201,7 +202,7 @@ MCP_ONLY = (
 )
 
 
-def jobs_caller(who: Caller = Depends(caller)) -> Caller:
+async def jobs_caller(who: Caller = Depends(caller)) -> Caller:
     """The job routes: admins, and ``jobs`` tokens (each for its own jobs: see :func:`owns`)."""
     if who.role not in ("admin", "jobs"):
         raise HTTPException(

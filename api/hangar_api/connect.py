@@ -63,7 +63,7 @@ class TokenList(BaseModel):
     tokens: list[TokenView]
 
 
-def _login_admin(who: Caller = Depends(caller)) -> Caller:
+async def _login_admin(who: Caller = Depends(caller)) -> Caller:
     if not who.admin:
         raise HTTPException(403, MINTS_ONLY_ADMIN.format(who=who.subject, role=who.role))
     return who

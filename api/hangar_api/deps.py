@@ -16,12 +16,15 @@ from .auth import Caller, admin
 from .errors import apiserver_reason
 
 
-def kube(request: Request) -> Kube:
+# Every dependency of a route is ``async def``, however little it does: FastAPI runs a plain ``def`` one on a
+# worker thread, a thread hop each way per dependency and request (a session's create had five before its
+# apiserver write: ~0.6 ms quiet, several ms under load). tests/unit/test_api_request_path.py holds it.
+async def kube(request: Request) -> Kube:
     k: Kube = request.app.state.kube
     return k
 
 
-def db(request: Request) -> Database:
+async def db(request: Request) -> Database:
     d: Database = request.app.state.db
     return d
 

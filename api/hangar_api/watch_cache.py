@@ -271,7 +271,7 @@ def api_cache_of(state: Any) -> ApiCache:
     return c
 
 
-def api_cache(request: Request) -> ApiCache:
+async def api_cache(request: Request) -> ApiCache:
     return api_cache_of(request.app.state)
 
 

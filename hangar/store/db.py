@@ -8,10 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS events (
@@ -86,21 +90,27 @@ class _Backend(Protocol):
 
 
 class _Sqlite:
+    """One connection, used by one thread of its own: every statement, and the close, run there in the order
+    they were asked. A statement whose caller was cancelled (a task stopped at shutdown) still runs to its
+    end before the close, which before could run beside it on another worker thread and crash the process
+    (a SQLite connection closed under a running statement)."""
+
     def __init__(self, path: str) -> None:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.lock = asyncio.Lock()
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hangar-sqlite")
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.thread, fn)
 
     async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
-        async with self.lock:
-            await asyncio.to_thread(self.conn.execute, sql, params)
+        await self._run(lambda: self.conn.execute(sql, params))
 
     async def fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        async with self.lock:
-            return await asyncio.to_thread(lambda: self.conn.execute(sql, params).fetchall())
+        return await self._run(lambda: self.conn.execute(sql, params).fetchall())
 
     async def transaction(self, steps: list[tuple[str, tuple[Any, ...]]]) -> bool:
         def run() -> bool:
@@ -117,11 +127,11 @@ class _Sqlite:
                 self.conn.execute("ROLLBACK")
                 raise
 
-        async with self.lock:
-            return await asyncio.to_thread(run)
+        return await self._run(run)
 
     async def close(self) -> None:
-        self.conn.close()
+        await self._run(self.conn.close)
+        self.thread.shutdown(wait=False)
 
 
 class _Postgres:

@@ -119,3 +119,26 @@ async def test_minted_tokens_are_kept_by_digest_and_revoked_once(db: Database) -
     assert again is not None and again.revoked_at == "2026-12-01T11:00:00Z", "the first revocation stands"
     assert await M.revoke(db, "tok-0000000000", "2026") is None
     assert "digest" not in row.view() and row.view()["id"] == tid
+
+
+async def test_sqlite_closes_only_after_the_work_of_a_cancelled_caller_has_ended(tmp_path: Path) -> None:
+    """At shutdown a task using the database (the api's minted-token refresh, an event being appended) is
+    cancelled while its statements run on a thread; the close must wait for them, not run beside them from
+    another thread: a connection closed under a running statement crashed the process (a segmentation fault
+    in the unit tier, ~1 run in 4 of a short api test), and one closed between two statements of a
+    transaction lost the transaction's write."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    d = await open_database(url)
+    slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000) SELECT max(x) FROM c"
+    write = "INSERT INTO audit (at, actor, action, target, detail) VALUES ('t', 'a', 'test.after', 'x', '{}')"
+    writing = asyncio.create_task(d.backend.transaction([(slow, ()), (write, ())]))
+    await asyncio.sleep(0.02)  # the transaction's first statement is running on its thread
+    writing.cancel()
+    await d.close()
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    again = await open_database(url)
+    try:
+        assert await again.audit_entries("test.after"), "the connection was closed under the transaction"
+    finally:
+        await again.close()
