@@ -188,11 +188,13 @@ class Kube:
             await getattr(self.core, f"create_namespaced_{_CORE[kind]}")(self.namespace, body)
         return not exists.given
 
-    async def patch_core(self, kind: str, name: str, body: Obj) -> Obj:
+    async def patch_core(self, kind: str, name: str, body: Obj | JsonPatch) -> Obj:
         """A merge patch; with ``metadata.resourceVersion`` in it, only if the object is still at that
-        version (409 else): a compare-and-set."""
+        version (409 else): a compare-and-set. A list is a JSON patch, applied whole or not at all: a
+        failed ``test`` in it is 422 (a test-and-set that needs no version read first)."""
+        ctype = "application/json-patch+json" if isinstance(body, list) else "application/merge-patch+json"
         out = await getattr(self.core, f"patch_namespaced_{_CORE[kind]}")(
-            name, self.namespace, body, _content_type="application/merge-patch+json"
+            name, self.namespace, body, _content_type=ctype
         )
         patched: Obj = self.api.sanitize_for_serialization(out)
         return patched
