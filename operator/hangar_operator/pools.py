@@ -363,8 +363,10 @@ class Pools:
             # the member's one connection, to this process's gateway only, and its driver takes one adopt in
             # its life, so no other claimer can have adopted it; the test-and-set records the claim before
             # the status write names the pod. A lost test-and-set (or a failed step) undoes the adopt.
-            took, key = await asyncio.gather(
-                self._take(m, s_obj, run, seen), self._send_adopt(m, run), return_exceptions=True
+            # The adopt first: its frame is written before the test-and-set's request is built (the client
+            # takes longer over that than the adopt's whole send).
+            key, took = await asyncio.gather(
+                self._send_adopt(m, run), self._take(m, s_obj, run, seen), return_exceptions=True
             )
             if took is not True or isinstance(key, BaseException):
                 self.claiming.discard((ns, m.name))
