@@ -220,3 +220,22 @@ async def test_a_member_claimed_by_a_process_that_stopped_before_its_status_writ
     await rig.c.pools.reconcile("default", "dev")
     assert rig.kube.peek("pods", name) is None and rig.kube.peek("secrets", f"{name}-key") is None
     assert len(members(rig)) == 1 and members(rig) != [name]  # refilled
+
+
+async def test_a_session_deleted_before_its_claims_pod_relabel_does_not_leave_the_pod_behind(
+    tmp_path: Path,
+) -> None:
+    """Deleted as soon as it connected: the relabel names a gone owner, which the garbage collector can be
+    slow to find; the claim removes the pod itself."""
+    rig, name = await claimed(tmp_path)
+    patch_core = rig.kube.patch_core
+
+    async def deleted_first(kind: str, obj: str, body: Any) -> dict[str, Any]:
+        if kind == "pods":
+            await rig.kube.delete("sessions", "s1")
+        return await patch_core(kind, obj, body)
+
+    rig.kube.patch_core = deleted_first  # type: ignore[method-assign]
+    await rig.reconcile("s1")
+    assert rig.kube.peek("sessions", "s1") is None
+    assert rig.kube.peek("pods", name) is None and rig.kube.peek("secrets", f"{name}-key") is None
