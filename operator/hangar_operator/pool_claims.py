@@ -106,7 +106,8 @@ async def after_claim(
         # A session deleted before the relabel (its user deleted it as soon as it connected): the pod now
         # names a gone owner, which the garbage collector is slow to find (until its discovery knows the
         # kind, it can't look the owner up: 30 s and more after the CRDs were installed). Nobody's: it goes.
-        now = await kube.get("sessions", str(s_obj["metadata"]["name"]))
+        # The watch's copy (a deleted session leaves the cache; a miss is read).
+        now = await ctx.cached(m.namespace, "sessions", str(s_obj["metadata"]["name"]))
         if now is None or now["metadata"].get("uid") != s_obj["metadata"].get("uid"):
             log.info("session %s/%s went during its claim: its pod %s goes", m.namespace, run.session, m.name)
             await kube.delete_core("pods", m.name, grace_period_seconds=0)
