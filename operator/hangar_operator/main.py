@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import pwd
@@ -77,7 +76,6 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     @kopf.on.startup()
     async def startup(settings: kopf.OperatorSettings, **_: object) -> None:
         configure(settings)
-        settle_heap()
 
     @kopf.on.cleanup()
     async def cleanup(**_: object) -> None:
@@ -121,15 +119,6 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
         await server.cleanup()
         await db.close()
         await kube.close()
-
-
-def settle_heap() -> None:
-    """What exists once the operator has started (its modules: kopf's, the Kubernetes client's thousands of
-    model classes, pydantic's) lives as long as the process: moved out of the collector's generations, a
-    full collection no longer walks it. Measured: full collections of 80-120 ms every few seconds under a
-    burst of sessions, on the loop that claims sandboxes and writes their status (docs/performance.md)."""
-    gc.collect()
-    gc.freeze()
 
 
 def _identity() -> None:
