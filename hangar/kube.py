@@ -207,12 +207,12 @@ class Kube:
             await self._plain("create", kind, self.namespace, body, decode=False)  # the answer: unused
         return not exists.given
 
-    async def patch_core(self, kind: str, name: str, body: Obj) -> Obj:
+    async def patch_core(self, kind: str, name: str, body: Obj | JsonPatch) -> Obj:
         """A merge patch; with ``metadata.resourceVersion`` in it, only if the object is still at that
-        version (409 else): a compare-and-set."""
-        return await self._plain(
-            "patch", kind, name, self.namespace, body, _content_type="application/merge-patch+json"
-        )
+        version (409 else): a compare-and-set. A list is a JSON patch, applied whole or not at all: a
+        failed ``test`` in it is 422 (a test-and-set that needs no version read first)."""
+        ctype = "application/json-patch+json" if isinstance(body, list) else "application/merge-patch+json"
+        return await self._plain("patch", kind, name, self.namespace, body, _content_type=ctype)
 
     async def delete_core(self, kind: str, name: str, grace_period_seconds: int | None = None) -> bool:
         """Deletes the object; False when it was gone already (404)."""

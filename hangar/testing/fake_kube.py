@@ -157,7 +157,7 @@ class FakeKube(Kube):
             self._create("create_core", self._core(kind), body)
         return not exists.given
 
-    async def patch_core(self, kind: str, name: str, body: Obj) -> Obj:
+    async def patch_core(self, kind: str, name: str, body: Obj | JsonPatch) -> Obj:
         resource = self._core(kind)
         with self._request("patch_core", resource, name, body):
             return copy.deepcopy(self.server.patch(self._key(resource, name), body))

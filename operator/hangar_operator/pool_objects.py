@@ -16,7 +16,7 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from hangar.config import Settings
-from hangar.kube import Obj, owner_ref
+from hangar.kube import JsonPatch, Obj, owner_ref
 from hangar.models import labels as L
 from hangar.models.environment import EnvironmentSpec
 from hangar_driver.protocol import new_run_key
@@ -25,7 +25,13 @@ from .runs import Run
 from .sandbox_objects import labels, pvc_name, sandbox_pod, workspace_pvc
 
 MEMBER = "pool-member"  # the component label of an unclaimed warm sandbox (a claimed one is "sandbox")
-RETIRED = "pool-retired"  # one being removed: no claim can take it (the relabel is a compare-and-set)
+RETIRED = "pool-retired"  # one being removed (its key Secret said so first: ``retire_key``)
+# The component label of a member's key Secret: unclaimed, claimed, retired. Claims and retirements are
+# test-and-sets of it (``take_key``, ``retire_key``).
+KEY, KEY_CLAIMED, KEY_RETIRED = "run-key", "run-key-claimed", "run-key-retired"
+_KEY_COMPONENT = "/metadata/labels/" + L.COMPONENT.replace("~", "~0").replace("/", "~1")
+CLAIM_SESSION = "hangar.dev/claim-session"  # on a claimed key Secret: the claiming session's name
+CLAIMED_AT = "hangar.dev/claimed-at"  # and when (epoch seconds)
 _PREFIX = "pool."
 _POOL_RUN = re.compile(r"^pool\.(?P<ns>[a-z0-9][-a-z0-9]*)\.(?P<member>[a-z0-9][-a-z0-9]*)$")
 
@@ -84,7 +90,7 @@ def member_objects(
         "kind": "Secret",
         "metadata": {
             "name": member.key_secret,
-            "labels": member_labels(member.env, "run-key"),
+            "labels": member_labels(member.env, KEY),
             "ownerReferences": owner,
         },
         "type": "Opaque",
@@ -104,13 +110,11 @@ def member_objects(
     return secret, key, pvc, pod
 
 
-def claim_patch(member_pod: Obj, session: Obj, run: Run) -> Obj:
-    """The compare-and-set that makes a warm sandbox the session's: only at the resourceVersion the claimer
-    read (of concurrent claims the apiserver lets one through), relabelled and re-owned as a session's pod."""
-    meta = member_pod["metadata"]
+def claim_patch(session: Obj, run: Run) -> Obj:
+    """A claimed warm sandbox's pod made the session's (after the claim won on its key Secret,
+    ``take_key``): relabelled and re-owned as a session's pod."""
     return {
         "metadata": {
-            "resourceVersion": meta["resourceVersion"],
             "labels": {
                 L.COMPONENT: "sandbox",
                 L.POOL: None,
@@ -123,14 +127,39 @@ def claim_patch(member_pod: Obj, session: Obj, run: Run) -> Obj:
     }
 
 
-def retire_patch(member_pod: Obj) -> Obj:
-    """The compare-and-set that takes an unclaimed warm sandbox out of the pool before it is deleted."""
-    return {
-        "metadata": {
-            "resourceVersion": member_pod["metadata"]["resourceVersion"],
-            "labels": {L.COMPONENT: RETIRED},
-        }
-    }
+def _key_set(to: str, annotations: dict[str, str]) -> JsonPatch:
+    return [
+        {"op": "test", "path": _KEY_COMPONENT, "value": KEY},
+        {"op": "replace", "path": _KEY_COMPONENT, "value": to},
+        {"op": "add", "path": "/metadata/annotations", "value": annotations},
+    ]
+
+
+def take_key(session: Obj, run: Run, now: float) -> JsonPatch:
+    """The claim's test-and-set, on the member's key Secret (a small object, where the pod is a large one
+    with admission and watchers): it goes through only while the Secret is still the unclaimed member's,
+    so of concurrent claims and retirements (this process's, another's) the apiserver lets exactly one
+    through; the others get 422. It names the claim, for a later process to mend one left halfway."""
+    meta = session["metadata"]
+    return _key_set(
+        KEY_CLAIMED,
+        {
+            L.CLAIMED_BY: str(meta["uid"]),
+            CLAIM_SESSION: str(meta["name"]),
+            L.RUN: run.id,
+            CLAIMED_AT: f"{now:.3f}",
+        },
+    )
+
+
+def retire_key() -> JsonPatch:
+    """The same test-and-set for a retirement: a retirement and a claim never both win."""
+    return _key_set(KEY_RETIRED, {})
+
+
+def retire_patch() -> Obj:
+    """The pod of a member whose retirement won on its key (a start finds it and finishes the removal)."""
+    return {"metadata": {"labels": {L.COMPONENT: RETIRED}}}
 
 
 def spec_hash(spec: Obj) -> str:

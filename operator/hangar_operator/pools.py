@@ -4,14 +4,15 @@ verified, for new sessions to take (docs/architecture.md, "Warm sandbox pools").
 - A member (``pool_objects``) is a run without a session; its driver runs nothing until adopted.
 - It is *ready* once its driver said ``driver_ready`` without an error over a verified connection (recorded
   on the pod, ``hangar.dev/pool-ready``, so an operator restart finds it again when the driver reconnects).
-- A session claims one with a compare-and-set on the pod's resourceVersion (``claim_patch``): of concurrent
-  claims, in this process or another, the apiserver lets exactly one through. The session's run key is
-  derived from the member's (``adopt``, sent beside the compare-and-set and undone if it loses), the
-  member's key Secret is deleted and its run refused from then.
+- A session claims one with a test-and-set on the member's key Secret (``take_key``): of concurrent claims
+  and retirements, in this process or another, the apiserver lets exactly one through. The session's run
+  key is derived from the member's (``adopt``, sent beside the test-and-set and undone if it loses); after
+  the session's status write the pod is relabelled the session's, the member's key Secret deleted, and its
+  run is refused from the claim on.
 - Every member holds a sandbox slot; a claim turns it into the session's slot. The pool refills only into
   slots no waiting session wants, and gives its members back when sessions wait for a slot.
 - Members past ``maxAgeSeconds``, of an older spec, ended, or not ready within the connect timeout are
-  retired (a compare-and-set too, so a claim and a retirement never both win) and replaced.
+  retired (the same test-and-set, so a claim and a retirement never both win) and replaced.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hangar.kube import ApiException, Obj, status_of
+from hangar.kube import Answer, ApiException, Obj, status_of
 from hangar.models import Session
 from hangar.models import labels as L
 from hangar.models.base import iso
@@ -35,12 +36,12 @@ from .context import Context
 from .foreign_status import pod_status
 from .lifecycle import SESSION, move
 from .pool_claims import NO_KEY as NO_KEY  # re-exported: its readers (Sandboxes) know it from here
-from .pool_claims import after_claim, finish_claim
+from .pool_claims import after_claim, finish_claim, left_halfway
 from .pool_objects import (
+    KEY,
     MEMBER,
     RETIRED,
     Member,
-    claim_patch,
     created,
     env_spec,
     member_objects,
@@ -48,8 +49,10 @@ from .pool_objects import (
     parse_pool_run,
     pool_of,
     resource_version,
+    retire_key,
     retire_patch,
     spec_hash,
+    take_key,
 )
 from .runs import Run
 from .status import patch_status
@@ -77,6 +80,8 @@ class Pools:
         self.ready: dict[str, Member] = {}  # member run id -> member, driver verified and connected
         self.seen: dict[str, Obj] = {}  # member run id -> its pod as this process last wrote it
         self.adopting: dict[str, str] = {}  # session run id -> member run id it was claimed from
+        # Members this process is claiming: taken on their key Secret, their pod not yet relabelled.
+        self.claiming: set[tuple[str, str]] = set()
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
         # Pools below their size for want of a slot: a freed slot wakes them (wake_short), not the backstop.
         self.short: set[tuple[str, str]] = set()
@@ -132,7 +137,7 @@ class Pools:
             if component == RETIRED:  # a retirement that did not finish
                 await self._remove(m)
                 continue
-            if component != MEMBER:
+            if component != MEMBER or (ns, m.name) in self.claiming:
                 continue
             age = now - created(pod)
             # Ready before an operator restart: its driver reconnects (and is ready again) in a moment.
@@ -219,12 +224,18 @@ class Pools:
 
     async def _retire(self, m: Member, pod: Obj, why: str) -> bool:
         """Takes ``m`` out of the pool (unless a claim took it first) and removes it."""
+        kube = self.ctx.kube_in(m.namespace)
         try:
-            await self.ctx.kube_in(m.namespace).patch_core("pods", m.name, retire_patch(pod))
+            await kube.patch_core("secrets", m.key_secret, retire_key())
         except ApiException as e:
-            if e.status in (404, 409):
+            if e.status == 422 and await left_halfway(self.ctx, m, self.clock()):
+                why = "an earlier claim or retirement of it was left halfway"
+            elif e.status in (404, 422):
                 return False
-            raise
+            else:
+                raise
+        with Answer(404):  # a start that finds it retired finishes the removal
+            await kube.patch_core("pods", m.name, retire_patch())
         log.info("retiring warm sandbox %s/%s: %s", m.namespace, m.name, why)
         await self._remove(m)
         return True
@@ -259,8 +270,8 @@ class Pools:
         m = Member(parsed[0], str((pod["metadata"].get("labels") or {}).get(L.POOL)), parsed[1])
         secret = await self.ctx.kube_in(m.namespace).get_core("secrets", m.key_secret)
         data = ((secret or {}).get("data") or {}).get("run-key")
-        if not data:
-            return None
+        if not data or ((secret or {})["metadata"].get("labels") or {}).get(L.COMPONENT) != KEY:
+            return None  # claimed or retired: the pool's key is dead
         self.keys[run_id] = base64.b64decode(data)
         return self.keys[run_id]
 
@@ -301,8 +312,8 @@ class Pools:
             self.wake(m.namespace, m.env)
 
     def pod_seen(self, ns: str, pod: Obj) -> None:
-        """A member's pod as its watch event shows it: a claim's compare-and-set is made at the newest version
-        known (a status write by the kubelet since this process wrote would cost it a 409 and a read)."""
+        """A member's pod as its watch event shows it: a claim looks at the newest version known (whether it
+        still runs) without a read."""
         m = Member(ns, "", str(pod["metadata"].get("name") or ""))
         old = self.seen.get(m.run_id)
         if old is None or m.run_id not in self.ready:
@@ -347,14 +358,18 @@ class Pools:
             # Out of the ready set before the first await: no other claim in this process picks it.
             self.ready.pop(m.run_id, None)
             seen = self.seen.pop(m.run_id, None)
-            # The compare-and-set and the adopt side by side (one round trip, not two): the adopt goes over
+            self.claiming.add((ns, m.name))
+            # The test-and-set and the adopt side by side (one round trip, not two): the adopt goes over
             # the member's one connection, to this process's gateway only, and its driver takes one adopt in
-            # its life, so no other claimer can have adopted it; the compare-and-set records the claim before
-            # the status write names the pod. A lost compare-and-set (or a failed step) undoes the adopt.
-            took, key = await asyncio.gather(
-                self._take(m, s_obj, run, seen), self._send_adopt(m, run), return_exceptions=True
+            # its life, so no other claimer can have adopted it; the test-and-set records the claim before
+            # the status write names the pod. A lost test-and-set (or a failed step) undoes the adopt.
+            # The adopt first: its frame is written before the test-and-set's request is built (the client
+            # takes longer over that than the adopt's whole send).
+            key, took = await asyncio.gather(
+                self._send_adopt(m, run), self._take(m, s_obj, run, seen), return_exceptions=True
             )
             if took is not True or isinstance(key, BaseException):
+                self.claiming.discard((ns, m.name))
                 await self._undo_adopt(m, run)
                 for failed in (took, key):
                     if isinstance(failed, BaseException):
@@ -376,6 +391,7 @@ class Pools:
                 await self.ctx.kube_in(ns).delete_core("pods", m.name, grace_period_seconds=0)
                 raise
             finally:
+                self.claiming.discard((ns, m.name))
                 # The refill a moment after the claim is written, not beside it: its Secret, volume and pod
                 # creates and its driver's start would compete for the apiserver and the CPU with the
                 # claim's writes and their way to the person who waits on this session.
@@ -405,25 +421,21 @@ class Pools:
         self.wake(m.namespace, m.env)
 
     async def _take(self, m: Member, s_obj: Obj, run: Run, seen: Obj | None) -> bool:
-        """The claim's compare-and-set: at the newest version this process saw (``seen``: no read in the way),
-        and once more at a fresh read when something else (the kubelet's status) moved it since."""
-        kube = self.ctx.kube_in(m.namespace)
-        pod = seen
-        for _ in range(2):
-            if pod is None:
-                pod = await self._member_pod(m.namespace, m.name)
-            if pod is None or pod["metadata"].get("deletionTimestamp") or pod_status(pod).phase != "Running":
+        """The claim's test-and-set on the member's key Secret, for a pod running as this process last saw it
+        (``seen``, its watch's newest: no read in the way) or as read now. Lost (422: claimed or retired
+        already) or gone (404): False."""
+        pod = seen or await self._member_pod(m.namespace, m.name)
+        if pod is None or pod["metadata"].get("deletionTimestamp") or pod_status(pod).phase != "Running":
+            return False
+        try:
+            await self.ctx.kube_in(m.namespace).patch_core(
+                "secrets", m.key_secret, take_key(s_obj, run, self.clock())
+            )
+            return True
+        except ApiException as e:
+            if e.status in (404, 422):
                 return False
-            try:
-                await kube.patch_core("pods", m.name, claim_patch(pod, s_obj, run))
-                return True
-            except ApiException as e:
-                if e.status == 404:
-                    return False
-                if e.status != 409:
-                    raise
-            pod = None  # another claim, a retirement, or only a status write: read it again
-        return False
+            raise
 
     async def finish_claim(self, ns: str, s_obj: Obj, run: Run) -> str:
         """At a start: what a claim's writes beside its status write left undone (``pool_claims``)."""

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
 from hangar.models import labels as L
+from hangar_operator.pool_objects import take_key
 from hangar_operator.pools import NO_KEY
+from hangar_operator.runs import make_run
 
 from .operator_rig import Rig
 from .test_warm_pools import make_ready, members, pool_rig
@@ -141,3 +144,98 @@ async def test_a_claim_whose_key_secret_was_never_made_is_released_at_the_next_s
     # the queued turn was not failed as if the image could not run the driver
     turn = rig.status("turns", "s1-1")
     assert turn.get("phase") != "Failed", turn
+
+
+async def test_before_its_status_write_the_claim_writes_only_the_members_key_secret(tmp_path: Path) -> None:
+    """The claim's test-and-set goes on the member's key Secret (small, no admission, no pod watchers): the
+    pod's relabel and the pool Secret's delete come after the status write, the relabel first."""
+    rig, name = await claimed(tmp_path)
+    rig.kube.writes.clear()
+    await rig.reconcile("s1")
+    done = [(w.verb, w.resource, w.name) for w in rig.kube.writes if w.error is None]
+    status = done.index(("patch_status", "sessions", "s1"))
+    assert done[:status] == [("patch_core", "secrets", f"{name}-key")]
+    after = done[status + 1 :]
+    assert after.index(("patch_core", "pods", name)) < after.index(("delete_core", "secrets", f"{name}-key"))
+    labels = rig.get("pods", name)["metadata"]["labels"]
+    assert labels[L.COMPONENT] == "sandbox" and labels[L.SESSION] == "s1" and L.POOL not in labels
+
+
+async def test_a_pod_left_the_pools_by_a_stop_after_the_status_write_is_made_the_sessions_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    rig, name = await claimed(tmp_path)
+    await rig.reconcile("s1")
+    # As a stop right after the status write leaves it: the pod still the pool's, its key Secret claimed.
+    env = rig.get("environments", "dev")
+    pool_pod = {
+        "labels": {L.COMPONENT: "pool-member", L.POOL: "dev", L.SESSION: None, L.RUN: None},
+        "ownerReferences": [
+            {
+                "apiVersion": env["apiVersion"],
+                "kind": env["kind"],
+                "name": "dev",
+                "uid": env["metadata"]["uid"],
+            }
+        ],
+    }
+    await rig.kube.patch_core("pods", name, {"metadata": pool_pod})
+    s_obj = rig.get("sessions", "s1")
+    key: dict[str, Any] = {"metadata": {"name": f"{name}-key", "labels": {L.COMPONENT: "run-key"}}}
+    await rig.kube.create_core("secrets", key)
+    await rig.kube.patch_core(
+        "secrets", f"{name}-key", take_key(s_obj, make_run("default", "default", "s1", 1), 0)
+    )
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+    rig.ctx.run_keys.clear()
+    rig.c.pools.claiming.clear()
+    # A retirement (the pool's reconcile of a new process) does not take it: the claim won its key Secret.
+    rig.c.pools.clock = lambda: time.time() + rig.ctx.settings.connect_timeout + 5
+    await rig.c.pools.reconcile("default", "dev")
+    assert rig.kube.peek("pods", name) is not None
+    await rig.c.sandboxes.check("default", "s1")
+    s_uid = rig.get("sessions", "s1")["metadata"]["uid"]
+    pod = rig.get("pods", name)
+    assert pod["metadata"]["labels"][L.SESSION] == "s1" and L.POOL not in pod["metadata"]["labels"]
+    assert owners(rig, "pods", name) == [s_uid] and rig.kube.peek("secrets", f"{name}-key") is None
+    assert rig.status("sessions", "s1")["sandbox"]["pod"] == name
+
+
+async def test_a_member_claimed_by_a_process_that_stopped_before_its_status_write_is_retired(
+    tmp_path: Path,
+) -> None:
+    """Its key Secret says claimed, by a session that went on without it: after a connect timeout the pool
+    removes it (a retirement's test-and-set alone would never win it) and refills; a recent claim stays."""
+    rig = await pool_rig(tmp_path, size=1)
+    await rig.c.pools.reconcile("default", "dev")
+    [name] = members(rig)
+    gone = await rig.session("gone")
+    claim = take_key(gone, make_run("default", "default", "gone", 1), time.time())
+    await rig.kube.patch_core("secrets", f"{name}-key", claim)
+    timeout = rig.ctx.settings.connect_timeout
+    rig.c.pools.clock = lambda: time.time() + timeout / 2  # not ready within... no: too young to judge
+    await rig.c.pools.reconcile("default", "dev")
+    assert members(rig) == [name]
+    rig.c.pools.clock = lambda: time.time() + timeout + 5
+    await rig.c.pools.reconcile("default", "dev")
+    assert rig.kube.peek("pods", name) is None and rig.kube.peek("secrets", f"{name}-key") is None
+    assert len(members(rig)) == 1 and members(rig) != [name]  # refilled
+
+
+async def test_a_session_deleted_before_its_claims_pod_relabel_does_not_leave_the_pod_behind(
+    tmp_path: Path,
+) -> None:
+    """Deleted as soon as it connected: the relabel names a gone owner, which the garbage collector can be
+    slow to find; the claim removes the pod itself."""
+    rig, name = await claimed(tmp_path)
+    patch_core = rig.kube.patch_core
+
+    async def deleted_first(kind: str, obj: str, body: Any) -> dict[str, Any]:
+        if kind == "pods":
+            await rig.kube.delete("sessions", "s1")
+        return await patch_core(kind, obj, body)
+
+    rig.kube.patch_core = deleted_first  # type: ignore[method-assign]
+    await rig.reconcile("s1")
+    assert rig.kube.peek("sessions", "s1") is None
+    assert rig.kube.peek("pods", name) is None and rig.kube.peek("secrets", f"{name}-key") is None

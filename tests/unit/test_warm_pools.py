@@ -17,7 +17,7 @@ import pytest
 from hangar.kube import ApiException
 from hangar.models import labels as L
 from hangar_driver import protocol as P
-from hangar_operator.pool_objects import MEMBER, Member, claim_patch, parse_pool_run
+from hangar_operator.pool_objects import MEMBER, Member, parse_pool_run, retire_key, take_key
 from hangar_operator.pools import REFILL_AFTER
 from hangar_operator.runs import make_run
 
@@ -145,19 +145,26 @@ async def test_concurrent_claims_never_share_a_member(tmp_path: Path) -> None:
     assert rig.get("pods", name)["metadata"]["labels"][L.SESSION] == taker
 
 
-async def test_a_claim_is_a_compare_and_set_on_the_pods_resource_version(tmp_path: Path) -> None:
-    """Two claimers (two operators, say) read the member at one version: the apiserver lets one through."""
+async def test_a_claim_is_a_test_and_set_on_the_members_key_secret(tmp_path: Path) -> None:
+    """Two claimers (two operators, say) and a retirement, each with the same patch: the apiserver lets one
+    through; the Secret says whose the member is."""
     rig = await pool_rig(tmp_path, size=1)
     await rig.c.pools.reconcile("default", "dev")
     [name] = members(rig)
-    pod = rig.get("pods", name)
     a = await rig.session("a")
     b = await rig.session("b")
-    await rig.kube.patch_core("pods", name, claim_patch(pod, a, make_run("default", "default", "a", 1)))
-    with pytest.raises(ApiException) as lost:
-        await rig.kube.patch_core("pods", name, claim_patch(pod, b, make_run("default", "default", "b", 1)))
-    assert lost.value.status == 409
-    assert rig.get("pods", name)["metadata"]["labels"][L.SESSION] == "a"
+    key = f"{name}-key"
+    await rig.kube.patch_core("secrets", key, take_key(a, make_run("default", "default", "a", 1), 1.0))
+    for other in (take_key(b, make_run("default", "default", "b", 1), 2.0), retire_key()):
+        with pytest.raises(ApiException) as lost:
+            await rig.kube.patch_core("secrets", key, other)
+        assert lost.value.status == 422
+    notes = rig.get("secrets", key)["metadata"]["annotations"]
+    assert notes[L.CLAIMED_BY] == a["metadata"]["uid"] and notes[L.RUN] == "a-r1"
+    # For a process that reads the member's key from its Secret (after a start), the pool's key is dead from
+    # the claim on, before the pod is relabelled.
+    rig.c.pools.keys.clear()
+    assert await rig.c.pools.key_for_run(Member("default", "dev", name).run_id) is None
 
 
 async def test_a_member_claimed_elsewhere_is_not_taken_its_adopt_undone_and_the_session_starts_fresh(
@@ -172,11 +179,10 @@ async def test_a_member_claimed_elsewhere_is_not_taken_its_adopt_undone_and_the_
     pool_run = await make_ready(rig, name)
     pool_key = await rig.c.sandboxes.key_for_run(pool_run)
     assert pool_key is not None
-    # Another claimer relabels it first (this process still thinks it is ready).
+    # Another claimer takes it first (this process still thinks it is ready).
     other = await rig.session("other")
-    pod = rig.get("pods", name)
     await rig.kube.patch_core(
-        "pods", name, claim_patch(pod, other, make_run("default", "default", "other", 1))
+        "secrets", f"{name}-key", take_key(other, make_run("default", "default", "other", 1), time.time())
     )
     await rig.session("s1", prompt="hi")
     await rig.reconcile("s1")
@@ -207,8 +213,8 @@ async def test_the_claims_compare_and_set_and_the_adopt_go_side_by_side(tmp_path
     patch_core = rig.kube.patch_core
     saw_adopt: list[bool] = []
 
-    async def cas_waits_for_the_adopt(kind: str, pod: str, body: dict[str, Any]) -> dict[str, Any]:
-        if kind == "pods" and "resourceVersion" in body.get("metadata", {}):
+    async def cas_waits_for_the_adopt(kind: str, pod: str, body: Any) -> dict[str, Any]:
+        if kind == "secrets" and isinstance(body, list):
             for _ in range(200):
                 if rig.commands(pool_run):
                     break
@@ -232,8 +238,8 @@ async def test_a_compare_and_set_that_fails_undoes_the_adopt_and_the_reconcile_f
     pool_run = await make_ready(rig, name)
     patch_core = rig.kube.patch_core
 
-    async def cas_fails(kind: str, pod: str, body: dict[str, Any]) -> dict[str, Any]:
-        if kind == "pods" and "resourceVersion" in body.get("metadata", {}):
+    async def cas_fails(kind: str, pod: str, body: Any) -> dict[str, Any]:
+        if kind == "secrets" and isinstance(body, list):
             raise ApiException(status=500, reason="etcd is away")
         return await patch_core(kind, pod, body)
 
