@@ -21,6 +21,7 @@ from . import (
     health,
 )
 from .controllers import build
+from .diffbase import DiffBase
 
 log = logging.getLogger("hangar.operator")
 
@@ -41,12 +42,16 @@ DIFFBASE_IGNORED = (
 )
 
 
+# Sessions' in memory (diffbase.py), the other kinds' in kopf's annotation.
+DIFFBASE = DiffBase(
+    prefix="kopf.hangar.dev", key="last-handled-configuration", ignored_fields=DIFFBASE_IGNORED
+)
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
     # Progress in annotations keeps status for what happened; no kopf bookkeeping in it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.hangar.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="kopf.hangar.dev", key="last-handled-configuration", ignored_fields=DIFFBASE_IGNORED
-    )
+    settings.persistence.diffbase_storage = DIFFBASE
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
@@ -99,7 +104,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
             clusterwide=settings.watch_all,
             ready_flag=started,
             insights=insights,
-            memo=kopf.Memo(controllers=controllers),
+            memo=kopf.Memo(controllers=controllers, diffbase=DIFFBASE),
         )
     )
     ready, live = health.checks(
