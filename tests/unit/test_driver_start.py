@@ -130,11 +130,25 @@ def pod_command(lib: Path) -> list[str]:
     return [sys.executable, *(a.replace(DRIVER_DIR, str(lib)) for a in command[1:])]
 
 
+def _held_driver(lib: Path, script: str) -> str:
+    """The container's script, but its main thread held at the hello for a minute instead of half a second
+    (``driver.HELLO_FIRST``; this listener never acknowledges): what is imported by the time the hello
+    arrives is then the hello's own path, however slowly a loaded machine reaches the test's read."""
+    held = lib / "bin" / "held-driver"
+    held.write_text(
+        "import sys\n"
+        "import hangar_driver.driver\n"
+        "hangar_driver.driver.HELLO_FIRST = 60\n" + Path(script).read_text()
+    )
+    return str(held)
+
+
 def _hello_and_workspace(
     tmp_path: Path,
     ws: Path | None = None,
     python_flags: tuple[str, ...] = (),
     stderr: Any = subprocess.DEVNULL,
+    held: bool = False,
     **env: str,
 ) -> tuple[dict[str, Any], bool]:
     """Start the real driver (fresh copy, no bytecode) as a pod does (its command, its working directory)
@@ -150,6 +164,8 @@ def _hello_and_workspace(
     listener.settimeout(60)
     port = listener.getsockname()[1]
     command = pod_command(lib)
+    if held:
+        command[-1] = _held_driver(lib, command[-1])
     proc = subprocess.Popen(
         [command[0], *python_flags, *command[1:]],
         cwd=ws,
@@ -226,7 +242,7 @@ def test_the_pods_driver_says_hello_without_runpy_openssl_idna_queue_or_json(tmp
     ``_json``, wirejson.py): each was a millisecond or more of it."""
     log = tmp_path / "imports"
     with log.open("w") as err:
-        hello, _ = _hello_and_workspace(tmp_path, python_flags=("-X", "importtime"), stderr=err)
+        hello, _ = _hello_and_workspace(tmp_path, python_flags=("-X", "importtime"), stderr=err, held=True)
     assert hello["type"] == P.HELLO
     before_hello = {line.rsplit("|", 1)[1].strip() for line in log.read_text().splitlines() if "|" in line}
     assert "hangar_driver.link" in before_hello and "socket" in before_hello
