@@ -5,7 +5,9 @@ its first handler ran: one more apiserver write (and a watch event to every watc
 session's sandbox was being made, which slowed the pod's scheduling and start beside it. The Session
 reconcile is level-based, and its create, update and resume handler is one function, so a process that
 starts without the essence (a restart, a new leader) only calls it once more for each session, as a
-resume did. The entry goes when the session's DELETED event comes (``forget``). Other kinds keep kopf's
+resume did. The entry goes when the operator's cache drops the session (``observe``, a cache observer): on
+its DELETED event, or when the sweeper's relist no longer finds it (a deletion while the watch was down,
+which no event reports), or when a namesake with another uid replaces it. Other kinds keep kopf's
 annotation."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import kopf
 
+from hangar.kube import Obj
 from hangar.models import GROUP
 
 SESSION_API = f"{GROUP}/"
@@ -46,3 +49,11 @@ class DiffBase(kopf.AnnotationsDiffBaseStorage):
     def forget(self, uid: str | None) -> None:
         if uid:
             self.sessions.pop(uid, None)
+
+    def observe(self, plural: str, old: Obj | None, new: Obj | None) -> None:
+        """A cache observer (``Cache.observers``): a session gone, or replaced by a namesake, is forgotten."""
+        if plural != "sessions" or old is None:
+            return
+        uid = (old.get("metadata") or {}).get("uid")
+        if new is None or (new.get("metadata") or {}).get("uid") != uid:
+            self.forget(uid)

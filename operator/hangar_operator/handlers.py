@@ -34,11 +34,8 @@ def _c(memo: Any) -> Controllers:
 # event starts reads what it says.
 @kopf.on.event(GROUP, VERSION, "sessions")
 async def session_seen(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
+    # A DELETED event drops it from the cache, which drops kopf's essence of it too (diffbase.py).
     _c(memo).ctx.cache.seen("sessions", dict(event), namespace)
-    if event.get("type") == "DELETED":  # kopf's last-handled essence of it, kept in memory (diffbase.py)
-        diffbase = getattr(memo, "diffbase", None)
-        if diffbase is not None:
-            diffbase.forget(((event.get("object") or {}).get("metadata") or {}).get("uid"))
 
 
 @kopf.on.event(GROUP, VERSION, "environments")

@@ -65,6 +65,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     kube = await Kube.connect(kubeconfig, settings.namespace)
     db = await open_database(settings.database_url)
     controllers = build(kube, db, settings)
+    controllers.ctx.cache.observers.append(DIFFBASE.observe)  # a session the cache drops, kopf forgets
     await controllers.start()
     log.info("driver gateway listening on %s:%s", settings.gateway_host, controllers.ctx.gateway_port)
     started = asyncio.Event()  # kopf raises it once its startup ran and its watchers may start
@@ -104,7 +105,7 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
             clusterwide=settings.watch_all,
             ready_flag=started,
             insights=insights,
-            memo=kopf.Memo(controllers=controllers, diffbase=DIFFBASE),
+            memo=kopf.Memo(controllers=controllers),
         )
     )
     ready, live = health.checks(
