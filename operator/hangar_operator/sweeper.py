@@ -51,7 +51,11 @@ def waits_for_slot(obj: Obj) -> bool:
 
 
 class Wakeups:
-    """At most one pending wake-up per key; a new one for the key replaces it. Nothing runs until it is due."""
+    """At most one pending wake-up per key. A new one due sooner replaces it; one due later does not: the work
+    that runs at the earlier time arms its next wake-up itself (every reconcile computes when it is next due),
+    while a later one replacing an earlier one lost a wake-up (a pool's reconcile ending with its next
+    max-age wake-up cancelled the "a member is ready" wake-up made a moment before, in the same turn of the
+    loop: the pool's status said 1/2 ready until that max age). Nothing runs until it is due."""
 
     def __init__(self, retry: Retrier) -> None:
         self.retry = retry
@@ -64,10 +68,12 @@ class Wakeups:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        old = self.handles.pop(key, None)
-        if old is not None:
-            old.cancel()
         delay = max(0.0, when - time.time())
+        old = self.handles.get(key)
+        if old is not None:
+            if old.when() <= loop.time() + delay:
+                return
+            old.cancel()
         self.handles[key] = loop.call_later(delay, self._fire, key, work)
 
     def now(self, key: str, work: Callable[[], Awaitable[None]]) -> None:
