@@ -388,6 +388,7 @@ class Pools:
                 return written
             except BaseException:
                 # Fail closed: a half-adopted sandbox is nobody's; the session starts another.
+                self.recorded.discard(run.id)  # its connect was not recorded after all
                 await self.ctx.kube_in(ns).delete_core("pods", m.name, grace_period_seconds=0)
                 raise
             finally:

@@ -107,6 +107,7 @@ async def test_a_claims_failed_write_after_its_status_removes_the_pod_and_refill
     # fail closed: the pod the status names is deleted (its watch releases the sandbox), the pool refills
     assert rig.kube.peek("pods", name) is None
     assert woken == [("default", "dev")]
+    assert rig.c.pools.recorded == set()  # no connect is left recorded for a hello that will not come
 
 
 async def test_the_refill_comes_after_the_claims_writes(tmp_path: Path) -> None:
