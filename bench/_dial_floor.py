@@ -102,7 +102,7 @@ async def dial_sample(c: Cluster, listener: DialListener, name: str) -> dict[str
     """One floor sample: create the three objects → the pod's line arrives; then all three gone."""
     secret, pvc, pod = objects(name, listener.port)
     arrived = listener.expect(name)
-    t0 = time.monotonic()
+    w0, t0 = time.time(), time.monotonic()
     await call(c.core.create_namespaced_secret, NAMESPACE, secret)  # JSON only, as every side's watch
     await call(c.core.create_namespaced_persistent_volume_claim, NAMESPACE, pvc)
     await call(c.core.create_namespaced_pod, NAMESPACE, pod)
@@ -111,8 +111,9 @@ async def dial_sample(c: Cluster, listener: DialListener, name: str) -> dict[str
         at = await asyncio.wait_for(arrived, TIMEOUT)
     except TimeoutError:
         raise TimeoutError(f"floor pod {name} did not dial in after {TIMEOUT:g}s") from None
-    sample = {"total": at - t0, "to_objects_created": t_created - t0}
     pod_name, pvc_name, secret_name = (o["metadata"]["name"] for o in (pod, pvc, secret))
+    # ``w0``: the wall clock at ``t0``, for the stamps of the bench's pod watch (``_observe.PodTimes``).
+    sample = {"total": at - t0, "to_objects_created": t_created - t0, "pod": pod_name, "w0": w0}
     deletes: list[Callable[[], Awaitable[Any]]] = [
         lambda: c.core.delete_namespaced_pod(pod_name, NAMESPACE, grace_period_seconds=0),
         lambda: c.core.delete_namespaced_persistent_volume_claim(pvc_name, NAMESPACE),

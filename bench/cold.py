@@ -23,7 +23,7 @@ from typing import Any
 
 from _sessions_report import connect_flags  # bench/ is on sys.path
 from _stack import claude_missing, header, print_result
-from _stats import log, summary
+from _stats import log, med, summary
 from sessions import with_bench
 from warm_pool import COLD, PoolBench
 
@@ -52,7 +52,13 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
         "machine": res["machine"],
         "figures": {"cold": c, "dial": d},
         "ratios": {"cold / dial": {"p50": c["p50"] / d["p50"], "p99": c["p99"] / d["p99"]}},
+        # Where each side's time goes, medians from its first create / POST: the pod seen created, bound and
+        # Running by the bench's pod watch, and the end (hangar: sandbox.connected; the floor: its dial).
+        "stages": {k: {st: med([x.get(st) for x in samples[k]]) for st in STAGES} for k in ("cold", "dial")},
     }
+
+
+STAGES = ("to_pod_created", "to_bound", "to_running", "total")
 
 
 def table(out: dict[str, Any]) -> str:
@@ -64,7 +70,15 @@ def table(out: dict[str, Any]) -> str:
     r = out["ratios"]["cold / dial"]
     lines += ["", f"{'cold / dial':48}     {r['p50']:6.2f}x {r['p99']:6.2f}x"]
     lines.append("(p99 is nearest-rank: below 100 samples it is the maximum)")
+    lines += ["", f"{'stage, median seconds from the first call':48} {'cold':>7} {'dial':>7}"]
+    for st in STAGES:
+        cold, dial = (out["stages"][k][st] for k in ("cold", "dial"))
+        lines.append(f"{st:48} {_s(cold)} {_s(dial)}")
     return "\n".join(lines)
+
+
+def _s(x: float | None) -> str:
+    return f"{x:7.3f}" if x is not None else f"{'-':>7}"
 
 
 def main() -> int:

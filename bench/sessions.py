@@ -298,6 +298,9 @@ class Bench(Cluster):
         c0 = self.cpu.snapshot()
         sample = await dial_sample(self, self.dial, f"bench-dial-{i}")
         sample["cpu"] = self.cpu.delta(c0, self.cpu.snapshot())
+        pt, w0 = self.pods.of(sample.pop("pod")), sample.pop("w0")
+        for k in ("created", "bound", "running"):  # the same stages as a session's (connect_sample)
+            sample[f"to_pod_{k}" if k == "created" else f"to_{k}"] = (pt[k] - w0) if k in pt else None
         return sample
 
     async def floor_cli(self, k: int, home: Path, work: Path, conversation: str | None) -> dict[str, Any]:
