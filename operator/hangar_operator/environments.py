@@ -25,7 +25,8 @@ class Environments:
 
     async def reconcile(self, ns: str, name: str) -> None:
         kube = self.ctx.kube_in(ns)
-        obj = await kube.get("environments", name)
+        # The watch's copy once primed (a recount comes a second after each session change: no GET each time).
+        obj = await self.ctx.cached(ns, "environments", name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return
         try:

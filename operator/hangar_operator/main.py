@@ -21,7 +21,7 @@ from . import (
     health,
 )
 from .controllers import build
-from .diffbase import DiffBase
+from .diffbase import DiffBase, Progress
 
 log = logging.getLogger("hangar.operator")
 
@@ -50,7 +50,7 @@ DIFFBASE = DiffBase(
 
 def configure(settings: kopf.OperatorSettings) -> None:
     # Progress in annotations keeps status for what happened; no kopf bookkeeping in it.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.hangar.dev")
+    settings.persistence.progress_storage = Progress(prefix="kopf.hangar.dev")
     settings.persistence.diffbase_storage = DIFFBASE
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120

@@ -3,10 +3,13 @@ kopf's annotation as before."""
 
 from __future__ import annotations
 
+import copy
+from typing import Any, cast
+
 import kopf
 
 from hangar_operator.cache import Cache
-from hangar_operator.diffbase import DiffBase
+from hangar_operator.diffbase import DiffBase, Progress
 from hangar_operator.main import configure
 
 
@@ -88,3 +91,97 @@ async def test_a_session_the_cache_drops_is_forgotten_however_it_went() -> None:
     cache.put("environments", {"metadata": {"name": "e", "namespace": "ns", "uid": "kept"}})
     cache.drop("environments", "ns", "e")  # another kind's uid is not a session's
     assert set(storage.sessions) == {"kept"}
+
+
+def test_the_essence_is_kopfs_own_without_copying_what_it_drops() -> None:
+    """``build`` skips copying metadata and status; the essence is still exactly kopf's, for any kind, with the
+    ignored fields, kopf's own annotations and extra (status) fields handled as kopf handles them."""
+    storage = _storage()
+    kopfs = kopf.AnnotationsDiffBaseStorage(
+        prefix="kopf.hangar.dev", key="last-handled-configuration", ignored_fields=storage.ignored_fields
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "uid": "u",
+            "labels": {"hangar.dev/session": "s"},
+            "annotations": {
+                "kopf.hangar.dev/last-handled-configuration": "{}",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                "note": "kept",
+            },
+            "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}],
+            "resourceVersion": "7",
+        },
+        "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    session = {
+        "apiVersion": "hangar.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": "s", "uid": "u2"},
+        "spec": {"environment": "dev", "steers": [{"id": "a"}], "interrupts": 1},
+        "status": {"phase": "Idle", "sandbox": {"connected": True}},
+    }
+    bare: dict[str, Any] = {"kind": "Thing", "metadata": {"name": "t"}}  # no spec, labels or status
+    for raw in (pod, session, bare):
+        for extra in (None, ["status.phase"], ["status.missing.field", "metadata.name"]):
+            body = kopf.Body(cast(kopf.RawBody, raw))
+            essence = storage.build(body=body, extra_fields=extra)
+            assert essence == kopfs.build(body=body, extra_fields=extra)
+            assert "status" not in essence or extra  # only the extra fields of it
+    essence = storage.build(body=kopf.Body(cast(kopf.RawBody, pod)))
+    assert "annotations" not in essence["metadata"]  # hangar's operator ignores them (main.DIFFBASE_IGNORED)
+    plain = DiffBase(prefix="kopf.hangar.dev")  # without them ignored: kopf's own and last-applied dropped
+    assert plain.build(body=kopf.Body(cast(kopf.RawBody, pod)))["metadata"]["annotations"] == {"note": "kept"}
+    essence["spec"]["containers"][0]["env"].append({"name": "B"})  # a copy: the body is not touched
+    essence["metadata"]["labels"]["x"] = "y"
+    assert pod["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]  # type: ignore[index]
+    assert pod["metadata"]["labels"] == {"hangar.dev/session": "s"}  # type: ignore[index]
+
+
+class _NoCopy:
+    def __deepcopy__(self, memo: object) -> _NoCopy:
+        raise AssertionError("status and metadata were deep-copied")
+
+
+def test_building_an_essence_copies_neither_status_nor_managed_fields() -> None:
+    storage = _storage()
+    raw = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [_NoCopy()]},
+        "spec": {"x": 1},
+        "status": {"big": _NoCopy()},
+    }
+    essence = storage.build(body=kopf.Body(cast(kopf.RawBody, raw)))
+    assert essence == {"metadata": {"labels": {"a": "b"}}, "spec": {"x": 1}}
+
+
+def test_clearing_progress_matches_kopf_and_copies_only_when_it_takes_something_out() -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    ours = settings.persistence.progress_storage
+    assert isinstance(ours, Progress)
+    kopfs = kopf.AnnotationsProgressStorage(prefix="kopf.hangar.dev")
+    essences: list[dict[str, Any]] = [
+        {"spec": {"a": [1, {"b": 2}]}, "metadata": {"labels": {"x": "y"}}},
+        {"spec": {}},
+        {"spec": {"a": 1}, "metadata": {}},
+        {"spec": {"a": 1}, "metadata": {"labels": {}}},
+        {"spec": {"a": 1}, "metadata": {"annotations": {}, "labels": {"l": "v"}}},
+        {"spec": {"a": 1}, "status": {}},
+        {"spec": {"a": 1}, "status": {"phase": "Idle"}},
+        {"metadata": {"annotations": {"kopf.hangar.dev/session_changed": "{}", "note": "n"}}},
+        {"metadata": {"annotations": {"kopf.hangar.dev/session_changed": "{}"}}},
+        {"metadata": {"annotations": {"other.dev/x": "1"}}},
+    ]
+    for raw in essences:
+        before = copy.deepcopy(raw)
+        essence = cast(kopf.BodyEssence, raw)
+        cleared = ours.clear(essence=essence)
+        assert cleared == kopfs.clear(essence=cast(kopf.BodyEssence, copy.deepcopy(raw)))
+        assert raw == before  # the caller's essence is never changed
+        assert (cleared is essence) == (cleared == before)  # copied only when something was taken out
