@@ -26,7 +26,7 @@ from typing import Any
 
 from hangar_driver import protocol as P
 
-PING_EVERY = 10.0  # as the real driver: the gateway closes a connection silent for 60 s
+PING_EVERY = 20.0  # as the real driver (link.PING_AFTER): the gateway closes a connection silent for 90 s
 
 
 class FakeDriver:

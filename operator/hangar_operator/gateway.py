@@ -52,7 +52,7 @@ HELLO_TIMEOUT = 10.0  # seconds a new connection has, in all, to send its hello 
 # a few hundred bytes). Anyone who can reach the port is unauthenticated: 4 MiB partial frames from 20 such
 # connections held ~75 MB that the process never gave back. The full frame limit applies once confirmed.
 HELLO_MAX_BYTES = 16384
-IDLE_TIMEOUT = 60.0  # a connection that sends nothing for this long is closed (drivers ping every 10 s)
+IDLE_TIMEOUT = 90.0  # a connection that sends nothing for this long is closed (drivers ping every 20 s)
 MAX_UNCONFIRMED = 256  # connections that have not completed the handshake yet; more are closed at once
 REJECT_REPORTS_PER_MINUTE = 30  # per peer host: on_rejected calls beyond this are only logged
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
