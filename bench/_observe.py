@@ -131,6 +131,13 @@ class PodTimes:
                 return v
         return {}
 
+    def stages(self, name: str | None, w0: float) -> dict[str, float | None]:
+        """Seconds from ``w0`` (wall clock) until pod ``name`` was seen created, bound and Running (None: not
+        seen, or no pod), as every bench's samples report them."""
+        pt = self.of(name) if name else {}
+        at = {"to_pod_created": "created", "to_bound": "bound", "to_running": "running"}
+        return {key: (pt[k] - w0) if k in pt else None for key, k in at.items()}
+
 
 def cpu_meter(stack: Stack, cp: ControlPlane) -> CpuMeter:
     pids = {p.name: p.popen.pid for p in cp.processes}

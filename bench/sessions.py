@@ -197,14 +197,11 @@ class Bench(Cluster):
         cpu = self.cpu.delta(c0, self.cpu.snapshot())
         pod = s["sandbox"].get("pod")
         started = wall(s["sandbox"].get("started_at") or s["sandbox"].get("startedAt"))
-        pt = self.pods.of(pod) if pod else {}
         ev = await self.event_times(name)
         sample = {
             "total": total,
             "post": t_post - t0,  # the REST call itself
-            "to_pod_created": (pt["created"] - w0) if "created" in pt else None,
-            "to_bound": (pt["bound"] - w0) if "bound" in pt else None,
-            "to_running": (pt["running"] - w0) if "running" in pt else None,
+            **self.pods.stages(pod, w0),
             "to_status_started": (started - w0) if started else None,
             "to_driver_connected_event": (ev["driver_connected"] - w0) if "driver_connected" in ev else None,
             "cpu": cpu,
@@ -282,13 +279,7 @@ class Bench(Cluster):
                 await asyncio.sleep(self.poll)
         total = time.monotonic() - t0
         cpu = self.cpu.delta(c0, self.cpu.snapshot())
-        pt = self.pods.of(name)
-        sample = {
-            "total": total,
-            "cpu": cpu,
-            "to_bound": (pt["bound"] - w0) if "bound" in pt else None,
-            "to_running": (pt["running"] - w0) if "running" in pt else None,
-        }
+        sample = {"total": total, "cpu": cpu, **self.pods.stages(name, w0)}
         await self.core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
         await self.wait_gone(f"floor pod {name}", self.pod_gone(name))
         return sample
@@ -298,9 +289,7 @@ class Bench(Cluster):
         c0 = self.cpu.snapshot()
         sample = await dial_sample(self, self.dial, f"bench-dial-{i}")
         sample["cpu"] = self.cpu.delta(c0, self.cpu.snapshot())
-        pt, w0 = self.pods.of(sample.pop("pod")), sample.pop("w0")
-        for k in ("created", "bound", "running"):  # the same stages as a session's (connect_sample)
-            sample[f"to_pod_{k}" if k == "created" else f"to_{k}"] = (pt[k] - w0) if k in pt else None
+        sample.update(self.pods.stages(sample.pop("pod"), sample.pop("w0")))
         return sample
 
     async def floor_cli(self, k: int, home: Path, work: Path, conversation: str | None) -> dict[str, Any]:

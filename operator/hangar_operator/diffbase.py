@@ -100,10 +100,9 @@ class Progress(kopf.AnnotationsProgressStorage):
     def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
         meta: Mapping[str, Any] = essence.get("metadata") or {}
         annotations: Mapping[str, str] = meta.get("annotations") or {}
-        empty = [k for k, v in (*essence.items(), *meta.items()) if k in _STANZAS and not v]
+        # What kopf's clear takes out: its progress annotations, and the stanzas it finds empty.
+        empty: list[str] = [k for k in ("metadata", "status") if k in essence and not essence[k]]
+        empty += [k for k in ("annotations", "labels") if k in meta and not meta[k]]
         if empty or any(key.startswith(f"{self.prefix}/") for key in annotations):
             return super().clear(essence=essence)
         return essence
-
-
-_STANZAS = ("metadata", "status", "annotations", "labels")  # those kopf's clear drops when empty
