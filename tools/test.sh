@@ -16,4 +16,8 @@ echo "== tests"
 read -r PG_URL PG_DIR < <(bash tools/postgres.sh)
 trap 'bash tools/postgres.sh stop "$PG_DIR"' EXIT
 export HANGAR_TEST_POSTGRES_URL="$PG_URL"
-python -m pytest -q -p no:cacheprovider --durations=25 "$@"
+# Two workers (HANGAR_TEST_WORKERS; 0 runs in this process): most e2e time is waiting on processes, so
+# two files at once nearly halve the tier on 2 cores. A file stays on one worker (its module fixtures:
+# stacks, namespaces, a model server, are made once); each worker has its own control plane and stack.
+workers=${HANGAR_TEST_WORKERS:-2}
+python -m pytest -q -p no:cacheprovider --durations=25 -n "$workers" --dist loadfile "$@"
