@@ -21,8 +21,16 @@ from hangar.models.job import JOB_FINAL
 
 from .controllers import Controllers
 from .foreign_status import pod_status
+from .pool_objects import MEMBER as POOL_MEMBER
 
 log = logging.getLogger("hangar.operator")
+
+
+# The pods the handlers below take, selected by the apiserver (``main.configure``): kopf watches a resource
+# whole and filters by each handler's labels itself, so without it every status change of every pod in the
+# cluster would reach the operator to be decoded and dropped.
+SANDBOX = "sandbox"  # sandbox_objects.labels' component
+POD_SELECTOR = f"{L.PART_OF}=hangar,{L.COMPONENT} in ({SANDBOX},{POOL_MEMBER})"
 
 
 def _c(memo: Any) -> Controllers:
@@ -88,7 +96,7 @@ async def turn_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_
         await c.retry.run(f"turns/{namespace}/{name}", lambda: _reconcile_turn(c, namespace, session, name))
 
 
-@kopf.on.event("", "v1", "pods", labels={L.PART_OF: "hangar", L.COMPONENT: "sandbox"})
+@kopf.on.event("", "v1", "pods", labels={L.PART_OF: "hangar", L.COMPONENT: SANDBOX})
 async def sandbox_pod_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
     assert namespace is not None  # every kind served is namespaced
     pod: dict[str, Any] = dict(event["object"])
@@ -177,7 +185,7 @@ async def environment_deleted(name: str, namespace: str | None, memo: Any, **_: 
     await _c(memo).pools.reconcile(namespace, name)
 
 
-@kopf.on.event("", "v1", "pods", labels={L.PART_OF: "hangar", L.COMPONENT: "pool-member"})
+@kopf.on.event("", "v1", "pods", labels={L.PART_OF: "hangar", L.COMPONENT: POOL_MEMBER})
 async def pool_member_event(event: kopf.RawEvent, namespace: str | None, memo: Any, **_: Any) -> None:
     """A warm sandbox that ended or went is replaced."""
     assert namespace is not None  # every kind served is namespaced

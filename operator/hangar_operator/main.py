@@ -17,7 +17,7 @@ from hangar.kube import Kube
 from hangar.store import open_database
 
 from . import (
-    handlers,  # noqa: F401  (registers the handlers)
+    handlers,  # registers the handlers
     health,
 )
 from .controllers import build
@@ -55,6 +55,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
+    settings.watching.label_selectors["", "v1", "pods"] = handlers.POD_SELECTOR
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
 
