@@ -22,6 +22,7 @@ from hangar.models.job import JOB_FINAL
 from .controllers import Controllers
 from .foreign_status import pod_status
 from .pool_objects import MEMBER as POOL_MEMBER
+from .sandbox_objects import SANDBOX
 
 log = logging.getLogger("hangar.operator")
 
@@ -29,7 +30,6 @@ log = logging.getLogger("hangar.operator")
 # The pods the handlers below take, selected by the apiserver (``main.configure``): kopf watches a resource
 # whole and filters by each handler's labels itself, so without it every status change of every pod in the
 # cluster would reach the operator to be decoded and dropped.
-SANDBOX = "sandbox"  # sandbox_objects.labels' component
 POD_SELECTOR = f"{L.PART_OF}=hangar,{L.COMPONENT} in ({SANDBOX},{POOL_MEMBER})"
 
 

@@ -22,9 +22,9 @@ from hangar.models.environment import EnvironmentSpec
 from hangar_driver.protocol import new_run_key
 
 from .runs import Run
-from .sandbox_objects import labels, pvc_name, sandbox_pod, workspace_pvc
+from .sandbox_objects import SANDBOX, labels, pvc_name, sandbox_pod, workspace_pvc
 
-MEMBER = "pool-member"  # the component label of an unclaimed warm sandbox (a claimed one is "sandbox")
+MEMBER = "pool-member"  # the component label of an unclaimed warm sandbox (a claimed one is SANDBOX)
 RETIRED = "pool-retired"  # one being removed (its key Secret said so first: ``retire_key``)
 # The component label of a member's key Secret: unclaimed, claimed, retired. Claims and retirements are
 # test-and-sets of it (``take_key``, ``retire_key``).
@@ -116,7 +116,7 @@ def claim_patch(session: Obj, run: Run) -> Obj:
     return {
         "metadata": {
             "labels": {
-                L.COMPONENT: "sandbox",
+                L.COMPONENT: SANDBOX,
                 L.POOL: None,
                 L.SESSION: session["metadata"]["name"],
                 L.RUN: run.pod,

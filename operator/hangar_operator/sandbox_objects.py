@@ -32,9 +32,10 @@ AGENT_HOME = "/home/agent"
 REPO_CREDENTIALS_DIR = "/var/run/hangar/repo"
 AGENT_UID = 1001
 DRIVER_UID = 1000
+SANDBOX = "sandbox"  # the component label of a session's sandbox pod (a claimed warm one too)
 
 
-def labels(session: str, run: Run | None = None, component: str = "sandbox") -> dict[str, str]:
+def labels(session: str, run: Run | None = None, component: str = SANDBOX) -> dict[str, str]:
     out = {**L.part_of(), L.COMPONENT: component, L.SESSION: session}
     if run:
         out[L.RUN] = run.pod  # the namespace-local name: a label value holds at most 63 characters
