@@ -1,12 +1,20 @@
-"""Fixtures every tier may use: a scripted model server on 127.0.0.1."""
+"""Fixtures every tier may use: a scripted model server on 127.0.0.1; operator rigs closed after each test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from hangar.testing.model_server import ScriptedModel
+from tests.unit.operator_rig import close_open_rigs
+
+
+@pytest.fixture(autouse=True)
+async def _close_rigs() -> AsyncIterator[None]:
+    """Every operator rig a test made is stopped after it (``Rig.close``), after the test's own fixtures."""
+    yield
+    await close_open_rigs()
 
 
 @pytest.fixture

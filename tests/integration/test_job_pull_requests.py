@@ -65,8 +65,7 @@ async def forge(tmp_path: Path) -> AsyncIterator[Forge]:
         try:
             yield Forge(rig, git, sim, env)
         finally:
-            sim.stop()
-            await rig.ctx.db.close()
+            sim.stop()  # the rig is closed after the test (tests/conftest.py)
 
 
 def pushed(head: str, **over: object) -> Delivery:

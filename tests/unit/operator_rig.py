@@ -29,6 +29,16 @@ class Rig:
         self.kube = kube
         self.seq: dict[str, itertools.count[int]] = {}
 
+    async def close(self) -> None:
+        """Stop what the controllers left running and close the database. The tests share one event loop:
+        a wake-up or retry still pending would otherwise run on during the next test."""
+        await self.c.stop()
+        left = [*self.c.wakeups.tasks, *self.c.retry.waiting.values()]
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+        await self.ctx.db.close()
+
     @property
     def ctx(self) -> Any:
         return self.c.ctx
@@ -116,7 +126,17 @@ async def make_rig(tmp_path: Path, *, snapshot_api: bool = False, **settings: An
     kube = FakeKube("default", snapshot_api=snapshot_api)
     db = await open_database(str(base["database_url"]))
     c = build(kube, db, Settings(**base), Retrier(first_delay=0.05, max_delay=0.2))
-    return Rig(c, kube)
+    rig = Rig(c, kube)
+    OPEN.append(rig)
+    return rig
+
+
+OPEN: list[Rig] = []  # closed after each test (tests/conftest.py)
+
+
+async def close_open_rigs() -> None:
+    while OPEN:
+        await OPEN.pop().close()
 
 
 def hold_status_writes(monkeypatch: pytest.MonkeyPatch, plural: str, field: str) -> asyncio.Event:

@@ -6,7 +6,6 @@ sqlite Database, through the operator rig's Context.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +38,8 @@ class _Jobs:
 
 
 @pytest.fixture
-async def deps(tmp_path: Path) -> AsyncIterator[Deps]:
-    rig = await make_rig(tmp_path, approvals=None)
-    try:
-        yield Deps(rig)
-    finally:
-        await rig.ctx.db.close()
+async def deps(tmp_path: Path) -> Deps:
+    return Deps(await make_rig(tmp_path, approvals=None))  # closed after the test (conftest.py)
 
 
 def jobs(d: Deps) -> _Jobs:
