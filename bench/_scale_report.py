@@ -49,6 +49,16 @@ def table(out: dict[str, Any]) -> str:
             )
     lines.append("")
     for p in out["result"]["points"]:
+        inbox = p["probes"].get("mcp_inbox_read_s")  # runs before it have none
+        if inbox:
+            floor = p["probes"]["mcp_tools_list_s"]
+            lines.append(
+                f"MCP hangar://inbox read at {p['sessions']}: p50/p99 {inbox['p50']:.3f}/{inbox['p99']:.3f} s "
+                f"({inbox['n']} reads, one at a time); floor, MCP tools/list: {floor['p50']:.3f}/{floor['p99']:.3f} s; "
+                f"ratio p50 {inbox['p50'] / floor['p50']:.1f}x"
+            )
+    lines.append("")
+    for p in out["result"]["points"]:
         line = f"apiserver requests/s while idle at {p['sessions']}: {p['idle']['apiserver_rps_top']}"
         st = p.get("settled")  # runs before the wait for a quiet apiserver have none
         if st:

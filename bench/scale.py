@@ -47,6 +47,12 @@ ENVIRONMENT = "bench-kwok"
 NODE = "kwok-bench-0"
 TICK = os.sysconf("SC_CLK_TCK")
 KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+MCP_MODERN = "2026-07-28"
+MCP_META = {
+    "io.modelcontextprotocol/protocolVersion": MCP_MODERN,
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -313,6 +319,28 @@ class Bench(Cluster):
         sid = str(r.json()["steer"]["id"])
         return await asyncio.wait_for(self.swarm.expect("steer", sid), 60) - t0
 
+    async def probe_mcp(self, reads: int) -> tuple[list[float], list[float]]:
+        """``hangar://inbox`` read over MCP (one stateless 2026-07-28 request each, the admin token): what a
+        subscriber of the inbox does on every notification; beside it, alternating, its floor: ``tools/list``,
+        the same transport, token check and JSON-RPC round trip with nothing read from the cluster (the
+        2026-07-28 era has no ``ping``)."""
+        calls = {
+            "resources/read": ("hangar://inbox", {"uri": "hangar://inbox", "_meta": MCP_META}),
+            "tools/list": ("", {"_meta": MCP_META}),
+        }
+        took: dict[str, list[float]] = {m: [] for m in calls}
+        for i in range(2 * reads):
+            method = "tools/list" if i % 2 else "resources/read"
+            name, params = calls[method]
+            headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MCP_MODERN}
+            headers |= {"Mcp-Method": method, **({"Mcp-Name": name} if name else {})}
+            body = {"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params}
+            t0 = time.perf_counter()
+            r = await self.http.post("/mcp", json=body, headers=headers)
+            took[method].append(time.perf_counter() - t0)
+            assert r.status_code == 200 and '"result"' in r.text, r.text[:300]
+        return took["resources/read"], took["tools/list"]
+
     async def probes(self, sessions: list[str], n: int, gap: float) -> dict[str, Any]:
         picks = random.sample(sessions, min(n, len(sessions)))
         start_lag: list[float] = []  # message POSTed → start_turn at the driver
@@ -334,11 +362,16 @@ class Bench(Cluster):
         ):  # one at a time: each probe is timed alone, not queued behind the others
             await (steer(s) if i % 2 else turn(s))
             await asyncio.sleep(gap)
+        await self.probe_mcp(1)  # the first inbox read starts the API's watch of Jobs (lazy until then)
+        await asyncio.sleep(1.0)
+        inbox, floor = await self.probe_mcp(20)
         return {
             "reconcile_lag_s": summary(reconcile_lag),
             "message_to_start_turn_s": summary(start_lag),
             "message_to_completed_s": summary(done_lag),
             "steer_to_driver_s": summary(steer_lag),
+            "mcp_inbox_read_s": summary(inbox),
+            "mcp_tools_list_s": summary(floor),
         }
 
 

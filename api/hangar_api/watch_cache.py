@@ -30,6 +30,7 @@ from hangar.kube import ApiException, Kube, Obj
 from hangar.models import Session, TurnStatus
 from hangar.models import labels as L
 
+from .inbox_looks import JobLook, TurnLook, job_look, turn_look
 from .object_cache import Change, ObjectCache
 
 log = logging.getLogger("hangar.api.cache")
@@ -42,12 +43,13 @@ OVERFLOW_RETRY = 60.0
 
 @dataclass(frozen=True)
 class SessionLook:
-    """What the approval routes read of a Session."""
+    """What the approval routes and the MCP inbox read of a Session."""
 
     deleted: bool
     policy: str | None
     current_turn: str | None
     tainted: bool
+    job: str | None = None  # the job it is an attempt of
 
 
 def session_look(obj: Obj) -> SessionLook:
@@ -57,6 +59,7 @@ def session_look(obj: Obj) -> SessionLook:
         policy=st.policy,
         current_turn=st.current_turn,
         tainted=st.taint.tainted,
+        job=(obj["metadata"].get("labels") or {}).get(L.JOB),
     )
 
 
@@ -185,17 +188,18 @@ def _exists(obj: Obj) -> bool:
 
 
 class ApiCache:
-    """The approval routes' caches: Approvals (indexed by session), Sessions and Turns (what is read)."""
+    """The approval routes' and the MCP inbox's caches: Approvals (indexed by session), and of Sessions, Turns
+    and Jobs what they read."""
 
     def __init__(self, k: Kube, capacity: int = CAPACITY) -> None:
         self.approvals: ObjectCache[Obj] = ObjectCache(approval_kept, capacity, label=L.SESSION)
         # Indexed by job: an attempt's job is told with it (MCP subscriptions map a job to its attempts).
         self.sessions: ObjectCache[SessionLook] = ObjectCache(session_look, capacity, label=L.JOB)
         # Indexed by session: a Turn deleted while the watch was lost is told with its session.
-        self.turns: ObjectCache[str | None] = ObjectCache(turn_policy, capacity, label=L.SESSION)
+        self.turns: ObjectCache[TurnLook] = ObjectCache(turn_look, capacity, label=L.SESSION)
         self.environments: ObjectCache[bool] = ObjectCache(_exists, capacity)
-        # Jobs only for the MCP subscriptions' stream: watched from their first listener on.
-        self.jobs: ObjectCache[bool] = ObjectCache(_exists, capacity)
+        # Jobs only for MCP (the subscriptions' stream, the inbox): watched from their first use on.
+        self.jobs: ObjectCache[JobLook] = ObjectCache(job_look, capacity)
         self.watched = [
             Watched(k, "approvals", self.approvals),
             Watched(k, "sessions", self.sessions),
@@ -227,6 +231,11 @@ class ApiCache:
         if self.started:
             w.start()
 
+    def want(self, plural: str) -> None:
+        """A lazy resource's stream is needed from now on (its reads are answered once it is listed)."""
+        if self.started:
+            self.feed(plural).start()
+
     def stop(self) -> None:
         for w in self.watched:
             w.stop()
@@ -239,7 +248,14 @@ class ApiCache:
         """(held, the turn's policy): not held when the cache can't say."""
         if not self.turns.usable or name not in self.turns.objs:
             return False, None
-        return True, self.turns.get(name)
+        look = self.turns.get(name)
+        return True, look.policy if look is not None else None
+
+    def all_of(self, plural: str) -> dict[str, Any] | None:
+        """Every object of ``plural`` by name, as its cache holds it (its projection), or None: read the
+        apiserver."""
+        cache: ObjectCache[Any] = self.feed(plural).cache
+        return {name: value for name, (_, value) in cache.objs.items()} if cache.usable else None
 
     def environment_known(self, name: str) -> bool:
         """The Environment is there (False: the cache can't say so, read the apiserver; never "it is not")."""

@@ -12,8 +12,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http import EventMessage
 from mcp_types import JSONRPCNotification
 
+from hangar_api.inbox_looks import pull_request
 from hangar_api.mcp.events import BoundedEventStore
-from hangar_api.mcp.inbox import pull_request
 from hangar_api.mcp.outbox import Outbox
 from hangar_api.mcp.resources import parse_cursor, parse_since
 

@@ -9,57 +9,63 @@
 ``admin`` and ``mcp`` tokens see every session and job; a ``jobs`` token only the jobs it submitted (and the
 approvals of their attempts). Oldest first. Subscribing to it (``subscriptions.py``) is notified when any
 session, turn, approval or job changes: read it again.
+
+Read from this replica's watch-fed caches (``watch_cache.py``) where they can answer, each resource listed
+from the apiserver where its cache can't (not listed yet, its watch broken): a subscriber reads the inbox
+again on every change, and four listings of every session, turn, approval and job per read grew with the
+installation. Either way the objects are projected alike (``inbox_looks.py``, ``session_look``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from hangar.kube import Obj
-from hangar.models import Approval, Job, Turn
+from hangar.kube import Kube, Obj
+from hangar.models import Approval
 from hangar.models.approval import waiting
 
 from .. import approvals as ap
 from ..auth import Caller, owns
-from ..views import stamp
+from ..inbox_looks import TurnLook, job_look, turn_look
+from ..watch_cache import ApiCache, api_cache_of, session_look
 from .auth import may_use_sessions
 from .common import Hub
 
 URI = "hangar://inbox"
-JOB_LABEL = "hangar.dev/job"
+T = TypeVar("T")
 
 
-def pull_request(delivery: Any) -> str | None:
-    """The PR a job delivered, wherever its delivery record keeps the link."""
-    if not isinstance(delivery, dict):
-        return None
-    for key in ("pr_url", "prUrl", "pull_request", "pr"):
-        value = delivery.get(key)
-        if isinstance(value, dict):
-            value = value.get("url") or value.get("html_url")
-        if isinstance(value, str) and value:
-            return value
-    url = delivery.get("url")
-    return url if isinstance(url, str) and "/pull" in url else None
+async def _all(k: Kube, cache: ApiCache, plural: str, project: Callable[[Obj], T]) -> dict[str, T]:
+    """Every ``plural`` by name as ``project`` sees it: from the cache when it can say, else listed."""
+    held = cache.all_of(plural)
+    if held is not None:
+        return held
+    return {str(o["metadata"]["name"]): project(o) for o in await k.list(plural)}
 
 
-def _index(turn: Obj) -> int:
-    return int((turn.get("spec") or {}).get("index", 0))
+def _order(item: dict[str, Any]) -> tuple[str, ...]:
+    """Oldest first; at the same time by what it is about, so a cache's order and a listing's agree."""
+    ids = item.get("approval", {}).get("id") or item.get("turn") or ""
+    return (str(item.get("since") or ""), item["ref"], item["kind"], str(ids))
+
+
+def _kept(obj: Obj) -> Obj:
+    return obj
 
 
 async def read(hub: Hub, who: Caller) -> dict[str, Any]:
-    k = hub.kube
-    jobs = [
-        j
-        for j in await k.list("jobs")
-        if not j["metadata"].get("deletionTimestamp") and owns(who, str(j["spec"].get("submitter", "")))
-    ]
-    mine = {j["metadata"]["name"] for j in jobs}
-    sessions = [s for s in await k.list("sessions") if not s["metadata"].get("deletionTimestamp")]
-    job_of = {s["metadata"]["name"]: (s["metadata"].get("labels") or {}).get(JOB_LABEL) for s in sessions}
+    k, cache = hub.kube, api_cache_of(hub.state)
+    cache.want("jobs")
+    all_jobs = await _all(k, cache, "jobs", job_look)
+    jobs = [j for j in all_jobs.values() if not j.deleted and owns(who, j.submitter)]
+    mine = {j.name for j in jobs}
+    sessions = await _all(k, cache, "sessions", session_look)
+    job_of = {name: s.job for name, s in sessions.items() if not s.deleted}
     items: list[dict[str, Any]] = []
 
-    for a in await k.list("approvals"):
+    approvals = await _all(k, cache, "approvals", _kept)
+    for a in approvals.values():
         approval = Approval.model_validate(a)
         # Only the ones the operator requested, still waiting for a decision: as REST lists them, from the
         # Approval's create (its status, Pending, follows one write later).
@@ -75,50 +81,40 @@ async def read(hub: Hub, who: Caller) -> dict[str, Any]:
         )
 
     if may_use_sessions(who):
-        latest: dict[str, Obj] = {}
-        for t in await k.list("turns"):
-            name = str((t.get("spec") or {}).get("session") or "")
+        latest: dict[str, TurnLook] = {}
+        turns = await _all(k, cache, "turns", turn_look)
+        for t in turns.values():
+            name = t.session
             if (
                 name in job_of
                 and job_of[name] is None
-                and (name not in latest or _index(t) > _index(latest[name]))
+                and (name not in latest or t.index > latest[name].index)
             ):
                 latest[name] = t
         for name, t in latest.items():
-            tst = Turn.model_validate(t).status
-            if tst.phase == "NeedsInput":
-                question = tst.question or "(the agent asked without a question)"
-                since = stamp(tst.finished_at) or t["metadata"].get("creationTimestamp")
+            if t.needs_input:
+                question = t.question or "(the agent asked without a question)"
                 items.append(
-                    {
-                        "kind": "question",
-                        "since": since,
-                        "ref": name,
-                        "turn": t["metadata"]["name"],
-                        "question": question,
-                    }
+                    {"kind": "question", "since": t.since, "ref": name, "turn": t.name, "question": question}
                 )
 
     for j in jobs:
-        jst, name = Job.model_validate(j).status, j["metadata"]["name"]
-        since = stamp(jst.finished_at) or j["metadata"].get("creationTimestamp")
-        state = jst.state
-        if state == "needs_input" and jst.question:
-            items.append({"kind": "question", "since": since, "ref": name, "question": jst.question})
-        elif state == "failed":
+        if j.state == "needs_input" and j.question:
+            items.append({"kind": "question", "since": j.since, "ref": j.name, "question": j.question})
+        elif j.state == "failed":
             items.append(
                 {
                     "kind": "failed_job",
-                    "since": since,
-                    "ref": name,
-                    "reason": jst.reason,
-                    "message": jst.message,
+                    "since": j.since,
+                    "ref": j.name,
+                    "reason": j.reason,
+                    "message": j.message,
                 }
             )
-        elif state == "done" and (pr := pull_request(jst.delivery.dump() if jst.delivery else None)):
-            items.append({"kind": "review", "since": since, "ref": name, "pull_request": pr})
+        elif j.state == "done" and j.pull_request:
+            items.append({"kind": "review", "since": j.since, "ref": j.name, "pull_request": j.pull_request})
 
-    items.sort(key=lambda i: str(i.get("since") or ""))
+    items.sort(key=_order)
     counts: dict[str, int] = {}
     for i in items:
         counts[i["kind"]] = counts.get(i["kind"], 0) + 1
