@@ -132,6 +132,7 @@ async def test_the_cached_inbox_is_the_listed_one_for_every_token(tmp_path: Path
         ("question", "s-busy"),
     ], admin
     assert admin["counts"] == {"question": 3, "approval": 2, "failed_job": 1, "review": 1}
+    assert listed[CALLERS[3]] == admin, "an mcp token sees every session and job, as an admin's does"
     assert {i["ref"] for i in listed[CALLERS[1]]["items"]} == {"j-asks", "j-failed"}
     assert [i["ref"] for i in listed[CALLERS[2]]["items"]] == ["j-pr"]
 

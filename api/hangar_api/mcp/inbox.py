@@ -29,7 +29,7 @@ from .. import approvals as ap
 from ..auth import Caller, owns
 from ..inbox_looks import TurnLook, job_look, turn_look
 from ..watch_cache import ApiCache, api_cache_of, session_look
-from .auth import may_use_sessions
+from .auth import acting, may_use_sessions
 from .common import Hub
 
 URI = "hangar://inbox"
@@ -58,7 +58,8 @@ async def read(hub: Hub, who: Caller) -> dict[str, Any]:
     k, cache = hub.kube, api_cache_of(hub.state)
     cache.want("jobs")
     all_jobs = await _all(k, cache, "jobs", job_look)
-    jobs = [j for j in all_jobs.values() if not j.deleted and owns(who, j.submitter)]
+    # An mcp token reaches every job through the tools (``acting``): the inbox shows it every job too.
+    jobs = [j for j in all_jobs.values() if not j.deleted and owns(acting(who), j.submitter)]
     mine = {j.name for j in jobs}
     sessions = await _all(k, cache, "sessions", session_look)
     job_of = {name: s.job for name, s in sessions.items() if not s.deleted}
