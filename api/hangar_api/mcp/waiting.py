@@ -65,7 +65,7 @@ POLL_SECONDS = 0.5
 SHARED_SECONDS = 0.25  # how old a snapshot other waiters on the same target may reuse
 PROGRESS_EVERY = 2.0
 ELICIT_WAIT_SECONDS = 15 * 60
-JOB_SETTLE_SECONDS = 10.0  # how long a job's state may lag behind its turns' end
+JOB_SETTLE_SECONDS = 10.0  # how long a job's state (a session's phase) may lag behind its turns' end
 ENDED = ("Completed", "Failed", "Interrupted", "NeedsInput")
 
 
@@ -111,9 +111,10 @@ class Snapshot:
 
     def settling(self) -> bool:
         """A job whose turns have ended but whose state (which the operator derives from them a moment
-        later) doesn't say so yet."""
+        later) doesn't say so yet; a session still ``Running`` once its turns have ended (its phase is
+        written just after the turn's end: the answer would say a turn runs while it says none does)."""
         if self.target.kind != "job":
-            return False
+            return self.state == "Running"
         if self.state in ("queued", "running", "awaiting_approval"):
             return True
         return self.state == "needs_input" and not any(
@@ -421,7 +422,7 @@ async def wait_for_turn(
         if ended and snap.state in ("verifying", "delivering"):
             ended = False  # hangar's work after the agent's (verification, a repair turn, the PR) goes on
         if ended and snap.settling():
-            # The job's state follows its turns a moment later (the operator derives it).
+            # The job's state (the session's phase) follows its turns a moment later (the operator writes it).
             ended_since = ended_since or time.monotonic()
             ended = time.monotonic() - ended_since > JOB_SETTLE_SECONDS
         if ended:
