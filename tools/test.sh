@@ -4,6 +4,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
+# The TypeScript MCP SDK's client for tests/e2e/test_mcp_ts_client_e2e.py, as its package-lock.json pins it.
+ts=tests/clients/mcp-ts
+if [ ! "$ts/node_modules/.package-lock.json" -nt "$ts/package-lock.json" ]; then
+  npm ci --prefix "$ts" --no-audit --no-fund --loglevel=error >/dev/null
+fi
 echo "== lint and types"
 ruff check .                # sandbox-image/ by its own pyproject.toml: a py38 target
 ruff format --check .
