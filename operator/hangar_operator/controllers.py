@@ -7,6 +7,7 @@ again; an interrupt unconfirmed → kill the run) are callbacks set here.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from hangar.config import Settings
@@ -68,6 +69,9 @@ class Controllers:
         self.sweeper.start()
 
     async def stop(self) -> None:
+        # The wake-ups and retries running or waiting now: cancelled below, then awaited, so none is left
+        # pending on the loop (kopf's stop, or the next test on a shared loop, would meet it).
+        left = [*self.wakeups.tasks, *self.retry.waiting.values()]
         self.sweeper.stop()
         self.wakeups.stop()
         self.deadlines.stop()
@@ -76,6 +80,7 @@ class Controllers:
         self.bodies.stop()
         self.suspensions.stop()
         self.retry.stop()
+        await asyncio.gather(*left, return_exceptions=True)
         await self.live.stop()
         await self.ctx.gateway.stop()
         if self.ctx.tower is not None:

@@ -33,10 +33,6 @@ class Rig:
         """Stop what the controllers left running and close the database. The tests share one event loop:
         a wake-up or retry still pending would otherwise run on during the next test."""
         await self.c.stop()
-        left = [*self.c.wakeups.tasks, *self.c.retry.waiting.values()]
-        for task in left:
-            task.cancel()
-        await asyncio.gather(*left, return_exceptions=True)
         await self.ctx.db.close()
 
     @property
