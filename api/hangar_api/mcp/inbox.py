@@ -13,7 +13,8 @@ session, turn, approval or job changes: read it again.
 Read from this replica's watch-fed caches (``watch_cache.py``) where they can answer, each resource listed
 from the apiserver where its cache can't (not listed yet, its watch broken): a subscriber reads the inbox
 again on every change, and four listings of every session, turn, approval and job per read grew with the
-installation. Either way the objects are projected alike (``inbox_looks.py``, ``session_look``).
+installation. Either way the objects are projected alike (``inbox_looks.py``, ``session_look``,
+``approval_kept``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hangar.models.approval import waiting
 from .. import approvals as ap
 from ..auth import Caller, owns
 from ..inbox_looks import TurnLook, job_look, turn_look
-from ..watch_cache import ApiCache, api_cache_of, session_look
+from ..watch_cache import ApiCache, api_cache_of, approval_kept, session_look
 from .auth import acting, may_use_sessions
 from .common import Hub
 
@@ -50,10 +51,6 @@ def _order(item: dict[str, Any]) -> tuple[str, ...]:
     return (str(item.get("since") or ""), item["ref"], item["kind"], str(ids))
 
 
-def _kept(obj: Obj) -> Obj:
-    return obj
-
-
 async def read(hub: Hub, who: Caller) -> dict[str, Any]:
     k, cache = hub.kube, api_cache_of(hub.state)
     cache.want("jobs")
@@ -65,7 +62,7 @@ async def read(hub: Hub, who: Caller) -> dict[str, Any]:
     job_of = {name: s.job for name, s in sessions.items() if not s.deleted}
     items: list[dict[str, Any]] = []
 
-    approvals = await _all(k, cache, "approvals", _kept)
+    approvals = await _all(k, cache, "approvals", approval_kept)
     for a in approvals.values():
         approval = Approval.model_validate(a)
         # Only the ones the operator requested, still waiting for a decision: as REST lists them, from the
