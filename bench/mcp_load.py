@@ -37,6 +37,8 @@ from typing import Any
 
 import httpx
 import httpx2
+from _mcp import META, MODERN
+from _mcp import headers as mcp_headers
 from _stack import bench_run, claude_env, claude_missing, header, kube_apply, print_result, wall
 from _stats import log, summary
 from mcp.client import Client
@@ -48,7 +50,6 @@ from hangar.devcluster.stack import Stack, environment_object
 from hangar.kube import Kube
 from hangar.testing.model_server import ScriptedModel, Step
 
-MODERN = "2026-07-28"
 ENVIRONMENT = "bench-mcp"
 SESSION = "bench-mcp"
 URI = f"hangar://sessions/{SESSION}"
@@ -69,11 +70,7 @@ def call_body(n: int) -> dict[str, Any]:
         "params": {
             "name": "wait_for_turn",
             "arguments": {"ref": SESSION, "timeout_seconds": 600},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
+            "_meta": META,
         },
     }
 
@@ -90,10 +87,7 @@ async def waiters_side(stack: Stack, n: int) -> dict[str, Any]:
     api_pid = stack.procs["api"].pid
     headers = {
         "Authorization": f"Bearer {stack.token_for('mcp-client')}",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN,
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": "wait_for_turn",
+        **mcp_headers("tools/call", "wait_for_turn"),
     }
     limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=0)
     before = rss_mb(api_pid)

@@ -33,6 +33,8 @@ import _watch
 import httpx
 from _apiserver import requests, until_quiet
 from _kube import NAMESPACE, Cluster
+from _mcp import META
+from _mcp import headers as mcp_headers
 from _scale_report import plot, table
 from _stack import bench_run, header, print_result
 from _stats import log, summary
@@ -47,12 +49,6 @@ ENVIRONMENT = "bench-kwok"
 NODE = "kwok-bench-0"
 TICK = os.sysconf("SC_CLK_TCK")
 KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-MCP_MODERN = "2026-07-28"
-MCP_META = {
-    "io.modelcontextprotocol/protocolVersion": MCP_MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -325,18 +321,16 @@ class Bench(Cluster):
         the same transport, token check and JSON-RPC round trip with nothing read from the cluster (the
         2026-07-28 era has no ``ping``)."""
         calls = {
-            "resources/read": ("hangar://inbox", {"uri": "hangar://inbox", "_meta": MCP_META}),
-            "tools/list": ("", {"_meta": MCP_META}),
+            "resources/read": ("hangar://inbox", {"uri": "hangar://inbox", "_meta": META}),
+            "tools/list": (None, {"_meta": META}),
         }
         took: dict[str, list[float]] = {m: [] for m in calls}
         for i in range(2 * reads):
             method = "tools/list" if i % 2 else "resources/read"
             name, params = calls[method]
-            headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MCP_MODERN}
-            headers |= {"Mcp-Method": method, **({"Mcp-Name": name} if name else {})}
             body = {"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params}
             t0 = time.perf_counter()
-            r = await self.http.post("/mcp", json=body, headers=headers)
+            r = await self.http.post("/mcp", json=body, headers=mcp_headers(method, name))
             took[method].append(time.perf_counter() - t0)
             assert r.status_code == 200 and '"result"' in r.text, r.text[:300]
         return took["resources/read"], took["tools/list"]
