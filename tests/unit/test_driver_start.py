@@ -189,7 +189,12 @@ def _hello_and_workspace(
         with conn:
             conn.settimeout(60)
             hello = json.loads(conn.makefile("rb").readline())
-            return hello, (ws / ".git").is_dir()
+            checked_out = (ws / ".git").is_dir()
+            # Killed while the connection is open: a closed one ends the driver's link, which logs (and
+            # imports logging, re, random) before a kill that comes after it on a loaded machine.
+            proc.kill()
+            proc.wait()
+            return hello, checked_out
     finally:
         proc.kill()
         proc.wait()
