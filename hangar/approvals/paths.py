@@ -109,7 +109,7 @@ def credential(path: str, where: Where) -> str | None:
     Secrets: ~/.ssh (and any ``.ssh`` directory), ``.git-credentials``, ``.netrc``, git's credential
     store, ~/.hangar, the other turns' directories beside $HANGAR_IO (the driver's ``io/``), another
     process's ``/proc/*/environ`` and ``/proc/*/mem``, ~/.aws, ~/.config/gh, ~/.docker/config.json,
-    ~/.kube/config, ~/.gnupg, /etc/shadow and /etc/gshadow.
+    ~/.kube/config, ~/.gnupg, /etc/shadow and /etc/gshadow, a pod's /var/run/secrets.
 
     ``path`` is absolute and normalised; unknown expansions in it (``UNKNOWN``) match anything, so
     ``/proc/$$/environ`` is the environment of a process.
@@ -149,7 +149,16 @@ def credential(path: str, where: Where) -> str | None:
             return f"stored credentials (~/{rel})"
     if pattern in ("/etc/shadow", "/etc/gshadow"):
         return f"password hashes ({pattern})"
+    if pattern.startswith(("/var/run/secrets", "/run/secrets")) and any(
+        within(pattern, d) for d in _POD_SECRETS
+    ):
+        return "the pod's mounted credentials (/var/run/secrets)"
     return None
+
+
+# Where Kubernetes mounts a pod's service account token (and other projected secrets). hangar's sandbox pods
+# mount none, but an environment's image or a cluster's mutating webhook may.
+_POD_SECRETS = ("/var/run/secrets", "/run/secrets")
 
 
 # What a rendered word must hold to possibly name a secret when it is a relative path below a working
@@ -172,8 +181,9 @@ MAYBE_SECRET_IN = re.compile(
 def relative_safe(where: Where) -> bool:
     """Whether :func:`credential` can find a secret in a relative path with no ".." only by the path's own
     names: the working directory is neither inside nor above any place it knows (HOME's stores, ~/.hangar,
-    the driver's io/, /proc, /etc/shadow), holds no ``.ssh`` and is not named as a secret file. Then a word
-    that :data:`MAYBE_SECRET` does not match is no secret, and the rules skip the check of most words."""
+    the driver's io/, /proc, /etc/shadow, /var/run/secrets), holds no ``.ssh`` and is not named as a secret
+    file. Then a word that :data:`MAYBE_SECRET` does not match is no secret, and the rules skip the check of
+    most words."""
     places = turn_places(where)
     cwd = places.cwd
     if not cwd.startswith("/") or UNKNOWN in cwd:
@@ -182,7 +192,7 @@ def relative_safe(where: Where) -> bool:
     if ".ssh" in names or names[-1] in (".git-credentials", ".netrc", "_netrc"):
         return False
     known = (places.io_dir, places.git_credentials, places.hangar, *(under for _, under in places.stores))
-    for place in (*known, "/proc", "/etc/shadow", "/etc/gshadow"):
+    for place in (*known, "/proc", "/etc/shadow", "/etc/gshadow", *_POD_SECRETS):
         if place and (within(cwd, place) or within(place, cwd)):
             return False
     return True

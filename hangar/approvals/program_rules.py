@@ -38,6 +38,7 @@ from .paths import (
     within,
 )
 from .shell import WRITE_OPS, Part, Word
+from .writers import WRITERS, written_by
 
 RULE_ORDER: tuple[str, ...] = (
     "system",
@@ -63,7 +64,11 @@ _SYSTEMCTL_POWER = frozenset({"poweroff", "reboot", "halt", "kexec"})
 _NETCAT = frozenset({"nc", "ncat", "netcat"})
 _TEXT = ("lit", "glob")  # the kinds of Part that are plain text
 # The programs write_targets() knows the output files of.
-_WRITERS = frozenset({"tee", "cp", "mv", "ln", "install", "touch", "mkdir", "truncate", "dd"}) | DOWNLOADERS
+_WRITERS = (
+    frozenset({"tee", "cp", "mv", "ln", "install", "touch", "mkdir", "truncate", "dd"})
+    | DOWNLOADERS
+    | WRITERS
+)
 _FD = re.compile(r"[0-9]+-?|-")  # the target of >& or <& that is a file descriptor, not a file
 
 
@@ -357,6 +362,8 @@ class ProgramRules:
                 targets += [
                     v for v in parsed.values.get(opt, []) if (v.text if isinstance(v, Word) else v) != "-"
                 ]
+        else:
+            targets += written_by(name, args)
         out: list[tuple[str, str]] = []
         for t in targets:
             if isinstance(t, Word):

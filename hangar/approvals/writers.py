@@ -1,0 +1,248 @@
+"""The files more programs write, beyond the copy and create commands ``ProgramRules.write_targets`` reads
+itself: a change of a file's mode, owner or attributes (``chmod``, ``chown``, ``chgrp``, ``chattr``,
+``setfacl``), an in-place edit (``sed -i``), the destination of ``rsync``, what ``tar`` extracts into or
+archives to, ``unzip -d``, and the directory ``git clone`` or ``git init`` makes.
+
+Each is a write for the rule "file writes outside the repository and $HANGAR_IO": ``chmod -R 777 /`` or
+``sed -i … /etc/hosts`` changes the sandbox outside the checkout as surely as a redirection does. What is
+only read (a ``--reference`` file, a sed script file, an archive extracted) is not a target. An operand that
+is not a path (a mode, an owner, a sed script) is left out where the command's syntax says which it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .argv import options
+from .shell_types import Part, Word
+
+# chmod/chown/chgrp: the operands after the mode or owner (none skipped with --reference).
+_OWNERS = frozenset({"chmod", "chown", "chgrp"})
+# A mode given as a short option (`chmod -w f`, `chmod -rwx f`): then every operand is a file.
+_MODE_LETTERS = frozenset("rwxXst")
+WRITERS = _OWNERS | {"chattr", "setfacl", "sed", "rsync", "tar", "unzip", "git"}
+
+# rsync's options that take a separate value (so that the value is not taken for a source or destination).
+_RSYNC_SHORT = "efTBM"
+_RSYNC_LONG = (
+    "--rsh",
+    "--rsync-path",
+    "--filter",
+    "--exclude",
+    "--exclude-from",
+    "--include",
+    "--include-from",
+    "--files-from",
+    "--chmod",
+    "--chown",
+    "--usermap",
+    "--groupmap",
+    "--log-file",
+    "--log-file-format",
+    "--out-format",
+    "--backup-dir",
+    "--suffix",
+    "--partial-dir",
+    "--temp-dir",
+    "--compare-dest",
+    "--copy-dest",
+    "--link-dest",
+    "--block-size",
+    "--max-size",
+    "--min-size",
+    "--max-delete",
+    "--timeout",
+    "--contimeout",
+    "--port",
+    "--password-file",
+    "--bwlimit",
+    "--remote-option",
+    "--modify-window",
+    "--compress-choice",
+    "--compress-level",
+    "--checksum-choice",
+    "--sockopts",
+    "--outbuf",
+    "--iconv",
+    "--info",
+    "--debug",
+    "--only-write-batch",
+    "--write-batch",
+    "--read-batch",
+)
+# tar's short options that take a value, and its long ones.
+_TAR_SHORT = "bCfFgHIKLNTVX"
+_TAR_LONG = (
+    "--file",
+    "--directory",
+    "--blocking-factor",
+    "--info-script",
+    "--new-volume-script",
+    "--listed-incremental",
+    "--format",
+    "--use-compress-program",
+    "--starting-file",
+    "--tape-length",
+    "--newer",
+    "--after-date",
+    "--files-from",
+    "--label",
+    "--exclude-from",
+    "--exclude",
+    "--owner",
+    "--group",
+    "--mode",
+    "--mtime",
+    "--transform",
+    "--xform",
+)
+_TAR_WRITES_ARCHIVE = (
+    "-c",
+    "--create",
+    "-r",
+    "--append",
+    "-u",
+    "--update",
+    "-A",
+    "--catenate",
+    "--concatenate",
+)
+_TAR_EXTRACTS = ("-x", "--extract", "--get")
+_GIT_GLOBAL = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix")
+_GIT_CLONE_SHORT = "bocju"
+_GIT_CLONE_LONG = (
+    "--branch",
+    "--origin",
+    "--config",
+    "--depth",
+    "--reference",
+    "--reference-if-able",
+    "--separate-git-dir",
+    "--upload-pack",
+    "--template",
+    "--jobs",
+    "--filter",
+    "--shallow-since",
+    "--shallow-exclude",
+    "--server-option",
+    "--bundle-uri",
+    "--ref-format",
+)
+
+
+def written_by(name: str, args: Sequence[Word]) -> list[Word | str]:
+    """The files (as words, or strings cut from an option) ``name args`` writes; [] for a program not in
+    :data:`WRITERS` or an invocation of it that writes nothing (``sed`` without ``-i``, ``tar -t``)."""
+    if name in _OWNERS:
+        return _owners(name, args)
+    if name == "chattr":
+        return list(options(args, "vp").operands)
+    if name == "setfacl":
+        long = ("--modify", "--modify-file", "--remove", "--remove-file", "--set", "--set-file")
+        return list(options(args, "mMxX", long).operands)
+    if name == "sed":
+        return _sed(args)
+    if name == "rsync":
+        parsed = options(args, _RSYNC_SHORT, _RSYNC_LONG)
+        if len(parsed.operands) < 2:
+            return []  # one operand lists it
+        dest = parsed.operands[-1]
+        return [] if _remote(dest.text) else [dest]
+    if name == "tar":
+        return _tar(args)
+    if name == "unzip":
+        return list(options(args, "dx").values.get("-d", []))
+    if name == "git":
+        return _git(args)
+    return []
+
+
+def _owners(name: str, args: Sequence[Word]) -> list[Word | str]:
+    parsed = options(args, "", ("--reference", "--from"))
+    operands: list[Word | str] = list(parsed.operands)
+    mode_as_option = name == "chmod" and any(f[1:] in _MODE_LETTERS for f in parsed.flags if len(f) == 2)
+    if parsed.has("--reference") or mode_as_option:
+        return operands
+    return operands[1:]
+
+
+def _sed(args: Sequence[Word]) -> list[Word | str]:
+    in_place = script_given = False
+    operands: list[Word | str] = []
+    i, done = 0, False
+    while i < len(args):
+        w = args[i]
+        i += 1
+        lit = w.literal
+        if done or lit is None or not lit.startswith("-") or lit == "-":
+            operands.append(w)
+        elif lit == "--":
+            done = True
+        elif lit.startswith("--"):
+            name, eq, _ = lit.partition("=")
+            if name == "--in-place":
+                in_place = True
+            elif name in ("--expression", "--file", "--line-length"):
+                script_given = script_given or name != "--line-length"
+                i += 0 if eq else 1
+        else:
+            for k, ch in enumerate(lit[1:]):
+                if ch == "i":  # what follows it in the cluster is the backup's suffix
+                    in_place = True
+                    break
+                if ch in "efl":
+                    script_given = script_given or ch != "l"
+                    i += 1 if k == len(lit) - 2 else 0  # the value is the next word, or the cluster's rest
+                    break
+    if not in_place:
+        return []
+    return operands if script_given else operands[1:]
+
+
+def _tar(args: Sequence[Word]) -> list[Word | str]:
+    words = list(args)
+    first = words[0].literal if words else None
+    if first and first.isalpha():  # the old style (`tar czf out.tgz .`): each letter an option, values after
+        letters, rest = first, words[1:]
+        words = []
+        for ch in letters:
+            words.append(Word((Part("glob", "-" + ch),)))
+            if ch in _TAR_SHORT and rest:
+                words.append(rest.pop(0))
+        words += rest
+    parsed = options(words, _TAR_SHORT, _TAR_LONG)
+    out: list[Word | str] = []
+    if parsed.has(*_TAR_WRITES_ARCHIVE):
+        out += [v for v in parsed.values.get("-f", []) + parsed.values.get("--file", []) if _local_file(v)]
+    if parsed.has(*_TAR_EXTRACTS):
+        out += parsed.values.get("-C", []) + parsed.values.get("--directory", [])
+    return out
+
+
+def _git(args: Sequence[Word]) -> list[Word | str]:
+    i = 0
+    while i < len(args):
+        lit = args[i].literal
+        if lit is None or not lit.startswith("-"):
+            break
+        takes = lit in _GIT_GLOBAL and not (lit.startswith("--") and "=" in lit)
+        i += 2 if takes else 1
+    if i >= len(args) or args[i].literal not in ("clone", "init"):
+        return []
+    sub = args[i].literal
+    if sub == "init":
+        parsed = options(args[i + 1 :], "b", ("--template", "--separate-git-dir", "--initial-branch"))
+        return [*parsed.values.get("--separate-git-dir", []), *parsed.operands[:1]]
+    parsed = options(args[i + 1 :], _GIT_CLONE_SHORT, _GIT_CLONE_LONG)
+    return [*parsed.values.get("--separate-git-dir", []), *parsed.operands[1:2]]
+
+
+def _remote(text: str) -> bool:
+    """An rsync destination on another host (``host:path``, ``user@host:path``, ``rsync://…``)."""
+    head = text.split("/", 1)[0]
+    return text.startswith("rsync://") or (":" in head and not text.startswith(("/", ".", "~")))
+
+
+def _local_file(value: Word | str) -> bool:
+    text = value.text if isinstance(value, Word) else value
+    return text != "-" and not _remote(text)
