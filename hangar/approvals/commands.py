@@ -297,6 +297,8 @@ class ShellAnalysis(Clearing):
         elif mode == "file" and operand is not None:
             if self.downloads(operand.nested, depth):
                 self.add("pipe-to-shell", piped)
+        elif mode == "code" and self.downloads((src for w in args for src in w.nested), depth):
+            self.add("pipe-to-shell", piped)  # `python3 -c "$(curl …)"`: another language's inline code
         elif mode == "stdin":
             for r in cmd.redirects:
                 if r.op == "<<<" and r.target is not None:

@@ -58,7 +58,7 @@ RULE_ORDER: tuple[str, ...] = (
 PRIVILEGE = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudoedit"})
 _SYSTEM = frozenset(
     {"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "sgdisk"}
-    | {"shutdown", "reboot", "halt", "poweroff"}
+    | {"shutdown", "reboot", "halt", "poweroff", "kexec"}
 )
 _SYSTEMCTL_POWER = frozenset({"poweroff", "reboot", "halt", "kexec"})
 _NETCAT = frozenset({"nc", "ncat", "netcat"})
