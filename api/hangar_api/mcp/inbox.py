@@ -48,7 +48,10 @@ async def _all(k: Kube, cache: ApiCache, plural: str, project: Callable[[Obj], T
 def _order(item: dict[str, Any]) -> tuple[str, ...]:
     """Oldest first; at the same time by what it is about, so a cache's order and a listing's agree."""
     ids = item.get("approval", {}).get("id") or item.get("turn") or ""
-    return (str(item.get("since") or ""), item["ref"], item["kind"], str(ids))
+    since = str(item.get("since") or "")
+    if len(since) == 20 and since.endswith("Z"):  # a creationTimestamp (…:SSZ) beside hangar's …:SS.000Z
+        since = since[:-1] + ".000Z"
+    return (since, item["ref"], item["kind"], str(ids))
 
 
 async def read(hub: Hub, who: Caller) -> dict[str, Any]:
