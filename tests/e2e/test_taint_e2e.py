@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,6 +50,7 @@ needs_clis = pytest.mark.skipif(
 )
 HARNESSES = ["claude", "codex"]
 UNTRUSTED = "after reading untrusted content"
+AGENT_UID = 1001
 READ = "mcp__tracker__read_issue"
 WRITE = "mcp__tracker__create_comment"
 
@@ -95,9 +97,22 @@ def calls(shared: Path) -> list[str]:
     return [str(x["tool"]) for x in lines if "tool" in x]
 
 
+def bare_remote(shared: Path) -> Path:
+    """A bare repository the agent may push to, made here: made by the agent's own command it would be a
+    write outside its repository, which deny-risky denies (and reports before the push's taint)."""
+    remote = shared / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    # Under root the agent runs as uid 1001, and git refuses a repository another uid owns.
+    if os.geteuid() == 0:
+        for d, _, files in os.walk(remote):
+            for p in [d, *(os.path.join(d, f) for f in files)]:
+                os.chown(p, AGENT_UID, AGENT_UID)
+    return remote
+
+
 def push_command(remote: Path) -> str:
     return (
-        f"git init -q --bare {remote} && git init -q && "
+        "git init -q && "
         "git -c user.name=agent -c user.email=agent@example.com commit -q --allow-empty -m taint-test && "
         f"git push -q {remote} HEAD:refs/heads/main"
     )
@@ -157,7 +172,7 @@ def cleanup(api: Api, *sessions: str) -> None:
 def test_an_untrusted_mcp_result_taints_and_its_write_tools_and_a_push_are_denied(
     cluster: Cluster, stack: Stack, model: ScriptedModel, shared: Path, harness: str
 ) -> None:
-    remote = shared / "remote.git"
+    remote = bare_remote(shared)
     mcp_script(model, remote)
     name, env = f"taint-mcp-{harness}", f"taint-env-mcp-{harness}"
     make_env(cluster, env, harness, model, "deny-risky", tracker(shared, "untrusted"))
@@ -175,7 +190,7 @@ def test_an_untrusted_mcp_result_taints_and_its_write_tools_and_a_push_are_denie
         assert any(e["kind"] == "taint" and why in e.get("reason", "") for e in api.events(name))
         # The read ran; the write tool and the push were denied and never ran.
         assert calls(shared) == ["read_issue"], calls(shared)
-        assert not remote.exists()
+        assert not pushed(remote)
         denied = {x["rule"]: x for x in approvals(api, name)["recent"] if x["phase"] == "Denied"}
         assert set(denied) == {"taint-mcp-write", "taint-push"}, denied
         write = denied["taint-mcp-write"]
@@ -196,7 +211,7 @@ def test_an_untrusted_mcp_result_taints_and_its_write_tools_and_a_push_are_denie
 def test_a_trusted_mcp_result_does_not_taint_and_the_push_goes_through(
     cluster: Cluster, stack: Stack, model: ScriptedModel, shared: Path, harness: str
 ) -> None:
-    remote = shared / "remote.git"
+    remote = bare_remote(shared)
     mcp_script(model, remote)
     name, env = f"taint-trusted-{harness}", f"taint-env-trusted-{harness}"
     make_env(cluster, env, harness, model, "deny-risky", tracker(shared, "trusted"))
@@ -298,7 +313,7 @@ def web_script(model: ScriptedModel, harness: str, remote: Path) -> None:
 def test_a_web_search_taints_and_a_following_push_is_denied(
     cluster: Cluster, stack: Stack, model: ScriptedModel, shared: Path, harness: str
 ) -> None:
-    remote = shared / "remote.git"
+    remote = bare_remote(shared)
     web_script(model, harness, remote)
     name, env = f"taint-web-{harness}", f"taint-env-web-{harness}"
     make_env(cluster, env, harness, model, "deny-risky")
@@ -315,7 +330,7 @@ def test_a_web_search_taints_and_a_following_push_is_denied(
         denied = [x for x in approvals(api, name)["recent"] if x["phase"] == "Denied"]
         assert [x["rule"] for x in denied] == ["taint-push"], denied
         assert denied[0]["tainted"] and UNTRUSTED in denied[0]["why"]
-        assert not remote.exists()
+        assert not pushed(remote)
         assert any(r.contains(UNTRUSTED) for r in model.requests), "the agent got the denial"
     finally:
         cleanup(api, name)
@@ -329,7 +344,7 @@ def test_a_web_search_taints_and_a_following_push_is_denied(
 def test_under_ask_a_tainted_push_asks_with_the_taint(
     cluster: Cluster, stack: Stack, model: ScriptedModel, shared: Path, harness: str
 ) -> None:
-    remote = shared / "remote.git"
+    remote = bare_remote(shared)
     model.add(
         Step(when=has(str(remote)), text="FINAL: done.", repeat=True, name="final"),
         Step(
@@ -371,7 +386,7 @@ def test_under_ask_a_tainted_push_asks_with_the_taint(
         assert r.status_code == 200, r.text
         t = api.wait_turn(name, 1)
         assert t["phase"] == "Completed" and t["taint"] is True, api.debug(name)
-        assert not remote.exists()
+        assert not pushed(remote)
         assert calls(shared) == ["read_issue"]
     finally:
         cleanup(api, name)
@@ -384,7 +399,7 @@ def test_a_web_search_the_models_api_ran_itself_taints_claude(
     """The model's answer carries a server tool's ``server_tool_use`` and ``web_search_tool_result`` blocks
     (Claude Code shows them as assistant messages of their own): the driver reports them as a tool call and its
     result, so the push in the same answer is judged tainted."""
-    remote = shared / "remote.git"
+    remote = bare_remote(shared)
     model.add(
         Step(when=has(str(remote)), text="FINAL: done.", repeat=True, name="final"),
         Step(
@@ -425,6 +440,6 @@ def test_a_web_search_the_models_api_ran_itself_taints_claude(
         assert "read web content (web_search)" in api.session(name)["taint"]["reasons"]
         denied = [x for x in approvals(api, name)["recent"] if x["phase"] == "Denied"]
         assert [x["rule"] for x in denied] == ["taint-push"], denied
-        assert not remote.exists()
+        assert not pushed(remote)
     finally:
         cleanup(api, name)
