@@ -112,6 +112,20 @@ def _requested(a: Approval, sessions: Collection[str]) -> bool:
     return (bool(a.status.phase) or waiting(a)) and a.spec.session in sessions
 
 
+async def waiting_on(
+    k: Kube, sessions: Collection[str], cache: ApiCache | None, *, attempts: bool = False
+) -> list[dict[str, Any]]:
+    """The approvals these sessions wait on, oldest first, in the shape of ``status.pendingApprovals`` (with
+    each one's session for a job's ``attempts``), read from the Approvals themselves as ``wait_for_turn``
+    and ``GET …/approvals`` read them: the operator writes a session's list after the Approval, off the
+    session's lock, so a view from it could miss an approval ``wait_for_turn`` has just reported. One
+    decided but not applied yet waits on nobody."""
+    items = [a for a in await approvals_of(k, sessions, cache) if not (a.get("spec") or {}).get("decision")]
+    pending, _ = pending_and_recent(items, 0)
+    keep = ("id", "session", "turn", "tool", "command")
+    return [{key: (p[key] if key != "session" or attempts else None) for key in keep} for p in pending]
+
+
 def pending_and_recent(items: list[Obj], limit: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The approvals waiting (oldest first) and the latest ``limit`` resolved ones (newest first)."""
     typed = [Approval.model_validate(a) for a in items]

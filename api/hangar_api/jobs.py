@@ -40,6 +40,7 @@ from hangar.turns import create_turn
 
 from . import schemas as S
 from . import steering
+from .approvals import waiting_on
 from .auth import Caller, owns
 from .deps import SEQ_MAX, DbDep, KubeDep, events_page
 from .errors import api_error
@@ -57,6 +58,7 @@ from .job_attempts import (
 from .names import JobId
 from .routing import Route
 from .views import job_view
+from .watch_cache import CacheDep
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 
@@ -180,10 +182,12 @@ async def list_jobs(who: JobsCaller, k: KubeDep) -> dict[str, Any]:
 
 
 @router.get("/{job_id}", response_model=S.JobView)
-async def read_job(job_id: JobId, who: JobsCaller, k: KubeDep) -> dict[str, Any]:
+async def read_job(job_id: JobId, who: JobsCaller, k: KubeDep, c: CacheDep) -> dict[str, Any]:
     """The job: its submitter's, an admin's, or a policy approver's of its repository (to read only)."""
     j = await get_job(k, who, job_id, read=True)
-    return job_view(j, await job_turns(k, j, await attempt_sessions(k, j)))
+    sessions = await attempt_sessions(k, j)
+    pending = await waiting_on(k, [s["metadata"]["name"] for s in sessions], c, attempts=True)
+    return job_view(j, await job_turns(k, j, sessions), pending)
 
 
 @router.post("/{job_id}/cancel", status_code=202, response_model=S.JobView)

@@ -17,6 +17,7 @@ from hangar.store import Database
 
 from . import schemas as S
 from . import steering
+from .approvals import waiting_on
 from .auth import Caller
 from .deps import SEQ_MAX, TURN_MAX, Admin, DbDep, KubeDep, events_page, get_session, session_turns
 from .errors import api_error
@@ -117,10 +118,12 @@ async def list_sessions(_: Admin, k: KubeDep) -> dict[str, Any]:
 
 
 @router.get("/{ref}", response_model=S.SessionView)
-async def read_session(ref: SessionRef, _: Admin, k: KubeDep) -> dict[str, Any]:
+async def read_session(ref: SessionRef, _: Admin, k: KubeDep, c: CacheDep) -> dict[str, Any]:
     # Side by side: a client polling for a status change waits one apiserver round trip, not two.
-    s, turns = await asyncio.gather(get_session(k, ref), session_turns(k, ref))
-    return session_view(s, turns)
+    s, turns, pending = await asyncio.gather(
+        get_session(k, ref), session_turns(k, ref), waiting_on(k, [ref], c)
+    )
+    return session_view(s, turns, pending)
 
 
 @router.delete("/{ref}", status_code=202, response_model=S.Deleted)

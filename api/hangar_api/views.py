@@ -95,7 +95,9 @@ def interrupt_view(turn: Obj, req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def session_view(s: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
+def session_view(
+    s: Obj, turns: list[Obj] | None = None, pending: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     sess = Session.model_validate(s)
     st = sess.status
     out: dict[str, Any] = {
@@ -118,7 +120,9 @@ def session_view(s: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
         "current_turn": st.current_turn if st else None,
         "taint": st.taint.model_dump(mode="json", by_alias=False) if st else {"tainted": False},
         "counters": st.counters.model_dump(mode="json", by_alias=False) if st else {},
-        "pending_approvals": [p.model_dump(mode="json", by_alias=False) for p in st.pending_approvals]
+        "pending_approvals": pending
+        if pending is not None
+        else [p.model_dump(mode="json", by_alias=False) for p in st.pending_approvals]
         if st
         else [],
         "checkpoints": [c.model_dump(mode="json", by_alias=False) for c in st.checkpoints] if st else [],
@@ -131,7 +135,9 @@ def session_view(s: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
     return out
 
 
-def job_view(j: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
+def job_view(
+    j: Obj, turns: list[Obj] | None = None, pending: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """A Job: what was asked (spec) and the operator's summary of its attempts (status). ``turns`` are the
     job's turns in the job's order (``n`` is the 1-based index the class route takes)."""
     job = Job.model_validate(j)
@@ -157,7 +163,9 @@ def job_view(j: Obj, turns: list[Obj] | None = None) -> dict[str, Any]:
         "policy": st.policy if st else None,
         "question": st.question if st else None,
         "awaiting_approval": st.awaiting_approval if st else False,
-        "pending_approvals": [p.model_dump(mode="json", by_alias=False) for p in st.pending_approvals]
+        "pending_approvals": pending
+        if pending is not None
+        else [p.model_dump(mode="json", by_alias=False) for p in st.pending_approvals]
         if st
         else [],
         "attempts": [a.model_dump(mode="json", by_alias=False) for a in st.attempts] if st else [],

@@ -200,3 +200,22 @@ async def test_mcp_sees_a_call_that_asks_from_its_approvals_create_as_rest_does(
         assert (k.peek("approvals", APPROVAL) or {})["spec"]["decision"] == "deny"
     finally:
         await db.close()
+
+
+def test_the_session_and_job_views_list_an_approval_their_status_does_not_list_yet(tmp_path: Path) -> None:
+    """The operator writes a session's ``pendingApprovals`` (and its job's) after the Approval, off the
+    session's lock: GET of the session or the job reads the Approvals themselves, as ``wait_for_turn`` does,
+    so neither misses one ``wait_for_turn`` has just reported; one decided but not applied waits on nobody."""
+    k = CountingKube()
+    seed(k)  # the session's and the job's status list no approval
+    with api_rig(tmp_path, kube=k) as rig:
+        s = rig.get("/api/sessions/j1-a1").json()
+        assert [
+            (p["id"], p["session"], p["turn"], p["tool"], p["command"]) for p in s["pending_approvals"]
+        ] == [(APPROVAL, None, "j1-a1-1", "Bash", "rm -rf build")]
+        j = rig.get("/api/jobs/j1", token=ALICE).json()
+        assert [(p["id"], p["session"]) for p in j["pending_approvals"]] == [(APPROVAL, "j1-a1")]
+        r = rig.post(f"/api/jobs/j1/approvals/{APPROVAL}", {"decision": "deny"}, token=ALICE)
+        assert r.status_code == 200, r.text
+        assert rig.get("/api/sessions/j1-a1").json()["pending_approvals"] == []
+        assert rig.get("/api/jobs/j1", token=ALICE).json()["pending_approvals"] == []

@@ -28,8 +28,10 @@ from hangar.models.base import NAME_MAX, NAME_PATTERN
 from hangar.store import Database
 
 from .. import deps, job_attempts, patches
+from ..approvals import waiting_on
 from ..auth import Caller
 from ..views import job_pr, job_view, session_view
+from ..watch_cache import api_cache_of
 from . import artifacts, common, inbox
 from .auth import TokensVerifier, mcp_caller
 from .common import Hub, refusals
@@ -156,11 +158,11 @@ async def read_special(
 
 
 # --- what the spec lists on a session and a job, beside REST's view ----------------------------------------
-def session_resource_view(s: Obj, turns: list[Obj]) -> dict[str, Any]:
+def session_resource_view(s: Obj, turns: list[Obj], pending: list[dict[str, Any]]) -> dict[str, Any]:
     """The session as ``get_session`` returns it, plus ``state`` (its phase), ``summaries`` (each ended
     turn's) and ``question`` (the open one, when its latest turn ended on a question); ``turns`` and
     ``checkpoints`` are REST's."""
-    out = session_view(s, turns)
+    out = session_view(s, turns, pending)
     ended = [t for t in out["turns"] if t["phase"] in ("Completed", "Failed", "Interrupted", "NeedsInput")]
     latest = out["turns"][-1] if out["turns"] else None
     out["state"] = out["phase"]
@@ -169,11 +171,11 @@ def session_resource_view(s: Obj, turns: list[Obj]) -> dict[str, Any]:
     return out
 
 
-def job_resource_view(j: Obj, turns: list[Obj]) -> dict[str, Any]:
+def job_resource_view(j: Obj, turns: list[Obj], pending: list[dict[str, Any]]) -> dict[str, Any]:
     """The job as ``get_job`` returns it (``state``, ``attempts``, ``turns``, ``delivery``), plus
     ``timeline`` (the job's own when it records one, else its created / started / finished times) and
     ``result`` (the latest completed turn's outcome, summary, result and artifacts) and ``pr``."""
-    out = job_view(j, turns)
+    out = job_view(j, turns, pending)
     # The job's own timeline (job_view has it as recorded), else one made of its created / started / finished.
     if "timeline" not in Job.model_validate(j).status.model_fields_set:
         out["timeline"] = [
@@ -208,7 +210,8 @@ def register_resources(server: MCPServer[Any], hub: Hub, verifier: TokensVerifie
 
         async def read() -> dict[str, Any]:
             s = await common.get_session(hub, mcp_caller(verifier, ctx), name)
-            return session_resource_view(s, await deps.session_turns(hub.kube, name))
+            pending = await waiting_on(hub.kube, [name], api_cache_of(hub.state))
+            return session_resource_view(s, await deps.session_turns(hub.kube, name), pending)
 
         return await _guard(read)
 
@@ -255,7 +258,9 @@ def register_resources(server: MCPServer[Any], hub: Hub, verifier: TokensVerifie
         async def read() -> dict[str, Any]:
             j = await common.get_job(hub, mcp_caller(verifier, ctx), job_id)
             sessions = await job_attempts.attempt_sessions(hub.kube, j)
-            return job_resource_view(j, await job_attempts.job_turns(hub.kube, j, sessions))
+            names = [s["metadata"]["name"] for s in sessions]
+            pending = await waiting_on(hub.kube, names, api_cache_of(hub.state), attempts=True)
+            return job_resource_view(j, await job_attempts.job_turns(hub.kube, j, sessions), pending)
 
         return await _guard(read)
 

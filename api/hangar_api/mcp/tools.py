@@ -89,7 +89,8 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
         waits on (pending_approvals), as GET /api/sessions/{name} answers."""
         who = caller(ctx)
         s = await common.get_session(hub, who, name)
-        return session_view(s, await deps.session_turns(hub.kube, name))
+        pending = await ap.waiting_on(hub.kube, [name], api_cache_of(hub.state))
+        return session_view(s, await deps.session_turns(hub.kube, name), pending)
 
     @server.tool(annotations=READ)
     async def get_job(job_id: JobId, ctx: Ctx) -> dict[str, Any]:
@@ -97,9 +98,10 @@ def register(server: MCPServer[Any], hub: Hub, verifier: TokensVerifier) -> None
         who = caller(ctx)
         j = await common.get_job(hub, who, job_id)
         with refusals():
-            return job_view(
-                j, await job_attempts.job_turns(hub.kube, j, await job_attempts.attempt_sessions(hub.kube, j))
-            )
+            sessions = await job_attempts.attempt_sessions(hub.kube, j)
+            names = [s["metadata"]["name"] for s in sessions]
+            pending = await ap.waiting_on(hub.kube, names, api_cache_of(hub.state), attempts=True)
+            return job_view(j, await job_attempts.job_turns(hub.kube, j, sessions), pending)
 
     @server.tool(annotations=WRITE)
     async def send_to_session(name: SessionName, message: Message, ctx: Ctx) -> dict[str, Any]:
