@@ -235,7 +235,13 @@ class ShellAnalysis(Clearing):
         for cmd in reversed(cmds):
             if reader_after and cmd.name in DOWNLOADERS:
                 piped += 1
-            reader_after = reader_after or program_source(cmd.name, cmd.args)[0] == "stdin"
+            mode, operand = program_source(cmd.name, cmd.args)
+            # `… | xargs bash -c`: xargs hands what it reads to the shell as its script.
+            reader_after = (
+                reader_after
+                or mode == "stdin"
+                or (mode == "c" and operand is None and "xargs" in cmd.wrappers)
+            )
         if piped:
             text = shown_cut(" | ".join(c.shown() for c in cmds))
             for _ in range(piped):

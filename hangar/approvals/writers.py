@@ -1,6 +1,6 @@
 """The files more programs write, beyond the copy and create commands ``ProgramRules.write_targets`` reads
 itself: a change of a file's mode, owner or attributes (``chmod``, ``chown``, ``chgrp``, ``chattr``,
-``setfacl``), an in-place edit (``sed -i``), the destination of ``rsync``, what ``tar`` extracts into or
+``setfacl``), an in-place edit (``sed -i``, ``perl -i``), the destination of ``rsync``, what ``tar`` extracts into or
 archives to, ``unzip -d``, and the directory ``git clone`` or ``git init`` makes.
 
 Each is a write for the rule "file writes outside the repository and $HANGAR_IO": ``chmod -R 777 /`` or
@@ -20,7 +20,7 @@ from .shell_types import Part, Word
 _OWNERS = frozenset({"chmod", "chown", "chgrp"})
 # A mode given as a short option (`chmod -w f`, `chmod -rwx f`): then every operand is a file.
 _MODE_LETTERS = frozenset("rwxXst")
-WRITERS = _OWNERS | {"chattr", "setfacl", "sed", "rsync", "tar", "unzip", "git"}
+WRITERS = _OWNERS | {"chattr", "setfacl", "sed", "perl", "rsync", "tar", "unzip", "git"}
 
 # rsync's options that take a separate value (so that the value is not taken for a source or destination).
 _RSYNC_SHORT = "efTBM"
@@ -142,6 +142,8 @@ def written_by(name: str, args: Sequence[Word]) -> list[Word | str]:
         return list(options(args, "mMxX", long).operands)
     if name == "sed":
         return _sed(args)
+    if name == "perl":
+        return _perl(args)
     if name == "rsync":
         parsed = options(args, _RSYNC_SHORT, _RSYNC_LONG)
         if len(parsed.operands) < 2:
@@ -197,6 +199,35 @@ def _sed(args: Sequence[Word]) -> list[Word | str]:
     if not in_place:
         return []
     return operands if script_given else operands[1:]
+
+
+def _perl(args: Sequence[Word]) -> list[Word | str]:
+    """``perl -i`` (``-pi -e …``, ``-i.bak``) edits its file operands in place; without ``-e``/``-E`` the
+    first operand is the program's file."""
+    in_place = code_given = False
+    operands: list[Word | str] = []
+    i, done = 0, False
+    while i < len(args):
+        w = args[i]
+        i += 1
+        lit = w.literal
+        if done or lit is None or not lit.startswith("-") or lit == "-":
+            operands.append(w)
+            done = True  # perl's options end at its first operand (the program, or a file)
+        elif lit == "--":
+            done = True
+        elif not lit.startswith("--"):
+            for k, ch in enumerate(lit[1:]):
+                if ch == "i":  # what follows it in the cluster is the backup's suffix
+                    in_place = True
+                    break
+                if ch in "eEIMm":
+                    code_given = code_given or ch in "eE"
+                    i += 1 if k == len(lit) - 2 else 0  # the value is the next word, or the cluster's rest
+                    break
+    if not in_place:
+        return []
+    return operands if code_given else operands[1:]
 
 
 def _tar(args: Sequence[Word]) -> list[Word | str]:

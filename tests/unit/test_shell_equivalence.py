@@ -107,12 +107,14 @@ def outcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
 # command. A script holding none of these words must read and be judged exactly as before.
 STRICTER_PARSE = re.compile(r"(?<![\w-])(?:for|select|case|coproc)(?![\w-])|\[\[")
 # And what the rules flag since: the programs whose written files they know (``hangar/approvals/writers.py``:
-# `chmod -R 777 /`, `sed -i … /etc/hosts`, `git init /tmp/r`), `kexec`, and a download substituted into
-# another language's inline code (`python3 -c "$(curl …)"`). A script with one may be flagged where it was not.
+# `chmod -R 777 /`, `sed -i … /etc/hosts`, `perl -pi …`, `git init /tmp/r`), `kexec`, a download substituted
+# into another language's inline code (`python3 -c "$(curl …)"`) and one xargs hands to a shell as its script
+# (`curl … | xargs bash -c`). A script with one may be flagged where it was not.
 STRICTER_ON = re.compile(
     STRICTER_PARSE.pattern
-    + r"|(?<![\w-])(?:chmod|chown|chgrp|chattr|setfacl|sed|rsync|tar|unzip|clone|init|kexec)(?![\w-])"
-    + r"|(?s:(?<![\w-])(?:python[\w.]*|perl|ruby|node|nodejs|php)(?![\w-]).*(?:curl|wget))"
+    + r"|(?<![\w-])(?:chmod|chown|chgrp|chattr|setfacl|sed|perl|rsync|tar|unzip|clone|init|kexec)(?![\w-])"
+    + r"|(?s:(?<![\w-])(?:python[\w.]*|ruby|node|nodejs|php)(?![\w-]).*(?:curl|wget))"
+    + r"|(?s:(?:curl|wget).*xargs)"
 )
 _CLAUSE_NAMES = frozenset({"for", "select", "case", "[["})
 _UNFLAGGED = frozenset({"auto", "default", "ask", "handback"})
