@@ -188,14 +188,9 @@ def _sed(args: Sequence[Word]) -> list[Word | str]:
                 script_given = script_given or name != "--line-length"
                 i += 0 if eq else 1
         else:
-            for k, ch in enumerate(lit[1:]):
-                if ch == "i":  # what follows it in the cluster is the backup's suffix
-                    in_place = True
-                    break
-                if ch in "efl":
-                    script_given = script_given or ch != "l"
-                    i += 1 if k == len(lit) - 2 else 0  # the value is the next word, or the cluster's rest
-                    break
+            letter, i = _in_place_cluster(lit, "efl", i)
+            in_place = in_place or letter == "i"
+            script_given = script_given or letter in ("e", "f")
     if not in_place:
         return []
     return operands if script_given else operands[1:]
@@ -217,17 +212,24 @@ def _perl(args: Sequence[Word]) -> list[Word | str]:
         elif lit == "--":
             done = True
         elif not lit.startswith("--"):
-            for k, ch in enumerate(lit[1:]):
-                if ch == "i":  # what follows it in the cluster is the backup's suffix
-                    in_place = True
-                    break
-                if ch in "eEIMm":
-                    code_given = code_given or ch in "eE"
-                    i += 1 if k == len(lit) - 2 else 0  # the value is the next word, or the cluster's rest
-                    break
+            letter, i = _in_place_cluster(lit, "eEIMm", i)
+            in_place = in_place or letter == "i"
+            code_given = code_given or letter in ("e", "E")
     if not in_place:
         return []
     return operands if code_given else operands[1:]
+
+
+def _in_place_cluster(lit: str, takes_value: str, i: int) -> tuple[str, int]:
+    """A short-option cluster of ``sed`` or ``perl`` (``-ni``, ``-i.bak``, ``-pe``): the letter that ends it,
+    ``i`` (what follows is the backup's suffix) or one of ``takes_value`` ("" for neither), and the index of
+    the next word, past the value when the letter ends the cluster (else the value is the cluster's rest)."""
+    for k, ch in enumerate(lit[1:]):
+        if ch == "i":
+            return ch, i
+        if ch in takes_value:
+            return ch, i + 1 if k == len(lit) - 2 else i
+    return "", i
 
 
 def _tar(args: Sequence[Word]) -> list[Word | str]:
