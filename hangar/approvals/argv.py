@@ -227,6 +227,42 @@ def unwrap_all(words: Sequence[Word]) -> tuple[list[Word], tuple[str, ...]]:
     return rest, tuple(wrappers)
 
 
+def xargs_replace(words: Sequence[Word]) -> str | None:
+    """The string ``xargs`` replaces with each line it reads (``-I R``, ``-iR``, ``-i``, ``--replace[=R]``;
+    ``{}`` when none is given) in a command it wraps, or None when it appends what it reads instead."""
+    rest = list(words)
+    for _ in range(32):  # to the xargs among the wrappers, as unwrap_all() takes them off
+        rest = rest[_assignments(rest) :]
+        if not rest or program(rest[0]) not in _WRAPPERS:
+            return None
+        if program(rest[0]) == "xargs":
+            break
+        rest = _WRAPPERS[program(rest[0])](rest[1:])
+    else:
+        return None
+    replace: str | None = None
+    args = rest[1:]
+    wrapped = len(args) - len(_WRAPPERS["xargs"](args))
+    i = 0
+    while i < wrapped:
+        lit = args[i].literal or ""
+        i += 1
+        if lit == "--replace":
+            replace = "{}"
+        elif lit.startswith("--replace="):
+            replace = lit.partition("=")[2]
+        elif lit.startswith("-") and not lit.startswith("--"):
+            for k, ch in enumerate(lit[1:], 1):
+                if ch in "Ii":
+                    replace = lit[k + 1 :] or ("{}" if ch == "i" else None)
+                    if replace is None and i < wrapped:
+                        replace, i = args[i].literal or "{}", i + 1
+                    break
+                if ch in "adELnPs":
+                    break  # the rest of the cluster is that option's value
+    return replace or None
+
+
 def unwrap(words: Sequence[Word]) -> list[Word]:
     """The command that actually runs: env prefixes and wrappers taken off (``[]``: nothing runs)."""
     return unwrap_all(words)[0]

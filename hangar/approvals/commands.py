@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from . import plain, quick, segments
-from .argv import DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut
+from .argv import DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
 from .clearing import Clearing
 from .paths import MAYBE_SECRET_IN, Where
 from .plain import PlainCommand, Quoted
@@ -36,6 +36,15 @@ MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagg
 # simple quotes and expansions (quick.py), ~1.5 µs for one the lexer reads (backslashes, nested
 # substitutions, here-documents), so a megabyte could hold the operator a second.
 MAX_COMMAND = 65_536
+
+
+def _xargs_script(cmd: Cmd, script: Word | None) -> bool:
+    """Whether the lines xargs reads become (part of) the script of the shell it runs with ``-c``: the
+    script itself when none is given, or where ``-I``'s string stands in it."""
+    if script is None:
+        return True
+    replace = xargs_replace(cmd.words)
+    return replace is not None and replace in script.text
 
 
 class ShellAnalysis(Clearing):
@@ -236,11 +245,12 @@ class ShellAnalysis(Clearing):
             if reader_after and cmd.name in DOWNLOADERS:
                 piped += 1
             mode, operand = program_source(cmd.name, cmd.args)
-            # `… | xargs bash -c`: xargs hands what it reads to the shell as its script.
+            # `… | xargs bash -c`, `… | xargs -I{} sh -c '{}'`: xargs hands what it reads to the shell as its
+            # script, or puts it in the script.
             reader_after = (
                 reader_after
                 or mode == "stdin"
-                or (mode == "c" and operand is None and "xargs" in cmd.wrappers)
+                or (mode == "c" and "xargs" in cmd.wrappers and _xargs_script(cmd, operand))
             )
         if piped:
             text = shown_cut(" | ".join(c.shown() for c in cmds))

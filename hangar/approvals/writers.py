@@ -254,20 +254,41 @@ def _tar(args: Sequence[Word]) -> list[Word | str]:
 
 def _git(args: Sequence[Word]) -> list[Word | str]:
     i = 0
+    chdir: list[Word] = []  # git -C DIR: the command runs in DIR (each a step from the one before)
     while i < len(args):
         lit = args[i].literal
         if lit is None or not lit.startswith("-"):
             break
         takes = lit in _GIT_GLOBAL and not (lit.startswith("--") and "=" in lit)
+        if lit == "-C" and i + 1 < len(args):
+            chdir.append(args[i + 1])
         i += 2 if takes else 1
     if i >= len(args) or args[i].literal not in ("clone", "init"):
         return []
     sub = args[i].literal
     if sub == "init":
         parsed = options(args[i + 1 :], "b", ("--template", "--separate-git-dir", "--initial-branch"))
-        return [*parsed.values.get("--separate-git-dir", []), *parsed.operands[:1]]
-    parsed = options(args[i + 1 :], _GIT_CLONE_SHORT, _GIT_CLONE_LONG)
-    return [*parsed.values.get("--separate-git-dir", []), *parsed.operands[1:2]]
+        made = parsed.operands[:1]
+    else:
+        parsed = options(args[i + 1 :], _GIT_CLONE_SHORT, _GIT_CLONE_LONG)
+        made = parsed.operands[1:2]
+    # Without -C the directory made is where the operand says (none: the turn's directory, or the remote's
+    # name in it); with -C it is that far from -C's directory (`git -C /tmp/x init` makes /tmp/x/.git).
+    return [*parsed.values.get("--separate-git-dir", []), *(_from_chdir(chdir, made) if chdir else made)]
+
+
+def _from_chdir(chdir: list[Word], made: list[Word]) -> list[Word | str]:
+    """The directory ``git -C …`` makes: the operand read from the -C directories, or the last of them when
+    there is no operand. When a step is not a literal path, each -C directory and the operand are judged
+    where they stand (a write in any of them is one outside if it is outside)."""
+    steps = [w.literal for w in chdir] + [w.literal for w in made]
+    if any(not s for s in steps):
+        return [*chdir, *made]
+    path = ""
+    for step in steps:
+        assert step is not None
+        path = step if step.startswith(("/", "~")) or not path else path.rstrip("/") + "/" + step
+    return [path]
 
 
 def _remote(text: str) -> bool:
