@@ -233,8 +233,10 @@ class Settings(BaseSettings):
         "Comma-separated Host values for the MCP server's DNS-rebinding check; unset: off.",
     )
     # --- the api's limits (docs/limits.md) -------------------------------------------------------------
+    # 4 MiB: every body the schemas allow fits once JSON-escaped (a 262,144-byte message of control
+    # characters is 1.5 MiB as \u escapes), so a field over its limit gets the 422 that names it, not a 413.
     api_body_max: int = setting(
-        1048576,
+        4194304,
         "HANGAR_API_BODY_MAX_BYTES",
         "Largest REST request body, in bytes; a larger one is refused (413) without being read.",
         ge=1024,

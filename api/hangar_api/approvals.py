@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from hangar.kube import ApiException, Kube, Obj
 from hangar.models import Approval, ApprovalStatus
@@ -28,6 +28,7 @@ from . import schemas as S
 from .auth import Caller
 from .deps import Admin, DbDep, KubeDep, get_session
 from .errors import api_error
+from .fields import RequestBody
 from .names import ApprovalId, SessionRef
 from .routing import Route
 from .views import stamp
@@ -39,7 +40,7 @@ router = APIRouter(prefix="/api/sessions", tags=["approvals"], route_class=Route
 MESSAGE_MAX = 8192
 
 
-class DecisionBody(BaseModel):
+class DecisionBody(RequestBody):
     decision: Literal["allow", "deny", "allow_always"]
     message: Annotated[str, Field(max_length=MESSAGE_MAX), bounded(MESSAGE_MAX)] | None = Field(
         default=None, description=f"What the agent is told (at most {MESSAGE_MAX} bytes in UTF-8)"

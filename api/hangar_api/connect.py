@@ -18,12 +18,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from hangar.store import minted as M
 
 from .auth import Caller, caller
 from .deps import DbDep
+from .fields import RequestBody, WholeNumber
 from .minted_tokens import PREFIX, refresh
 from .routing import Route
 
@@ -37,11 +38,9 @@ MINTS_ONLY_ADMIN = (
 )
 
 
-class NewToken(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class NewToken(RequestBody):
     name: str = Field(default="", max_length=100, description="What it is for, e.g. carol's laptop IDE")
-    expires_in_days: int = Field(default=DAYS_DEFAULT, ge=1, le=DAYS_MAX)
+    expires_in_days: WholeNumber = Field(default=DAYS_DEFAULT, ge=1, le=DAYS_MAX)
 
 
 class TokenView(BaseModel):

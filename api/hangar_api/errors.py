@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 from hangar.kube import ApiException
 
@@ -88,12 +89,30 @@ def validation_detail(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def not_allowed(request: Request) -> Response:
+    """405 with every method the path has in ``Allow`` (RFC 9110 §15.5.6): Starlette names only those of the
+    first route that matched the path, and a path's GET and POST are two routes. Each method is tried on the
+    app's routes as the router would (``BaseRoute.matches``), included routers too."""
+    routes = request.app.router.routes
+    allow = ", ".join(
+        m for m in _METHODS if any(r.matches({**request.scope, "method": m})[0] is Match.FULL for r in routes)
+    )
+    return problem(
+        405, f"{request.method} is not allowed on {request.url.path}: use {allow}", {"Allow": allow}
+    )
+
+
 def install(app: FastAPI) -> None:
     """The handlers: hangar's reasons as they are, validation errors in words, apiserver refusals mapped,
     an unreachable apiserver as 503, anything else a 500 that names only the error's type."""
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            return not_allowed(request)
         return problem(exc.status_code, exc.detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hangar.kube import Kube, Obj
 from hangar.models import Job
@@ -20,6 +20,7 @@ from . import release_rules as R
 from . import schemas as S
 from .auth import Caller, caller
 from .deps import DbDep, KubeDep
+from .fields import RequestBody
 from .job_attempts import approvers_of, no_job, patch_job_guarded
 from .names import JobId
 from .routing import Route
@@ -28,9 +29,7 @@ from .views import job_view
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 
 
-class ReleaseBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ReleaseBody(RequestBody):
     reason: str = Field(default="", max_length=2000)
 
 

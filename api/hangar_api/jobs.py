@@ -19,7 +19,7 @@ import secrets
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hangar.bodies import stow
 from hangar.forge import foreign_repository
@@ -44,7 +44,7 @@ from .approvals import waiting_on
 from .auth import Caller, owns
 from .deps import SEQ_MAX, DbDep, KubeDep, events_page
 from .errors import api_error
-from .fields import EnvironmentName, MessageText, ModelId
+from .fields import EnvironmentName, MessageText, ModelId, RequestBody, WholeNumber
 from .job_attempts import (
     JobsCaller,
     attempt_sessions,
@@ -65,9 +65,7 @@ router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=Route)
 SteerClassGiven = Literal["correction", "redirect", "new_info"]
 
 
-class NewJob(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class NewJob(RequestBody):
     prompt: MessageText = Field(description="What the agent is to do")
     environment: EnvironmentName
     repository: str = Field(default="", max_length=2048)
@@ -77,7 +75,7 @@ class NewJob(BaseModel):
     approvals: ApprovalPolicy | None = Field(
         default=None, description="Overrides the environment's and the deployment's; every attempt keeps it"
     )
-    attempts: int = Field(default=1, ge=1, le=ATTEMPTS_MAX, description="best-of-N")
+    attempts: WholeNumber = Field(default=1, ge=1, le=ATTEMPTS_MAX, description="best-of-N")
     deliver: Literal["branch", "pr", "none"] = "pr"
     branch: str | None = Field(
         default=None,
@@ -95,9 +93,7 @@ class NewJob(BaseModel):
     )
 
 
-class FollowUp(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class FollowUp(RequestBody):
     message: MessageText
     klass: SteerClassGiven | None = Field(
         default=None,

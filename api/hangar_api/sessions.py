@@ -7,7 +7,7 @@ import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from hangar.bodies import Body, stow
 from hangar.kube import ApiException, Kube
@@ -21,7 +21,7 @@ from .approvals import waiting_on
 from .auth import Caller
 from .deps import SEQ_MAX, TURN_MAX, Admin, DbDep, KubeDep, events_page, get_session, session_turns
 from .errors import api_error
-from .fields import EnvironmentName, MessageText, ModelId
+from .fields import EnvironmentName, MessageText, ModelId, RequestBody
 from .names import SessionRef
 from .routing import Route
 from .views import session_view, turn_view
@@ -30,7 +30,7 @@ from .watch_cache import CacheDep
 router = APIRouter(prefix="/api/sessions", tags=["sessions"], route_class=Route)
 
 
-class NewSession(BaseModel):
+class NewSession(RequestBody):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
     environment: EnvironmentName
     message: MessageText | None = None
@@ -40,11 +40,11 @@ class NewSession(BaseModel):
     tainted: bool = False
 
 
-class Message(BaseModel):
+class Message(RequestBody):
     message: MessageText
 
 
-class Fork(BaseModel):
+class Fork(RequestBody):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
     message: MessageText | None = None
     approvals: ApprovalPolicy | None = Field(default=None, description="Overrides the parent's policy")

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from hangar.bodies import Body as Message
 from hangar.bodies import stow, turn_room
@@ -31,7 +31,7 @@ from . import names
 from . import schemas as S
 from .deps import Admin, DbDep, KubeDep, get_session, session_turns
 from .errors import api_error
-from .fields import MessageText
+from .fields import MessageText, RequestBody
 from .names import SessionRef, SteerId
 from .routing import Route
 from .turn_watch import TurnWatch, turn_watch
@@ -40,18 +40,18 @@ from .views import interrupt_view, item_state, steer_view
 router = APIRouter(prefix="/api/sessions", tags=["steering"], route_class=Route)
 
 
-class SteerBody(BaseModel):
+class SteerBody(RequestBody):
     message: MessageText = Field(description="Added to the running turn")
 
 
-class InterruptBody(BaseModel):
+class InterruptBody(RequestBody):
     message: MessageText | None = Field(
         default=None,
         description="Stop, then go on with this: in the same turn when it is live, else as the next turn",
     )
 
 
-class ClassBody(BaseModel):
+class ClassBody(RequestBody):
     klass: Literal["correction", "redirect", "new_info"] = Field(alias="class")
 
 

@@ -108,9 +108,9 @@ def test_references_that_are_not_names_are_refused_before_the_apiserver(
     r = api.get("/api/sessions/ref-ok/events", params={"since": 2**63 - 1})
     assert r.status_code == 200 and r.json()["events"] == []
     r = api.post(
-        "/api/sessions", {"name": "ref-model", "environment": "api-env", "model": "m" * 2 * 1024 * 1024}
+        "/api/sessions", {"name": "ref-model", "environment": "api-env", "model": "m" * 5 * 1024 * 1024}
     )
-    assert r.status_code == 413, r.text[:300]
+    assert r.status_code == 413, r.text[:300]  # over the 4 MiB body limit
     r = api.post(
         "/api/sessions", {"name": "ref-emoji", "environment": "api-env", "message": "\U0001f600" * 262144}
     )

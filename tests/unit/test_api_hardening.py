@@ -142,8 +142,10 @@ def test_a_model_id_is_limited_in_bytes(rig: ApiRig) -> None:
     assert r.status_code == 422 and "model" in r.json()["detail"], r.text
     r = new_session(rig, model="é" * (MODEL_MAX // 2 + 1))  # half as many characters, over the bytes
     assert r.status_code == 422 and "bytes" in r.json()["detail"], r.text
-    r = new_session(rig, model="m" * 2 * 1024 * 1024)  # the 2 MiB model: over the body limit
-    assert r.status_code == 413, r.text
+    r = new_session(rig, model="m" * 2 * 1024 * 1024)  # the 2 MiB model: the field's refusal
+    assert r.status_code == 422 and "model" in r.json()["detail"], r.text[:300]
+    r = new_session(rig, model="m" * 5 * 1024 * 1024)  # over the body limit: not read
+    assert r.status_code == 413 and "HANGAR_API_BODY_MAX_BYTES" in r.json()["detail"], r.text[:300]
     r = rig.post("/api/jobs", {"prompt": "p", "environment": "default", "model": "é" * (MODEL_MAX // 2 + 1)})
     assert r.status_code == 422, r.text
     assert new_session(rig, model="claude-sonnet-4-5").status_code == 201
@@ -265,3 +267,53 @@ def test_every_refusal_of_an_authenticated_caller_is_audited(rig: ApiRig) -> Non
         ("root", 409, "/api/sessions"),
     ]
     assert "unknown environment 'missing'" in entries[2]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("OPTIONS", "/api/sessions", "GET, POST"),
+        ("PUT", "/api/sessions/demo", "DELETE, GET"),
+        ("OPTIONS", "/api/jobs", "GET, POST"),
+        ("PATCH", "/api/sessions/demo/approvals/ap-0123456789ab", "GET, POST"),
+        ("DELETE", "/api/tokens", "GET, POST"),
+    ],
+)
+def test_a_method_the_path_lacks_is_405_naming_every_method_it_has(
+    rig: ApiRig, method: str, path: str, allow: str
+) -> None:
+    r = rig.client.request(method, path, headers=auth())
+    assert r.status_code == 405, r.text
+    # Starlette named only the first route's methods; a path's GET and POST are two routes (RFC 9110: all).
+    assert r.headers["allow"] == allow
+    assert r.json()["detail"] == f"{method} is not allowed on {path}: use {allow}"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "named"),
+    [
+        ("/api/sessions", {"name": "s1", "environment": "default", "tainted": 0}, "tainted"),
+        ("/api/sessions", {"name": "s1", "environment": "default", "tainted": "true"}, "tainted"),
+        ("/api/sessions", {"name": "s1", "environment": "default", "mesage": "hi"}, "mesage"),
+        ("/api/jobs", {"prompt": "p", "environment": "default", "attempts": "2"}, "attempts"),
+        ("/api/jobs", {"prompt": "p", "environment": "default", "attempts": 2.5}, "attempts"),
+        ("/api/jobs", {"prompt": 5, "environment": "default"}, "prompt"),
+        ("/api/tokens", {"name": "laptop", "expires_in_days": "30"}, "expires_in_days"),
+        ("/api/sessions/demo/steer", {"message": "go", "interrupt": True}, "interrupt"),
+    ],
+)
+def test_a_body_is_its_schema_no_coerced_types_nor_unknown_fields(
+    rig: ApiRig, path: str, body: dict[str, Any], named: str
+) -> None:
+    r = rig.post(path, body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(f"{named}: "), r.text
+    assert rig.kube.peek("sessions", "s1") is None
+
+
+def test_an_integer_may_be_written_with_a_zero_fraction_as_json_schema_allows(rig: ApiRig) -> None:
+    r = rig.post("/api/tokens", {"name": "laptop", "expires_in_days": 29.0})
+    assert r.status_code == 201, r.text
+    r = rig.post("/api/jobs", {"prompt": "p", "environment": "default", "attempts": 2.0, "tainted": True})
+    assert r.status_code == 201 and r.json()["attempts_requested"] == 2, r.text
+    assert rig.post("/api/tokens", {"expires_in_days": True}).status_code == 422
