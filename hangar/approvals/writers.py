@@ -1,7 +1,8 @@
 """The files more programs write, beyond the copy and create commands ``ProgramRules.write_targets`` reads
 itself: a change of a file's mode, owner or attributes (``chmod``, ``chown``, ``chgrp``, ``chattr``,
 ``setfacl``), an in-place edit (``sed -i``, ``perl -i``), the destination of ``rsync``, what ``tar`` extracts into or
-archives to, ``unzip -d``, and the directory ``git clone`` or ``git init`` makes.
+archives to, ``unzip -d``, the directory ``git clone`` or ``git init`` makes, the file ``git config`` changes,
+and what ``shred`` overwrites.
 
 Each is a write for the rule "file writes outside the repository and $HANGAR_IO": ``chmod -R 777 /`` or
 ``sed -i … /etc/hosts`` changes the sandbox outside the checkout as surely as a redirection does. What is
@@ -20,7 +21,7 @@ from .shell_types import Part, Word
 _OWNERS = frozenset({"chmod", "chown", "chgrp"})
 # A mode given as a short option (`chmod -w f`, `chmod -rwx f`): then every operand is a file.
 _MODE_LETTERS = frozenset("rwxXst")
-WRITERS = _OWNERS | {"chattr", "setfacl", "sed", "perl", "rsync", "tar", "unzip", "git"}
+WRITERS = _OWNERS | {"chattr", "setfacl", "sed", "perl", "rsync", "tar", "unzip", "git", "shred"}
 
 # rsync's options that take a separate value (so that the value is not taken for a source or destination).
 _RSYNC_SHORT = "efTBM"
@@ -156,6 +157,8 @@ def written_by(name: str, args: Sequence[Word]) -> list[Word | str]:
         return list(options(args, "dx").values.get("-d", []))
     if name == "git":
         return _git(args)
+    if name == "shred":  # overwrites its files in place (a device: the system rule)
+        return list(options(args, "ns", ("--iterations", "--size", "--random-source")).operands)
     return []
 
 
@@ -263,9 +266,11 @@ def _git(args: Sequence[Word]) -> list[Word | str]:
         if lit == "-C" and i + 1 < len(args):
             chdir.append(args[i + 1])
         i += 2 if takes else 1
-    if i >= len(args) or args[i].literal not in ("clone", "init"):
+    if i >= len(args) or args[i].literal not in ("clone", "init", "config"):
         return []
     sub = args[i].literal
+    if sub == "config":
+        return _git_config(args[i + 1 :], chdir)
     if sub == "init":
         parsed = options(args[i + 1 :], "b", ("--template", "--separate-git-dir", "--initial-branch"))
         made = parsed.operands[:1]
@@ -275,6 +280,58 @@ def _git(args: Sequence[Word]) -> list[Word | str]:
     # Without -C the directory made is where the operand says (none: the turn's directory, or the remote's
     # name in it); with -C it is that far from -C's directory (`git -C /tmp/x init` makes /tmp/x/.git).
     return [*parsed.values.get("--separate-git-dir", []), *(_from_chdir(chdir, made) if chdir else made)]
+
+
+def _git_config(args: Sequence[Word], chdir: list[Word]) -> list[Word | str]:
+    """The file ``git config`` changes, when it changes one: ``~/.gitconfig`` (``--global``),
+    ``/etc/gitconfig`` (``--system``), ``--file``'s; the repository's own (``--local``, the default) only
+    when ``-C`` puts it elsewhere. A read (``--get…``, ``--list``, ``get``, ``list``, or a key alone) writes
+    nothing."""
+    parsed = options(args, "f", _GIT_CONFIG_VALUES)
+    flags = parsed.flags
+    verb = parsed.operands[0].literal if parsed.operands else None
+    if verb in _GIT_CONFIG_VERBS:
+        writes = _GIT_CONFIG_VERBS[verb]
+    elif flags & _GIT_CONFIG_READS or any(f.startswith("--get") for f in flags):
+        writes = False
+    else:
+        writes = bool(flags & _GIT_CONFIG_WRITES) or len(parsed.operands) >= 2
+    if not writes:
+        return []
+    files = parsed.values.get("-f", []) + parsed.values.get("--file", [])
+    if files:
+        return files
+    if "--global" in flags:
+        return ["~/.gitconfig"]
+    if "--system" in flags:
+        return ["/etc/gitconfig"]
+    return list(chdir[-1:])  # the repository's .git/config: where -C points, if it points elsewhere
+
+
+_GIT_CONFIG_VALUES = ("--file", "--blob", "--type", "--default", "--comment", "--value")
+_GIT_CONFIG_READS = frozenset({"--list", "-l", "--get-color", "--get-colorbool"})
+_GIT_CONFIG_WRITES = frozenset(
+    {
+        "--add",
+        "--unset",
+        "--unset-all",
+        "--replace-all",
+        "--rename-section",
+        "--remove-section",
+        "-e",
+        "--edit",
+    }
+)
+# git 2.46's subcommands: whether each writes.
+_GIT_CONFIG_VERBS = {
+    "get": False,
+    "list": False,
+    "set": True,
+    "unset": True,
+    "rename-section": True,
+    "remove-section": True,
+    "edit": True,
+}
 
 
 def _from_chdir(chdir: list[Word], made: list[Word]) -> list[Word | str]:

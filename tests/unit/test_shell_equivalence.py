@@ -112,7 +112,7 @@ STRICTER_PARSE = re.compile(r"(?<![\w-])(?:for|select|case|coproc)(?![\w-])|\[\[
 # (`curl … | xargs bash -c`). A script with one may be flagged where it was not.
 STRICTER_ON = re.compile(
     STRICTER_PARSE.pattern
-    + r"|(?<![\w-])(?:chmod|chown|chgrp|chattr|setfacl|sed|perl|rsync|tar|unzip|clone|init|kexec)(?![\w-])"
+    + r"|(?<![\w-])(?:chmod|chown|chgrp|chattr|setfacl|sed|perl|rsync|tar|unzip|clone|init|config|shred|kexec)(?![\w-])"
     + r"|(?s:(?<![\w-])(?:python[\w.]*|ruby|node|nodejs|php)(?![\w-]).*(?:curl|wget))"
     + r"|(?s:(?:curl|wget).*xargs)"
 )
