@@ -15,6 +15,7 @@ there); any other role gets 403.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Annotated, Any, Literal
 
@@ -182,8 +183,11 @@ async def read_job(job_id: JobId, who: JobsCaller, k: KubeDep, c: CacheDep) -> d
     """The job: its submitter's, an admin's, or a policy approver's of its repository (to read only)."""
     j = await get_job(k, who, job_id, read=True)
     sessions = await attempt_sessions(k, j)
-    pending = await waiting_on(k, [s["metadata"]["name"] for s in sessions], c, attempts=True)
-    return job_view(j, await job_turns(k, j, sessions), pending)
+    # Both read from the attempts; side by side, one round trip when the approvals cache cannot answer.
+    pending, turns = await asyncio.gather(
+        waiting_on(k, [s["metadata"]["name"] for s in sessions], c, attempts=True), job_turns(k, j, sessions)
+    )
+    return job_view(j, turns, pending)
 
 
 @router.post("/{job_id}/cancel", status_code=202, response_model=S.JobView)
