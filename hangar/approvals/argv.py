@@ -227,25 +227,19 @@ def unwrap_all(words: Sequence[Word]) -> tuple[list[Word], tuple[str, ...]]:
     return rest, tuple(wrappers)
 
 
-def xargs_replace(words: Sequence[Word]) -> str | None:
+def xargs_replace(words: Sequence[Word], kept: int) -> str | None:
     """The string ``xargs`` replaces with each line it reads (``-I R``, ``-iR``, ``-i``, ``--replace[=R]``;
-    ``{}`` when none is given) in a command it wraps, or None when it appends what it reads instead."""
-    rest = list(words)
-    for _ in range(32):  # to the xargs among the wrappers, as unwrap_all() takes them off
-        rest = rest[_assignments(rest) :]
-        if not rest or program(rest[0]) not in _WRAPPERS:
-            return None
-        if program(rest[0]) == "xargs":
-            break
-        rest = _WRAPPERS[program(rest[0])](rest[1:])
-    else:
+    ``{}`` when none is given) in the command it runs, or None when it appends what it reads instead.
+    ``words``: a command as written (``Cmd.words``), whose last ``kept`` are the command its wrappers run
+    (``Cmd.argv``): xargs' options are the words between it and those."""
+    end = len(words) - kept
+    start = next((i + 1 for i in range(end) if program(words[i]) == "xargs"), None)
+    if start is None:
         return None
     replace: str | None = None
-    args = rest[1:]
-    wrapped = len(args) - len(_WRAPPERS["xargs"](args))
-    i = 0
-    while i < wrapped:
-        lit = args[i].literal or ""
+    i = start
+    while i < end:
+        lit = words[i].literal or ""
         i += 1
         if lit == "--replace":
             replace = "{}"
@@ -255,8 +249,8 @@ def xargs_replace(words: Sequence[Word]) -> str | None:
             for k, ch in enumerate(lit[1:], 1):
                 if ch in "Ii":
                     replace = lit[k + 1 :] or ("{}" if ch == "i" else None)
-                    if replace is None and i < wrapped:
-                        replace, i = args[i].literal or "{}", i + 1
+                    if replace is None and i < end:
+                        replace, i = words[i].literal or "{}", i + 1
                     break
                 if ch in "adELnPs":
                     break  # the rest of the cluster is that option's value

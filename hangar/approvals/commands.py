@@ -43,7 +43,7 @@ def _xargs_script(cmd: Cmd, script: Word | None) -> bool:
     script itself when none is given, or where ``-I``'s string stands in it."""
     if script is None:
         return True
-    replace = xargs_replace(cmd.words)
+    replace = xargs_replace(cmd.words, len(cmd.argv))
     return replace is not None and replace in script.text
 
 
