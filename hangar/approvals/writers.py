@@ -305,7 +305,7 @@ def _git_config(args: Sequence[Word], chdir: list[Word]) -> list[Word | str]:
         return ["~/.gitconfig"]
     if "--system" in flags:
         return ["/etc/gitconfig"]
-    return list(chdir[-1:])  # the repository's .git/config: where -C points, if it points elsewhere
+    return _from_chdir(chdir, []) if chdir else []  # the repository's .git/config: where -C points
 
 
 _GIT_CONFIG_VALUES = ("--file", "--blob", "--type", "--default", "--comment", "--value")
