@@ -15,7 +15,7 @@ from . import glance, quick
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS
 from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
 from .plain import MARK, PlainCommand
-from .program_rules import _FD, _NETCAT, _SYSTEM, _WRITERS, PRIVILEGE, ProgramRules, writable
+from .program_rules import _FD, _NETCAT, _SYSTEM, _WRITERS, PRIVILEGE, TRACERS, ProgramRules, writable
 from .shell import WRITE_OPS
 
 # The operators' characters as blanks: the words of a plain script are then what str.split() gives.
@@ -274,4 +274,5 @@ _PLAIN_SKIPS = (
     | frozenset(_WRAPPERS)
     | {"perl", "ruby", "node", "nodejs", "php", "eval", "source", ".", "find", "init", "telinit", "systemctl"}
     | {"rm", "git", "gh"}
+    | TRACERS
 )

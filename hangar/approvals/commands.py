@@ -26,7 +26,7 @@ from .argv import DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xar
 from .clearing import Clearing
 from .paths import MAYBE_SECRET_IN, Where
 from .plain import PlainCommand, Quoted
-from .program_rules import _TEXT, PRIVILEGE
+from .program_rules import _TEXT, PRIVILEGE, TRACERS
 from .segments import Item
 from .shell import Command, Pipeline, ShellSyntaxError, Word, double_quoted, parse
 
@@ -292,6 +292,8 @@ class ShellAnalysis(Clearing):
             self.add("sudo", f"runs a command as another user: `{cmd.shown()}`")
         if name == "rm":
             self.rm(cmd)
+        if name in TRACERS:
+            self.tracer(cmd)
         if name == "git":
             self.git(cmd)
         if name == "gh":

@@ -153,7 +153,53 @@ def credential(path: str, where: Where) -> str | None:
         within(pattern, d) for d in _POD_SECRETS
     ):
         return "the pod's mounted credentials (/var/run/secrets)"
+    if _GLOB.search(path) is not None:
+        return _globbed_credential(path, places)
     return None
+
+
+_GLOB = re.compile(r"[*?[]")
+
+
+def _globbed_credential(path: str, places: Places) -> str | None:
+    """What secret a path with glob characters may name once the shell expands it (``~/.s*/id_rsa``,
+    ``~/.h?ngar``, ``/proc/1/env*``), or None. Only the path's own glob characters are read as patterns: an
+    unknown expansion stays unknown (a variable is not taken to point at a secret)."""
+    parts = path.split("/")
+    if any(_name_matches(".ssh", p) for p in parts):
+        return "SSH keys and config (~/.ssh)"
+    base = parts[-1]
+    if any(_name_matches(n, base) for n in (".git-credentials", ".netrc", "_netrc")):
+        return f"stored credentials ({base})"
+    places_of = [
+        (places.git_credentials, "stored credentials (.git-credentials)"),
+        (places.hangar, "hangar's files (~/.hangar)"),
+        *((under, f"stored credentials (~/{rel})") for rel, under in places.stores),
+        *((d, "the pod's mounted credentials (/var/run/secrets)") for d in _POD_SECRETS),
+        ("/etc/shadow", "password hashes (/etc/shadow)"),
+        ("/etc/gshadow", "password hashes (/etc/gshadow)"),
+    ]
+    for root, what in places_of:
+        if root and _path_matches(root, parts):
+            return what
+    if len(parts) >= 4 and parts[1] == "proc" and any(_name_matches(n, parts[3]) for n in ("environ", "mem")):
+        return "another process's environment or memory (/proc/*/environ, /proc/*/mem)"
+    return None
+
+
+def _path_matches(root: str, parts: list[str]) -> bool:
+    """Whether the expansion of a path pattern (``parts``) may be ``root`` or lie below it."""
+    names = root.split("/")
+    return len(parts) >= len(names) and all(
+        _name_matches(n, p) for n, p in zip(names, parts[: len(names)], strict=True)
+    )
+
+
+def _name_matches(name: str, pattern: str) -> bool:
+    """Whether the shell's glob ``pattern`` matches the file name ``name``: a leading "." only explicitly."""
+    if name.startswith(".") and not pattern.startswith("."):
+        return False
+    return fnmatchcase(name, pattern)
 
 
 # Where Kubernetes mounts a pod's service account token (and other projected secrets). hangar's sandbox pods

@@ -61,6 +61,8 @@ _SYSTEM = frozenset(
     | {"shutdown", "reboot", "halt", "poweroff", "kexec"}
 )
 _SYSTEMCTL_POWER = frozenset({"poweroff", "reboot", "halt", "kexec"})
+# Debuggers and tracers that attach to a running process: what they read is its memory (/proc/PID/mem).
+TRACERS = frozenset({"gdb", "strace", "ltrace", "gcore"})
 _NETCAT = frozenset({"nc", "ncat", "netcat"})
 _TEXT = ("lit", "glob")  # the kinds of Part that are plain text
 # The programs write_targets() knows the output files of.
@@ -124,6 +126,19 @@ class ProgramRules:
         )
         if hit:
             self.add("system", f"system command: `{cmd.shown()}`")
+
+    def tracer(self, cmd: Cmd) -> None:
+        """``gdb -p PID`` (or ``gdb PROGRAM PID``), ``strace -p``, ``ltrace -p``, ``gcore``: attaching to a
+        running process reads its memory and environment, as /proc/PID/mem and environ would."""
+        parsed = options(cmd.args, "p", ("--pid",))
+        operands = parsed.operands
+        attaches = (
+            cmd.name == "gcore"
+            or parsed.has("-p", "--pid")
+            or (cmd.name == "gdb" and len(operands) >= 2 and (operands[1].literal or "").isdigit())
+        )
+        if attaches:
+            self.add("credentials", f"attaches to a running process, reading its memory: `{cmd.shown()}`")
 
     def rm(self, cmd: Cmd) -> None:
         parsed = options(cmd.args)

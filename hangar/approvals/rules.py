@@ -138,10 +138,16 @@ def _paths(call: ToolCall) -> list[str]:
         value = data.get(key)
         if isinstance(value, str) and value:
             out.append(value)
-    if call.tool == "Glob":
-        pattern = data.get("pattern")
-        if isinstance(pattern, str) and pattern.startswith(("/", "~")):
-            out.append(pattern)
+    # Glob's pattern and Grep's glob are read from their directory (``path``, else the turn's): a pattern
+    # may reach a secret the directory alone does not name (`.s*/*` from HOME).
+    pattern = (
+        data.get("pattern") if call.tool == "Glob" else data.get("glob") if call.tool == "Grep" else None
+    )
+    if isinstance(pattern, str) and pattern:
+        base = data.get("path")
+        if isinstance(base, str) and base and not pattern.startswith(("/", "~")):
+            pattern = f"{base.rstrip('/')}/{pattern}"
+        out.append(pattern)
     for key in ("changes", "fileChanges", "file_changes"):
         changes = data.get(key)
         if isinstance(changes, Mapping):

@@ -109,12 +109,15 @@ STRICTER_PARSE = re.compile(r"(?<![\w-])(?:for|select|case|coproc)(?![\w-])|\[\[
 # And what the rules flag since: the programs whose written files they know (``hangar/approvals/writers.py``:
 # `chmod -R 777 /`, `sed -i … /etc/hosts`, `perl -pi …`, `git init /tmp/r`), `kexec`, a download substituted
 # into another language's inline code (`python3 -c "$(curl …)"`) and one xargs hands to a shell as its script
-# (`curl … | xargs bash -c`). A script with one may be flagged where it was not.
+# (`curl … | xargs bash -c`), `git config`, `shred`, a debugger attached to a process (`gdb -p`), and a glob
+# that may expand to a secret (`~/.s*/id_rsa`). A script with one may be flagged where it was not.
 STRICTER_ON = re.compile(
     STRICTER_PARSE.pattern
-    + r"|(?<![\w-])(?:chmod|chown|chgrp|chattr|setfacl|sed|perl|rsync|tar|unzip|clone|init|config|shred|kexec)(?![\w-])"
+    + r"|(?<![\w-])(?:chmod|chown|chgrp|chattr|setfacl|sed|perl|rsync|tar|unzip|clone|init|config|shred|kexec|gdb|strace|ltrace|gcore)(?![\w-])"
     + r"|(?s:(?<![\w-])(?:python[\w.]*|ruby|node|nodejs|php)(?![\w-]).*(?:curl|wget))"
     + r"|(?s:(?:curl|wget).*xargs)"
+    # a glob that may expand to a secret: a dot-name pattern (`~/.s*`), or one below /proc, /etc or a pod's secrets
+    + r"|\.[\w-]*[*?[]|/(?:proc|etc|run|var/run)/\S*[*?[]"
 )
 _CLAUSE_NAMES = frozenset({"for", "select", "case", "[["})
 _UNFLAGGED = frozenset({"auto", "default", "ask", "handback"})
