@@ -316,7 +316,7 @@ def program_source(name: str, args: Sequence[Word]) -> tuple[str, Word | None]:
         operands = list(args[i:])
         if c_mode:
             return ("c", operands[0] if operands else None)
-        if s_mode or not operands:
+        if s_mode or not operands or operands[0].literal in STDIN_FILES:
             return ("stdin", None)
         return ("file", operands[0])
     if _PYTHON.match(name) or name in ("perl", "ruby", "node", "nodejs", "php"):
@@ -338,10 +338,16 @@ def program_source(name: str, args: Sequence[Word]) -> tuple[str, Word | None]:
                 return ("code", None)
             i += 1
         operands = list(args[i:])
-        if not operands or operands[0].literal == "-":
+        if not operands or operands[0].literal == "-" or operands[0].literal in STDIN_FILES:
             return ("stdin", None)
         return ("file", operands[0])
+    if name in ("source", ".") and args and args[0].literal in STDIN_FILES:
+        return ("stdin", None)  # `… | source /dev/stdin`
     return ("", None)
+
+
+# A file that is the program's standard input: `bash /dev/stdin` reads its script from the pipe.
+STDIN_FILES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
 
 def shown_cut(text: str, limit: int = 200) -> str:

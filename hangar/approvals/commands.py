@@ -47,6 +47,27 @@ def _xargs_script(cmd: Cmd, script: Word | None) -> bool:
     return replace is not None and replace in script.text
 
 
+def _feeds_a_shell(cmd: Cmd) -> bool:
+    """Whether what ``cmd`` writes goes to a shell as its script through a process substitution
+    (``tee >(sh)``, ``> >(bash)``): the substitution's first command reads its program from stdin."""
+    for word in (*cmd.words, *(r.target for r in cmd.redirects if r.target is not None)):
+        for part in word.parts:
+            if part.kind == "proc" and part.text.startswith(">(") and _reads_its_program(part.inner):
+                return True
+    return False
+
+
+def _reads_its_program(src: str) -> bool:
+    try:
+        pipelines = parse(src).pipelines
+    except ShellSyntaxError:
+        return False
+    if not pipelines or not pipelines[0].commands:
+        return False
+    first = _cmd(pipelines[0].commands[0])
+    return program_source(first.name, first.args)[0] == "stdin"
+
+
 class ShellAnalysis(Clearing):
     """Walks a command and records what the rules find (``findings``)."""
 
@@ -242,13 +263,15 @@ class ShellAnalysis(Clearing):
         reader_after = False
         piped = 0
         for cmd in reversed(cmds):
-            if reader_after and cmd.name in DOWNLOADERS:
+            feeds = _feeds_a_shell(cmd)  # `curl … > >(sh)`, `curl … | tee >(sh)`
+            if (reader_after or feeds) and cmd.name in DOWNLOADERS:
                 piped += 1
             mode, operand = program_source(cmd.name, cmd.args)
             # `… | xargs bash -c`, `… | xargs -I{} sh -c '{}'`: xargs hands what it reads to the shell as its
             # script, or puts it in the script.
             reader_after = (
                 reader_after
+                or feeds
                 or mode == "stdin"
                 or (mode == "c" and "xargs" in cmd.wrappers and _xargs_script(cmd, operand))
             )

@@ -74,6 +74,11 @@ _WRITERS = (
 _FD = re.compile(r"[0-9]+-?|-")  # the target of >& or <& that is a file descriptor, not a file
 
 
+def _substituted(word: Word) -> bool:
+    """A word that is one process substitution (``>(cmd)``, ``<(cmd)``): the shell passes a pipe's name."""
+    return len(word.parts) == 1 and word.parts[0].kind == "proc"
+
+
 @dataclass(frozen=True)
 class Finding:
     """A rule that matched: its id, what it saw (for people and the agent), whether it is taint's."""
@@ -286,6 +291,8 @@ class ProgramRules:
                 continue
             if r.op in (">&", "<&") and _FD.fullmatch(r.target.text):
                 continue  # 2>&1, >&-: a file descriptor, not a file
+            if _substituted(r.target):
+                continue  # `> >(gzip > a.gz)`: a pipe to a command, walked as a command of its own
             rendered = render(r.target, self.where)
             self.secret(rendered, cmd)
             key = (rendered, r.op in WRITE_OPS)
@@ -382,7 +389,8 @@ class ProgramRules:
         out: list[tuple[str, str]] = []
         for t in targets:
             if isinstance(t, Word):
-                out.append((render(t, self.where), t.text))
+                if not _substituted(t):  # `tee >(sha256sum)` writes to a command, not a file
+                    out.append((render(t, self.where), t.text))
             else:
                 out.append((expand_string(t, self.where), t))
         return out
