@@ -119,6 +119,9 @@ STRICTER_ON = re.compile(
     # a glob that may expand to a secret: a dot-name pattern (`~/.s*`), or one below /proc, /etc or a pod's secrets
     + r"|\.[\w-]*[*?[]|/(?:proc|etc|run|var/run)/\S*[*?[]"
 )
+# A process substitution written to (`tee >(sha256sum)`, `> >(gzip > a.gz)`, `>| <(…)`) is a pipe to a command
+# the new rules walk as one, not a file: the old ones flagged it as a write to a path they could not resolve.
+SUBSTITUTION_WRITE = re.compile(r"cannot resolve \([<>]\(")
 _CLAUSE_NAMES = frozenset({"for", "select", "case", "[["})
 _UNFLAGGED = frozenset({"auto", "default", "ask", "handback"})
 
@@ -176,7 +179,13 @@ def findings_as_strict(src: str, new: Any, old: Any) -> bool:
     all the old one found (each rule at least as many times), and says it could not parse some of it when
     the old one did (a substitution the old one walked past may not parse: `[[ $( > ) ]]`). The order may
     differ: what a head substitutes is walked where the head is, before its body (each distinct source is
-    walked once, and its findings recorded there)."""
+    walked once, and its findings recorded there). The old findings of a write to a process substitution
+    (``SUBSTITUTION_WRITE``) are not expected."""
+    kept = tuple(
+        f for f in old.findings if not (f.rule == "write-outside" and SUBSTITUTION_WRITE.search(f.what))
+    )
+    if len(kept) < len(old.findings):
+        old = dataclasses.replace(old, findings=kept)
     if norm(new) == norm(old):
         return True
     if STRICTER_ON.search(src) is None or new.shell != old.shell or (old.unparsed and not new.unparsed):
@@ -189,8 +198,11 @@ def findings_as_strict(src: str, new: Any, old: Any) -> bool:
 def verdict_as_strict(src: str, new: Any, old: Any) -> bool:
     """Whether the new verdict is the old one, or, for a script with one of STRICTER_ON's words, flags what
     the old one let through, or flags it for a rule at least as serious, or (flagging nothing, as the old
-    one) says that some of it could not be parsed."""
+    one) says that some of it could not be parsed. A verdict the old rules rested on a write to a process
+    substitution (``SUBSTITUTION_WRITE``) says nothing of the new one: findings_as_strict compares the rest."""
     if norm(new) == norm(old):
+        return True
+    if old.rule == "write-outside" and SUBSTITUTION_WRITE.search(old.reason):
         return True
     if STRICTER_ON.search(src) is None:
         return False
@@ -224,6 +236,7 @@ def test_the_same_tokens_and_parse_trees(src: str) -> None:
 @SETTINGS
 @given(commands(), st.booleans(), st.booleans())
 @example("lslslslsls;[[ $( > )", False, False)
+@example(" >|  <(", False, False)
 def test_the_same_verdicts(src: str, tainted: bool, wrapped: bool) -> None:
     if wrapped:  # as Codex sends it
         src = "/bin/bash -lc '" + src.replace("'", "'\\''") + "'"
