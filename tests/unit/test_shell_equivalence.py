@@ -116,8 +116,8 @@ STRICTER_ON = re.compile(
     + r"|(?<![\w-])(?:chmod|chown|chgrp|chattr|setfacl|sed|perl|rsync|tar|unzip|clone|init|config|shred|kexec|gdb|strace|ltrace|gcore)(?![\w-])"
     + r"|(?s:(?<![\w-])(?:python[\w.]*|ruby|node|nodejs|php)(?![\w-]).*(?:curl|wget))"
     + r"|(?s:(?:curl|wget).*xargs)"
-    # a glob that may expand to a secret: a dot-name pattern (`~/.s*`), or one below /proc, /etc or a pod's secrets
-    + r"|\.[\w-]*[*?[]|/(?:proc|etc|run|var/run)/\S*[*?[]"
+    # a glob that may expand to a secret: a dot-name pattern (`~/.s*`), or a path pattern (`/*/*` has /etc/shadow)
+    + r"|\.[\w-]*[*?[]|[/~]\S*[*?[]"
 )
 # A process substitution written to (`tee >(sha256sum)`, `> >(gzip > a.gz)`, `>| <(…)`) is a pipe to a command
 # the new rules walk as one, not a file: the old ones flagged it as a write to a path they could not resolve.
