@@ -174,6 +174,7 @@ def _globbed_credential(path: str, places: Places) -> str | None:
     places_of = [
         (places.git_credentials, "stored credentials (.git-credentials)"),
         (places.hangar, "hangar's files (~/.hangar)"),
+        (places.io_dir, "another turn's hand-back files"),  # the own $HANGAR_IO was exempted before
         *((under, f"stored credentials (~/{rel})") for rel, under in places.stores),
         *((d, "the pod's mounted credentials (/var/run/secrets)") for d in _POD_SECRETS),
         ("/etc/shadow", "password hashes (/etc/shadow)"),

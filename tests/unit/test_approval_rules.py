@@ -761,3 +761,17 @@ def test_args_hash_tells_calls_apart() -> None:
     assert args_hash("exec_command", {"command": "ls"}) != base
     assert args_hash("Bash", {"command": "ls", "timeout": 5}) != base
     assert args_hash("Bash", {"command": ["ls"]}) != base
+
+
+def test_a_glob_over_the_other_turns_directories_is_credentials_wherever_hangar_io_is() -> None:
+    # $HANGAR_IO outside ~/.hangar: the turns' directory is a secret place of its own, globbed or not.
+    io = "/var/lib/hangar/io/t-1"
+
+    def verdict(cmd: str) -> tuple[str, str | None]:
+        v = decide("deny-risky", ToolCall("Bash", {"command": cmd}, cmd, CWD, HOME, io, False))
+        return v.decision, v.rule
+
+    assert verdict("cat /var/lib/hangar/io/t-*/result.json") == ("deny", "credentials")
+    assert verdict("cat /var/lib/hangar/i?/t-2/result.json") == ("deny", "credentials")
+    assert verdict("cat /var/lib/hangar/io/t-2/result.json") == ("deny", "credentials")
+    assert verdict("cat /var/lib/hangar/io/t-1/*") == ("allow", "default")
