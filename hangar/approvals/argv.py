@@ -343,7 +343,27 @@ def program_source(name: str, args: Sequence[Word]) -> tuple[str, Word | None]:
         return ("file", operands[0])
     if name in ("source", ".") and args and args[0].literal in STDIN_FILES:
         return ("stdin", None)  # `… | source /dev/stdin`
+    if name in AWKS and _awk_runs_input(args):
+        return ("stdin", None)  # `… | awk '{system($0)}'`: each line it reads is run as a command
     return ("", None)
+
+
+AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
+# An awk program that runs the lines it reads: system($0) or system($2 …), `$0 | getline`, `print | "sh"`.
+_AWK_RUNS = re.compile(
+    r"system\s*\(\s*\$|\$[\w(]*\)?\s*\|&?\s*getline|\|&?\s*\"(?:/usr)?(?:/bin/)?(?:sh|bash|zsh|dash|ksh|ash)\b"
+)
+
+
+def _awk_runs_input(args: Sequence[Word]) -> bool:
+    """Whether awk's program (its first operand, or each ``-e``/``--source`` text) runs its input."""
+    longs = ("--file", "--field-separator", "--assign", "--exec", "--include", "--load", "--source")
+    parsed = options(args, "efFvEil", longs)
+    given = parsed.values.get("-e", []) + parsed.values.get("--source", [])
+    texts = [v if isinstance(v, str) else v.text for v in given]
+    if not texts and not parsed.has("-f", "--file", "-E", "--exec") and parsed.operands:
+        texts.append(parsed.operands[0].text)
+    return any(_AWK_RUNS.search(t) for t in texts)
 
 
 # A file that is the program's standard input: `bash /dev/stdin` reads its script from the pipe.

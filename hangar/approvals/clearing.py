@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from . import glance, quick
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS
+from .installs import INSTALLERS
 from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
 from .plain import MARK, PlainCommand
-from .program_rules import _FD, _NETCAT, _SYSTEM, _WRITERS, PRIVILEGE, TRACERS, ProgramRules, writable
+from .program_rules import _FD, _NETCAT, _WRITERS, PRIVILEGE, TRACERS, ProgramRules, writable
+from .remotes import REMOTE_CLIENTS
 from .shell import WRITE_OPS
+from .system_commands import SYSTEM, SYSTEM_MAYBE
 
 # The operators' characters as blanks: the words of a plain script are then what str.split() gives.
 _BLANKS = str.maketrans(";&|()<>\n", " " * 8)
@@ -43,6 +46,9 @@ class Clearing(ProgramRules):
         self.marks: dict[str, str] = {}
         self.quoted: dict[str, str] = {}
         self.quoted_texts: dict[str, tuple[str | None, str, tuple[str, ...], bool]] = {}  # quoted_text()'s
+        # The command line may download to a file (it names curl or wget): a program given by a path may be
+        # that file, run (``curl -o i.sh URL && ./i.sh``), so such commands are walked, not cleared.
+        self.may_save = False
 
     def script(self, src: str, depth: int = 0) -> frozenset[str]:
         """Walk ``src`` (the walker's); the names of the programs it runs."""
@@ -188,6 +194,8 @@ class Clearing(ProgramRules):
         name = first.rpartition("/")[2]
         if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
             name = _LOOKED_AT
+        elif self.may_save and "/" in first:
+            name = _LOOKED_AT  # `./i.sh` may run what `curl -o i.sh URL` saved before it (commands.py)
         self.programs[first] = name
         return name
 
@@ -268,11 +276,14 @@ _PLAIN_SKIPS = (
     SHELLS
     | DOWNLOADERS
     | PRIVILEGE
-    | _SYSTEM
+    | SYSTEM
+    | SYSTEM_MAYBE
     | _NETCAT
     | _WRITERS
     | frozenset(_WRAPPERS)
-    | {"perl", "ruby", "node", "nodejs", "php", "eval", "source", ".", "find", "init", "telinit", "systemctl"}
+    | {"perl", "ruby", "node", "nodejs", "php", "eval", "source", ".", "find"}
     | {"rm", "git", "gh"}
     | TRACERS
+    | REMOTE_CLIENTS
+    | INSTALLERS
 )

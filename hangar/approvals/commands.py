@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from . import plain, quick, segments
 from .argv import DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
 from .clearing import Clearing
+from .downloads import runs_saved, saved, saved_by_redirect
+from .installs import INSTALLERS
 from .paths import MAYBE_SECRET_IN, Where
 from .plain import PlainCommand, Quoted
 from .program_rules import _TEXT, PRIVILEGE, TRACERS
@@ -36,6 +38,7 @@ MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagg
 # simple quotes and expansions (quick.py), ~1.5 µs for one the lexer reads (backslashes, nested
 # substitutions, here-documents), so a megabyte could hold the operator a second.
 MAX_COMMAND = 65_536
+_STDOUT_TO_FILE = frozenset({">", ">|", ">>", "&>", "&>>"})
 
 
 def _xargs_script(cmd: Cmd, script: Word | None) -> bool:
@@ -82,6 +85,8 @@ class ShellAnalysis(Clearing):
 
         Each distinct source is walked once (its findings are already recorded the next time it turns
         up), which keeps ``bash -c "$(bash -c "$(…)")"`` linear rather than exponential."""
+        if depth == 0 and not self.walked:
+            self.may_save = "curl" in src or "wget" in src
         cached = self.walked.get(src)
         if cached is not None:
             if self.stack:
@@ -307,6 +312,15 @@ class ShellAnalysis(Clearing):
             self.names.add(name)
             if self.stack:
                 self.stack[-1].add(name)
+        if name in DOWNLOADERS:
+            self.saved.update(saved(name, self.downloader_options(name, args), self.where))
+            for r in cmd.redirects:  # `curl -o - URL > i.sh`
+                if r.op in _STDOUT_TO_FILE and r.fd in (None, "1") and r.target is not None:
+                    self.saved.update(saved_by_redirect(r.target, self.where))
+        elif self.saved and cmd.argv and "/" in cmd.argv[0].text:
+            ran = runs_saved(cmd.argv[:1], self.saved, self.where)
+            if ran is not None:
+                self.add("pipe-to-shell", f"runs a script it downloaded ({ran}): `{cmd.shown()}`")
         self.interpreters(cmd, depth)
         if name == "find":
             self.find(cmd, depth)
@@ -321,6 +335,8 @@ class ShellAnalysis(Clearing):
             self.git(cmd)
         if name == "gh":
             self.gh(args, cmd)
+        if name in INSTALLERS or name.startswith("python"):
+            self.installs(cmd)
         self.files(cmd)
         self.network(cmd)
 
@@ -338,6 +354,7 @@ class ShellAnalysis(Clearing):
         elif mode == "file" and operand is not None:
             if self.downloads(operand.nested, depth):
                 self.add("pipe-to-shell", piped)
+            self.ran_saved(operand, cmd)
         elif mode == "code" and self.downloads((src for w in args for src in w.nested), depth):
             self.add("pipe-to-shell", piped)  # `python3 -c "$(curl …)"`: another language's inline code
         elif mode == "stdin":
@@ -349,11 +366,21 @@ class ShellAnalysis(Clearing):
                         self.add("pipe-to-shell", piped)
                 elif r.heredoc is not None and name in SHELLS:
                     self.script(r.heredoc.body, depth + 1)
-                elif r.op == "<" and r.target is not None and self.downloads(r.target.nested, depth):
-                    self.add("pipe-to-shell", piped)
+                elif r.op == "<" and r.target is not None:
+                    if self.downloads(r.target.nested, depth):
+                        self.add("pipe-to-shell", piped)
+                    self.ran_saved(r.target, cmd)  # `bash < i.sh` after `curl -o i.sh URL`
         if name == "eval" and args:
             self.script(" ".join(w.text for w in args), depth + 1)
             if self.downloads((src for w in args for src in w.nested), depth):
                 self.add("pipe-to-shell", piped)
-        if name in ("source", ".") and args and self.downloads(args[0].nested, depth):
-            self.add("pipe-to-shell", piped)
+        if name in ("source", ".") and args:
+            if self.downloads(args[0].nested, depth):
+                self.add("pipe-to-shell", piped)
+            self.ran_saved(args[0], cmd)
+
+    def ran_saved(self, script: Word, cmd: Cmd) -> None:
+        """``sh i.sh`` (``python3 get.py``, ``source i.sh``) after ``curl -o i.sh URL`` in the same command line."""
+        ran = runs_saved((script,), self.saved, self.where) if self.saved else None
+        if ran is not None:
+            self.add("pipe-to-shell", f"runs a script it downloaded ({ran}): `{cmd.shown()}`")

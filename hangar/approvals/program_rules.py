@@ -21,6 +21,7 @@ from .argv import (
     program,
     unwrap,
 )
+from .installs import global_install
 from .paths import (
     MAYBE_SECRET,
     UNKNOWN,
@@ -37,7 +38,9 @@ from .paths import (
     turn_places,
     within,
 )
+from .remotes import REMOTE_CLIENTS, gh_write, remote_hosts
 from .shell import WRITE_OPS, Part, Word
+from .system_commands import is_system
 from .writers import WRITERS, written_by
 
 RULE_ORDER: tuple[str, ...] = (
@@ -56,11 +59,6 @@ RULE_ORDER: tuple[str, ...] = (
 )
 
 PRIVILEGE = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudoedit"})
-_SYSTEM = frozenset(
-    {"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "sgdisk"}
-    | {"shutdown", "reboot", "halt", "poweroff", "kexec"}
-)
-_SYSTEMCTL_POWER = frozenset({"poweroff", "reboot", "halt", "kexec"})
 # Debuggers and tracers that attach to a running process: what they read is its memory (/proc/PID/mem).
 TRACERS = frozenset({"gdb", "strace", "ltrace", "gcore"})
 _NETCAT = frozenset({"nc", "ncat", "netcat"})
@@ -110,6 +108,7 @@ class ProgramRules:
         # and the turn's places alone, so the next command redirecting there needs no second look.
         self.quiet_targets: set[tuple[str, bool]] = set()
         self.relative_safe = relative_safe(where)  # most words need no credential check (secret_kind)
+        self.saved: set[str] = set()  # the files a download saved earlier in the command line (downloads.py)
 
     def add(self, rule: str, what: str) -> None:
         taint = rule.startswith("taint-")
@@ -122,14 +121,7 @@ class ProgramRules:
         raise NotImplementedError
 
     def system(self, cmd: Cmd) -> None:
-        name, args = cmd.name, cmd.args
-        hit = (
-            name.startswith("mkfs")
-            or name in _SYSTEM
-            or (name in ("init", "telinit") and bool(args) and args[0].literal in ("0", "6"))
-            or (name == "systemctl" and any(w.literal in _SYSTEMCTL_POWER for w in args))
-        )
-        if hit:
+        if is_system(cmd.name, cmd.args):
             self.add("system", f"system command: `{cmd.shown()}`")
 
     def tracer(self, cmd: Cmd) -> None:
@@ -258,17 +250,9 @@ class ProgramRules:
             self.add("branch-delete", f"deletes a remote branch: `{cmd.shown()}`")
 
     def gh(self, args: list[Word], cmd: Cmd) -> None:
-        words: list[str] = []
-        i = 0
-        while i < len(args) and len(words) < 2:
-            lit = args[i].literal or ""
-            i += 1
-            if lit in ("-R", "--repo"):
-                i += 1
-            elif not lit.startswith("-"):
-                words.append(lit)
-        if words == ["pr", "create"] or words == ["pr", "new"]:
-            self.add("taint-push", f"gh pr create (`{cmd.shown()}`)")
+        what = gh_write(args)
+        if what is not None:
+            self.add("taint-push", f"{what} (`{cmd.shown()}`)")
 
     def files(self, cmd: Cmd) -> None:
         """Credentials read or written anywhere in the command; writes outside the repository."""
@@ -347,6 +331,17 @@ class ProgramRules:
             self.add("system", f"writes to a device ({path}): `{cmd.shown()}`")
             return
         self.outside(path, cmd)
+
+    def installs(self, cmd: Cmd) -> None:
+        """A global package install (``npm i -g``, ``pip install --user``, ``pip install -t DIR``)."""
+        place, dirs = global_install(cmd.name, cmd.args)
+        if place is not None:
+            self.add("write-outside", f"installs packages outside the repository ({place}): `{cmd.shown()}`")
+        for d in dirs:
+            text = d if isinstance(d, str) else d.text
+            self.write(
+                expand_string(d, self.where) if isinstance(d, str) else render(d, self.where), text, cmd
+            )
 
     def outside(self, path: str, cmd: Cmd) -> None:
         if not writable(path, self.where):
@@ -439,6 +434,8 @@ class ProgramRules:
                 hosts.append(host_of(parsed.operands[0].text))
             for v in parsed.values.get("-x", []) + parsed.values.get("--proxy", []):
                 hosts.append(host_of(v.text if isinstance(v, Word) else v))
+        elif name in REMOTE_CLIENTS:
+            hosts = remote_hosts(name, args)
         else:
             return
         for host in hosts:

@@ -118,6 +118,15 @@ STRICTER_ON = re.compile(
     + r"|(?s:(?:curl|wget).*xargs)"
     # a glob that may expand to a secret: a dot-name pattern (`~/.s*`), or a path pattern (`/*/*` has /etc/shadow)
     + r"|\.[\w-]*[*?[]|[/~]\S*[*?[]"
+    # the taint gate's other network clients; gh's writes besides `pr create`; awk running what it reads
+    + r"|(?<![\w/:-])(?:ssh|scp|sftp|telnet|ftp|lftp|socat|https?|xhs?|[gmn]?awk)(?![\w:/-])"
+    + r"|(?s:(?<![\w-])gh(?![\w-]).*(?:api|merge))"
+    # global package installs (`npm i -g`, `pip install --user`)
+    + r"|(?<![\w-])(?:npm|pnpm|yarn|bun|pip3?|pipx)(?![\w-])"
+    # the system commands beyond mkfs, dd and shutdown: mounts, swap, modules, sysctl, the firewall, kill 1
+    + r"|(?<![\w-])(?:u?mount|swap(?:on|off)|modprobe|insmod|rmmod|sysctl|ip6?tables|nft|kill(?:all5)?|telinit)(?![\w-])"
+    # a file a download saved, run later in the command line (`curl -o i.sh URL && sh i.sh`)
+    + r"|(?s:(?:curl|wget).+)"
 )
 # A process substitution written to (`tee >(sha256sum)`, `> >(gzip > a.gz)`, `>| <(…)`) is a pipe to a command
 # the new rules walk as one, not a file: the old ones flagged it as a write to a path they could not resolve.

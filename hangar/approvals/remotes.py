@@ -1,0 +1,135 @@
+"""The hosts the other network clients reach (ssh, scp, sftp, rsync, telnet, ftp, socat, HTTPie): after reading
+untrusted content a connection to a host other than the sandbox is the taint gate's, as curl's, wget's and
+nc's are (``ProgramRules.network``); and the gh commands that write to GitHub as ``gh pr create`` does
+(``ProgramRules.gh``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .argv import options
+from .paths import host_of
+from .shell import Word
+
+_SSH_VALUES = "BbcDEeFIiJLlmOoPpQRSWw"
+_SCP_VALUES = "cDFiJloPSX"
+_HTTPIE = frozenset({"http", "https", "xh", "xhs"})
+REMOTE_CLIENTS = frozenset({"ssh", "scp", "sftp", "rsync", "telnet", "ftp", "lftp", "socat"}) | _HTTPIE
+# A remote path of scp, sftp or rsync: [user@]host:path (host:: for an rsync daemon), or an scp://, sftp://,
+# rsync:// URL. A word with a slash before its first colon is a local path (`./a:b`).
+_REMOTE_PATH = re.compile(r"^(?:[^/:@]+@)?(\[[^\]]*\]|[^/:\[\]]+):")
+_URL = re.compile(r"^(?:scp|sftp|rsync|ssh)://", re.IGNORECASE)
+# socat's addresses that connect out: TYPE:host:port (PROXY:proxy:host:port goes to the proxy first).
+_SOCAT_CONNECT = frozenset(
+    "tcp tcp4 tcp6 tcp-connect tcp4-connect tcp6-connect udp udp4 udp6 udp-connect udp4-connect "
+    "udp6-connect udp-sendto udp4-sendto udp6-sendto openssl openssl-connect ssl socks socks4 socks4a "
+    "socks5 socks5-connect proxy proxy-connect sctp sctp-connect dccp-connect".split()
+)
+_HTTP_METHOD = re.compile(r"^(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|TRACE|CONNECT|QUERY)$", re.IGNORECASE)
+
+
+def _remote(word: Word) -> tuple[bool, str | None]:
+    """Whether an operand of scp/sftp/rsync is remote, and its host (None: an expansion hides it)."""
+    text = word.text
+    if _URL.match(text):
+        return True, host_of(text)
+    m = _REMOTE_PATH.match(text)
+    if m is None:
+        return False, None
+    host = m.group(1).strip("[]")
+    if "$" in host or "`" in host:
+        return True, None
+    return True, host
+
+
+def remote_hosts(name: str, args: Sequence[Word]) -> list[str | None]:
+    """The hosts ``name`` connects to (None for one hangar cannot tell); empty when it reaches none."""
+    if name == "ssh":
+        parsed = options(args, _SSH_VALUES)
+        hosts = [host_of(v if isinstance(v, str) else v.text) for v in parsed.values.get("-J", [])]
+        if parsed.operands:
+            hosts.append(host_of(parsed.operands[0].text))
+        return hosts
+    if name in ("scp", "sftp", "rsync"):
+        if name == "rsync":
+            parsed = options(args, "eBfTM", ("--rsh", "--rsync-path", "--filter", "--exclude", "--include"))
+        else:
+            parsed = options(args, _SCP_VALUES if name == "scp" else "BbcDFilPRSso")
+        hosts = []
+        for k, word in enumerate(parsed.operands):
+            remote, host = _remote(word)
+            if remote:
+                hosts.append(host)
+            elif name == "sftp" and k == 0:
+                hosts.append(host_of(word.text))  # `sftp host`: the first operand is the host itself
+        return hosts
+    if name in ("telnet", "ftp", "lftp"):
+        parsed = options(args, "bels" if name == "telnet" else "pu")
+        return [host_of(parsed.operands[0].text)] if parsed.operands else []
+    if name == "socat":
+        hosts = []
+        for word in options(args, "lLt").operands:
+            fields = re.split(r"[:,]", word.text)
+            if fields and fields[0].lower() in _SOCAT_CONNECT:
+                host = fields[1] if len(fields) > 1 else ""
+                hosts.append(host if host and "$" not in host else None)
+        return hosts
+    if name in _HTTPIE:
+        for word in args:
+            text = word.text
+            if text.startswith("-") or _HTTP_METHOD.match(text):
+                continue
+            if text.startswith(":"):
+                return ["localhost"]  # HTTPie's shorthand for localhost (`http :3000/x`)
+            return [host_of(text)]
+        return []
+    return []
+
+
+_GH_API_VALUES = (
+    "--method",
+    "--field",
+    "--raw-field",
+    "--header",
+    "--input",
+    "--jq",
+    "--template",
+    "--preview",
+)
+_GH_FIELDS = ("-f", "-F", "--field", "--raw-field")
+
+
+def gh_write(args: Sequence[Word]) -> str | None:
+    """What a gh command writes to GitHub as ``gh pr create`` does ("gh pr create", "gh api POST"), or None."""
+    words: list[str] = []
+    i = 0
+    while i < len(args) and len(words) < 2:
+        lit = args[i].literal or ""
+        i += 1
+        if lit in ("-R", "--repo"):
+            i += 1
+        elif not lit.startswith("-"):
+            words.append(lit)
+    if words in (["pr", "create"], ["pr", "new"]):
+        return "gh pr create"
+    if words == ["pr", "merge"]:
+        return "gh pr merge"
+    if words[:1] != ["api"]:
+        return None
+    # `gh api` is a GET unless -X says otherwise, or a POST once it sends fields or a body: what `gh pr create`
+    # does can be done so (POST repos/o/r/pulls).
+    parsed = options(args, "XfFHpqtR", (*_GH_API_VALUES, "--hostname", "--cache"))
+    methods = parsed.values.get("-X", []) + parsed.values.get("--method", [])
+    if methods:
+        method = methods[-1]
+        text = method if isinstance(method, str) else method.text
+        return None if text.upper() == "GET" else f"gh api {text}"
+    if not parsed.has(*_GH_FIELDS, "--input"):
+        return None
+    if parsed.operands[1:2] and parsed.operands[1].literal == "graphql" and not parsed.has("--input"):
+        # A GraphQL query is sent as a POST but reads; a mutation (or fields from a file hangar cannot see) writes.
+        fields = [v if isinstance(v, str) else v.text for k in _GH_FIELDS for v in parsed.values.get(k, [])]
+        if not any("mutation" in f or "@" in f for f in fields):
+            return None
+    return "gh api POST"
