@@ -326,7 +326,7 @@ class ShellAnalysis(Clearing):
             self.find(cmd, depth)
         self.system(cmd)
         if name in PRIVILEGE:
-            self.add("sudo", f"runs a command as another user: `{cmd.shown()}`")
+            self.privilege(cmd)
         if name == "rm":
             self.rm(cmd)
         if name in TRACERS:

@@ -58,7 +58,9 @@ RULE_ORDER: tuple[str, ...] = (
     "taint-mcp-write",
 )
 
-PRIVILEGE = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudoedit"})
+PRIVILEGE = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudoedit", "runuser", "setpriv"})
+# setpriv runs as another user only when told to change an id (`setpriv --no-new-privs cmd` does not).
+_SETPRIV_IDS = ("--reuid", "--ruid", "--euid", "--regid", "--rgid", "--egid")
 # Debuggers and tracers that attach to a running process: what they read is its memory (/proc/PID/mem).
 TRACERS = frozenset({"gdb", "strace", "ltrace", "gcore"})
 _NETCAT = frozenset({"nc", "ncat", "netcat"})
@@ -123,6 +125,10 @@ class ProgramRules:
     def system(self, cmd: Cmd) -> None:
         if is_system(cmd.name, cmd.args):
             self.add("system", f"system command: `{cmd.shown()}`")
+
+    def privilege(self, cmd: Cmd) -> None:
+        if cmd.name != "setpriv" or any(w.text.startswith(_SETPRIV_IDS) for w in cmd.args):
+            self.add("sudo", f"runs a command as another user: `{cmd.shown()}`")
 
     def tracer(self, cmd: Cmd) -> None:
         """``gdb -p PID`` (or ``gdb PROGRAM PID``), ``strace -p``, ``ltrace -p``, ``gcore``: attaching to a
@@ -234,6 +240,13 @@ class ProgramRules:
                 "--super-prefix",
             )
             i += 2 if takes and not no_value else 1
+        if i < len(args) and args[i].literal == "rm":
+            # `git rm -r .` deletes the tracked files of the working tree (`--cached` only unstages them).
+            parsed = options(args[i + 1 :], "", ("--pathspec-from-file",))
+            if parsed.has("-r") and not parsed.has("--cached"):
+                for target in parsed.operands:
+                    self.deletes(target, cmd, whole_tree=True)
+            return
         if i >= len(args) or args[i].literal != "push":
             return
         self.add("taint-push", f"git push (`{cmd.shown()}`)")

@@ -123,6 +123,8 @@ STRICTER_ON = re.compile(
     + r"|(?s:(?<![\w-])gh(?![\w-]).*(?:api|merge))"
     # global package installs (`npm i -g`, `pip install --user`)
     + r"|(?<![\w-])(?:npm|pnpm|yarn|bun|pip3?|pipx)(?![\w-])"
+    # runuser, setpriv with an id; `git rm -r .` (a recursive delete of the working tree)
+    + r"|(?<![\w-])(?:runuser|setpriv)(?![\w-])|(?s:(?<![\w-])git(?![\w-]).*(?<![\w-])rm(?![\w-]))"
     # the system commands beyond mkfs, dd and shutdown: mounts, swap, modules, sysctl, the firewall, kill 1
     + r"|(?<![\w-])(?:u?mount|swap(?:on|off)|modprobe|insmod|rmmod|sysctl|ip6?tables|nft|kill(?:all5)?|telinit)(?![\w-])"
     # a file a download saved, run later in the command line (`curl -o i.sh URL && sh i.sh`)
