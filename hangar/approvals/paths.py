@@ -335,12 +335,14 @@ def host_of(url: str) -> str | None:
 
 
 def is_sandbox_host(host: str | None) -> bool:
-    """localhost, 127.0.0.0/8 and ::1 are the sandbox itself."""
+    """localhost, 127.0.0.0/8, ::1, and 0.0.0.0 or :: as a destination are the sandbox itself."""
     if host is None:
         return False
     if host in _LOCAL_NAMES:
         return True
     try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return False
+    # 0.0.0.0 and :: as a destination reach this host (Linux connects them to the loopback).
+    return address.is_loopback or address.is_unspecified

