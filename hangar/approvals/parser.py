@@ -28,6 +28,7 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
     # before the reserved word) goes on after it.
     clause: Command | None = None
     test = False  # the clause is a test: it ends at its "]]", and operators in it are its own
+    piped = False  # the last token was a pipe
 
     def end_command() -> None:
         nonlocal cur
@@ -46,6 +47,7 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
     while k < len(tokens):
         tok = tokens[k]
         k += 1
+        was_piped, piped = piped, False
         if isinstance(tok, Op):
             if tok.text in REDIRECT_OPS:
                 target = tokens[k] if k < len(tokens) and isinstance(tokens[k], Word) else None
@@ -75,7 +77,11 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
             skipping = False
             if tok.text in ("|", "|&"):
                 end_command()
-            else:
+                piped = True
+                continue
+            if not (
+                tok.text == "(" and was_piped
+            ):  # `curl … | (sh)`: the subshell's first command reads the pipe
                 end_pipeline()
             continue
         if clause is not None:

