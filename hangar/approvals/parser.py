@@ -43,6 +43,32 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
             pipelines.append(Pipeline(stages))
         stages = []
 
+    # The groups open (a subshell, or braces): whether a pipe feeds it (then its commands are stages of the
+    # pipeline, as each reads the pipe: `curl … | (cd /tmp && sh)`), and how many pipelines were made before it
+    # (a group whose output is piped on joins the next command: `(a; curl …) | sh`).
+    groups: list[tuple[bool, int]] = []
+
+    def open_group(after_pipe: bool, paren: bool) -> None:
+        joined = after_pipe or bool(groups and groups[-1][0])
+        if paren:  # braces end nothing (`>x { a; }`: the redirection is a's), as before groups were followed
+            if joined:
+                end_command()
+            else:
+                end_pipeline()
+        groups.append((joined, len(pipelines)))
+
+    def close_group(k: int, paren: bool) -> None:
+        nonlocal stages
+        mark = groups.pop()[1]
+        if k < len(tokens) and isinstance(tokens[k], Op) and tokens[k].text in ("|", "|&"):
+            end_command()
+            stages = [c for p in pipelines[mark:] for c in p.commands] + stages
+            del pipelines[mark:]
+        elif paren:
+            end_command()
+            if not (groups and groups[-1][0]):
+                end_pipeline()
+
     k = 0
     while k < len(tokens):
         tok = tokens[k]
@@ -71,6 +97,9 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
                 continue
             if test:
                 continue
+            if tok.text == "\n" and was_piped:
+                piped = True  # `curl … |` at a line's end: the pipeline goes on on the next line
+                continue
             if clause is not None:
                 stages.append(clause)
                 clause = None
@@ -78,10 +107,13 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
             if tok.text in ("|", "|&"):
                 end_command()
                 piped = True
-                continue
-            if not (
-                tok.text == "(" and was_piped
-            ):  # `curl … | (sh)`: the subshell's first command reads the pipe
+            elif tok.text == "(":
+                open_group(was_piped, True)
+            elif tok.text == ")" and groups:
+                close_group(k, True)
+            elif groups and groups[-1][0]:
+                end_command()  # a separator in a group a pipe feeds: its commands all read the pipe
+            else:
                 end_pipeline()
             continue
         if clause is not None:
@@ -108,6 +140,10 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
                     continue
                 lit = tok.literal if all(p.kind == "glob" for p in parts) else None
             if not cur.assigns and lit in _SKIP:
+                if lit == "{":
+                    open_group(was_piped, False)
+                elif lit == "}" and groups:
+                    close_group(k, False)
                 continue
             if not cur.assigns and lit in _SKIP_CLAUSE:
                 if lit in _HEADS:

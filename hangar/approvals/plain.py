@@ -150,12 +150,17 @@ def read(
     # _CLAUSE, or nowhere: a function's name is being dropped).
     pending: tuple[str, str | None, int] | None = None
     run_ops = _RUN_OPS
-    piped = False  # as shell.parse: the last token was a pipe (`… | (sh)` goes on in the pipeline)
+    # A group next to a pipe (`… | (sh)`, `… | { sh; }`, `(a; b) | sh`) is the parser's: it makes the group's
+    # commands stages of the pipeline. The last token was a pipe; a group's end (")" or a last word "}").
+    piped = closed = False
     it = iter(pieces)
     for text, run in zip(it, it, strict=True):
         ws = text.split()
         if ws:
+            if piped and ws[0] == "{":
+                return None
             piped = False
+            closed = ws[-1] == "}"
         if marked and MARK in text:
             quoted = True
         ops, kind = run_ops.get(run) or _ops(run)
@@ -227,13 +232,15 @@ def read(
         target = _CLAUSE if clause_words is not None else _NOWHERE if skipping else _CUR
         if kind == _REDIRECTION:
             pending = (ops[0], fd, target)
-            piped = False
+            piped = closed = False
             continue
         if kind == _SEPARATOR:
-            if ops[0] == "(" and piped and not test and pending is None:
-                piped = False
-                continue
+            if piped and ops[0] == "(":
+                return None
+            if piped and ops[0] == "\n":
+                continue  # `curl … |` at a line's end: the pipeline goes on on the next line
             piped = False
+            closed = ops[0] == ")"
             if not test:
                 if clause_words is not None:
                     stages.append((NOTHING, clause_words, clause_redirects))
@@ -248,15 +255,23 @@ def read(
                 quoted = False
             continue
         for j, op in enumerate(ops):
-            was_piped, piped = piped, False
+            if op in _PIPE:
+                if closed:
+                    return None
+                piped = True
+            elif piped and op == "(":
+                return None
+            elif piped and op == "\n":
+                continue  # as above: a newline after a pipe
+            else:
+                piped = False
+            closed = op == ")"
             if op in REDIRECT_OPS:
                 if op in _HEREDOC or j != len(ops) - 1:
                     return None  # a here-document, or a redirection whose next token is an operator
                 pending = (op, fd, target)  # an IO number is before a run's first operator
                 continue
             if test:
-                continue
-            if op == "(" and was_piped:
                 continue
             if clause_words is not None:
                 stages.append((NOTHING, clause_words, clause_redirects))
@@ -266,9 +281,7 @@ def read(
             if assigns or words or redirects:
                 stages.append((assigns, words, redirects))
                 assigns = words = redirects = NOTHING
-            if op in _PIPE:
-                piped = True
-            else:
+            if op not in _PIPE:
                 if stages:
                     pipelines.append(Quoted(stages) if quoted else stages)
                     stages = []

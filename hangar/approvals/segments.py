@@ -16,6 +16,7 @@ with a here-document (``<<``) or a ``[[`` is left to the caller whole.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -40,6 +41,9 @@ def _lined(line: str) -> bool:
             return False
     return True
 
+
+# A pipe into a group or out of one, or a pipe at a line's end: the parser makes one pipeline across them.
+_GROUP_PIPE = re.compile(r"\|&?\s*[({]|[)}]\s*\||\|&?[ \t]*(?:#[^\n]*)?\n")
 
 _BREAK = "\x01"  # a word a script holding no \x01 cannot have: the line between the runs read at once
 _BREAK_PIPELINE: list[PlainCommand] = [([], [_BREAK], [])]  # as either reader reads that line
@@ -77,6 +81,10 @@ def read(src: str, marks: dict[str, str], quoted: dict[str, str]) -> list[Item] 
     ``quoted`` are ``quick.read``'s."""
     if "<<" in src or "[[" in src:
         return None  # a here-document's body, or a test the parser reads apart, may go on past a newline
+    if "|" in src and _GROUP_PIPE.search(src) is not None:
+        # A group a pipe feeds, or whose output is piped on, and a pipe at a line's end: one pipeline across
+        # lines.
+        return None
     runs: list[tuple[bool, list[str]]] = []
     joined = False  # the last line ended in a backslash: the next one belongs to its run
     for line in src.split("\n"):

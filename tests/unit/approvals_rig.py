@@ -32,7 +32,7 @@ def assert_as_before(src: str, tainted: bool) -> None:
     after = outcome(assess, new)
     if after != before:
         assert after[0] == before[0] == "ok"
-        assert findings_as_strict(src, assess(new), old_rules.assess(old))
+        assert findings_as_strict(src, assess(new), old_rules.assess(old)), src
     for policy in POLICIES:
         after = outcome(decide, policy, new)
         if after != outcome(old_rules.decide, policy, old):
@@ -59,4 +59,4 @@ def assert_script_as_walked(src: str, *, too_deep_is_skipped: bool = False) -> N
         return
     fast = commands.ShellAnalysis(where, True)
     assert fast.script(src) == frozenset(full.stack[-1])
-    assert fast.findings == full.findings
+    assert fast.findings == full.findings, (src, fast.findings, full.findings)

@@ -151,7 +151,7 @@ def test_the_runs_read_apart_are_the_script_parsed_whole(src: str) -> None:
     if items is None:
         return
     whole = shell.parse(src).pipelines  # a script the runs read must parse whole too
-    assert _objects(items, quoted) == [norm([p.commands]) for p in whole]
+    assert _objects(items, quoted) == [norm([p.commands]) for p in whole], src
 
 
 @SETTINGS
