@@ -47,6 +47,10 @@ class Parsed:
     def has(self, *names: str) -> bool:
         return any(n in self.flags or n in self.values for n in names)
 
+    def texts(self, *names: str) -> list[str]:
+        """The values of these options as written (a separate word's text, or the string cut from ``-ofile``)."""
+        return [v if isinstance(v, str) else v.text for n in names for v in self.values.get(n, [])]
+
 
 def options(args: Sequence[Word], short_args: str = "", long_args: Iterable[str] = ()) -> Parsed:
     """GNU-style option parsing: options anywhere until ``--``; ``-abc`` clusters; ``--name=value``.
@@ -359,8 +363,7 @@ def _awk_runs_input(args: Sequence[Word]) -> bool:
     """Whether awk's program (its first operand, or each ``-e``/``--source`` text) runs its input."""
     longs = ("--file", "--field-separator", "--assign", "--exec", "--include", "--load", "--source")
     parsed = options(args, "efFvEil", longs)
-    given = parsed.values.get("-e", []) + parsed.values.get("--source", [])
-    texts = [v if isinstance(v, str) else v.text for v in given]
+    texts = parsed.texts("-e", "--source")
     if not texts and not parsed.has("-f", "--file", "-E", "--exec") and parsed.operands:
         texts.append(parsed.operands[0].text)
     return any(_AWK_RUNS.search(t) for t in texts)

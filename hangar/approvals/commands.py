@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from . import plain, quick, segments
 from .argv import DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
 from .clearing import Clearing
-from .downloads import runs_saved, saved, saved_by_redirect
+from .downloads import located, saved
 from .installs import INSTALLERS
 from .paths import MAYBE_SECRET_IN, Where
 from .plain import PlainCommand, Quoted
@@ -316,11 +316,11 @@ class ShellAnalysis(Clearing):
             self.saved.update(saved(name, self.downloader_options(name, args), self.where))
             for r in cmd.redirects:  # `curl -o - URL > i.sh`
                 if r.op in _STDOUT_TO_FILE and r.fd in (None, "1") and r.target is not None:
-                    self.saved.update(saved_by_redirect(r.target, self.where))
-        elif self.saved and cmd.argv and "/" in cmd.argv[0].text:
-            ran = runs_saved(cmd.argv[:1], self.saved, self.where)
-            if ran is not None:
-                self.add("pipe-to-shell", f"runs a script it downloaded ({ran}): `{cmd.shown()}`")
+                    path = located(r.target, self.where)
+                    if path is not None:
+                        self.saved.add(path)
+        elif cmd.argv and "/" in cmd.argv[0].text:
+            self.ran_saved(cmd.argv[0], cmd)  # `./i.sh`
         self.interpreters(cmd, depth)
         if name == "find":
             self.find(cmd, depth)
@@ -381,6 +381,6 @@ class ShellAnalysis(Clearing):
 
     def ran_saved(self, script: Word, cmd: Cmd) -> None:
         """``sh i.sh`` (``python3 get.py``, ``source i.sh``) after ``curl -o i.sh URL`` in the same command line."""
-        ran = runs_saved((script,), self.saved, self.where) if self.saved else None
-        if ran is not None:
+        ran = located(script, self.where) if self.saved else None
+        if ran is not None and ran in self.saved:
             self.add("pipe-to-shell", f"runs a script it downloaded ({ran}): `{cmd.shown()}`")

@@ -25,7 +25,7 @@ from collections import Counter
 from typing import NamedTuple
 
 from .parser import _HEADS, _SKIP, _SKIP_CLAUSE
-from .plain import MARK, plain_text
+from .plain import GROUP_PIPE, MARK, plain_text
 from .shell_types import _ASSIGN
 
 _W = r"[^ \t\n;&|()<>]"  # a character of a word in a plain script
@@ -61,10 +61,6 @@ _ANGLES = {">": 1, "<": 1, ">>": 2, ">|": 1, ">&": 1, "<>": 2, "<&": 1, "&>": 1,
 _CLAUSES = _SKIP | _SKIP_CLAUSE
 
 
-# A pipe into a group or out of one (`| (`, `| {`, `) |`, `} |`; `||` too, which costs only a decline).
-_GROUP_PIPE = re.compile(r"\|&?\s*[({]|[)}]\s*\|")
-
-
 class Glance(NamedTuple):
     """What :func:`read` found: each as written (a mark for a word ``quick.mask`` took). It holds only when
     :func:`redirections` is not None."""
@@ -78,7 +74,7 @@ def read(src: str) -> Glance | None:
     when it is not a plain script in the shape read here. ``src`` holds no here-document and no ``[[``."""
     if not plain_text(src):
         return None
-    if "|" in src and _GROUP_PIPE.search(src) is not None:
+    if "|" in src and GROUP_PIPE.search(src) is not None:
         return None  # a group next to a pipe: plain.read leaves it to the parser (one pipeline of the group)
     spans = set(_AFTER_SEPARATOR.findall(src))
     start = _START.match(src)

@@ -8,13 +8,11 @@ alone, as a build's are."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from .argv import options
+from .argv import _PYTHON, options
 from .shell import Word
 
-_PYTHON = re.compile(r"^python[0-9.]*$")
 _NPM_CHANGES = frozenset(
     "install i in ins inst insta instal isnt isnta isntal isntall add update up upgrade udpate "
     "uninstall unlink remove rm r un link ln".split()
@@ -51,9 +49,7 @@ def global_install(name: str, args: Sequence[Word]) -> tuple[str | None, list[Wo
     if name in _NODE_MANAGERS:
         command, _ = _subcommand(args)
         parsed = options(args)
-        global_ = parsed.has("-g", "--global") or "global" in [
-            v if isinstance(v, str) else v.text for v in parsed.values.get("--location", [])
-        ]
+        global_ = parsed.has("-g", "--global") or "global" in parsed.texts("--location")
         if global_ and command in _NPM_CHANGES:
             return f"{name}'s global packages", []
         return None, []

@@ -51,6 +51,11 @@ def render(word: Word, where: Where) -> str:
     return "".join(out)
 
 
+def render_value(value: Word | str, where: Where) -> str:
+    """An argument (a word, rendered) or an option's value cut from its word (``-ofile``: a string, expanded)."""
+    return render(value, where) if isinstance(value, Word) else expand_string(value, where)
+
+
 def expand_string(text: str, where: Where) -> str:
     """A path given as plain text (a file tool's argument, an option's ``=value``): ``~``, $HOME…"""
     if text == "~" or text.startswith("~/"):

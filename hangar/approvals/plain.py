@@ -107,6 +107,10 @@ class Quoted(NamedTuple):
     stages: list[PlainCommand]
 
 
+# A pipe into a group or out of one (`| (`, `| {`, `) |`, `} |`; `||` too, which costs only a decline): read()
+# leaves such a script to the parser, which makes the group's commands stages of the pipeline.
+GROUP_PIPE = re.compile(r"\|&?\s*[({]|[)}]\s*\|")
+
 MARK = "\x02"  # in a word quick.read put for a word with quotes or expansions
 
 

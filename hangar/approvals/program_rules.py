@@ -35,6 +35,7 @@ from .paths import (
     normalize,
     relative_safe,
     render,
+    render_value,
     turn_places,
     within,
 )
@@ -351,10 +352,7 @@ class ProgramRules:
         if place is not None:
             self.add("write-outside", f"installs packages outside the repository ({place}): `{cmd.shown()}`")
         for d in dirs:
-            text = d if isinstance(d, str) else d.text
-            self.write(
-                expand_string(d, self.where) if isinstance(d, str) else render(d, self.where), text, cmd
-            )
+            self.write(render_value(d, self.where), d if isinstance(d, str) else d.text, cmd)
 
     def outside(self, path: str, cmd: Cmd) -> None:
         if not writable(path, self.where):
@@ -396,11 +394,10 @@ class ProgramRules:
             targets += written_by(name, args)
         out: list[tuple[str, str]] = []
         for t in targets:
-            if isinstance(t, Word):
-                if not _substituted(t):  # `tee >(sha256sum)` writes to a command, not a file
-                    out.append((render(t, self.where), t.text))
-            else:
-                out.append((expand_string(t, self.where), t))
+            if isinstance(t, str):
+                out.append((render_value(t, self.where), t))
+            elif not _substituted(t):  # `tee >(sha256sum)` writes to a command, not a file
+                out.append((render_value(t, self.where), t.text))
         return out
 
     # network (taint)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from .argv import options
 from .paths import host_of
 from .shell import Word
+from .writers import _RSYNC_LONG, _RSYNC_SHORT
 
 _SSH_VALUES = "BbcDEeFIiJLlmOoPpQRSWw"
 _SCP_VALUES = "cDFiJloPSX"
@@ -47,13 +48,13 @@ def remote_hosts(name: str, args: Sequence[Word]) -> list[str | None]:
     """The hosts ``name`` connects to (None for one hangar cannot tell); empty when it reaches none."""
     if name == "ssh":
         parsed = options(args, _SSH_VALUES)
-        hosts = [host_of(v if isinstance(v, str) else v.text) for v in parsed.values.get("-J", [])]
+        hosts = [host_of(v) for v in parsed.texts("-J")]
         if parsed.operands:
             hosts.append(host_of(parsed.operands[0].text))
         return hosts
     if name in ("scp", "sftp", "rsync"):
         if name == "rsync":
-            parsed = options(args, "eBfTM", ("--rsh", "--rsync-path", "--filter", "--exclude", "--include"))
+            parsed = options(args, _RSYNC_SHORT, _RSYNC_LONG)
         else:
             parsed = options(args, _SCP_VALUES if name == "scp" else "BbcDFilPRSso")
         hosts = []
@@ -120,16 +121,13 @@ def gh_write(args: Sequence[Word]) -> str | None:
     # `gh api` is a GET unless -X says otherwise, or a POST once it sends fields or a body: what `gh pr create`
     # does can be done so (POST repos/o/r/pulls).
     parsed = options(args, "XfFHpqtR", (*_GH_API_VALUES, "--hostname", "--cache"))
-    methods = parsed.values.get("-X", []) + parsed.values.get("--method", [])
+    methods = parsed.texts("-X", "--method")
     if methods:
-        method = methods[-1]
-        text = method if isinstance(method, str) else method.text
-        return None if text.upper() == "GET" else f"gh api {text}"
+        return None if methods[-1].upper() == "GET" else f"gh api {methods[-1]}"
     if not parsed.has(*_GH_FIELDS, "--input"):
         return None
     if parsed.operands[1:2] and parsed.operands[1].literal == "graphql" and not parsed.has("--input"):
         # A GraphQL query is sent as a POST but reads; a mutation (or fields from a file hangar cannot see) writes.
-        fields = [v if isinstance(v, str) else v.text for k in _GH_FIELDS for v in parsed.values.get(k, [])]
-        if not any("mutation" in f or "@" in f for f in fields):
+        if not any("mutation" in f or "@" in f for f in parsed.texts(*_GH_FIELDS)):
             return None
     return "gh api POST"

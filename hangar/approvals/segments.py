@@ -43,7 +43,7 @@ def _lined(line: str) -> bool:
 
 
 # A pipe into a group or out of one, or a pipe at a line's end: the parser makes one pipeline across them.
-_GROUP_PIPE = re.compile(r"\|&?\s*[({]|[)}]\s*\||\|&?[ \t]*(?:#[^\n]*)?\n")
+_GROUP_PIPE = re.compile(plain.GROUP_PIPE.pattern + r"|\|&?[ \t]*(?:#[^\n]*)?\n")
 
 _BREAK = "\x01"  # a word a script holding no \x01 cannot have: the line between the runs read at once
 _BREAK_PIPELINE: list[PlainCommand] = [([], [_BREAK], [])]  # as either reader reads that line
