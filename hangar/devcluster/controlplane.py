@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -23,8 +24,35 @@ import yaml
 from .binaries import Binaries
 from .pki import write_pki
 
+_given: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
 
 def free_port() -> int:
+    """A loopback port free now, for a process started next to listen on.
+
+    Picked below the kernel's ephemeral range when there is room: a port ``bind(0)`` hands out is one an
+    outgoing connection may take as its own before the process binds it (a test's API replica failed so
+    under load: "address already in use"); outgoing connections never take a port below the range."""
+    low = _ephemeral_low()
+    if low > 12_000:
+        for _ in range(200):
+            port = random.randrange(10_000, low)
+            if port in _given:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _given.add(port)
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
