@@ -60,6 +60,20 @@ def _feeds_a_shell(cmd: Cmd) -> bool:
     return False
 
 
+_LINE_READERS = frozenset({"read", "mapfile", "readarray"})
+
+
+def _runs_a_variable(cmd: Cmd) -> bool:
+    """Whether ``cmd`` runs a variable's value as a command: ``eval "$l"``, ``bash -c "$l"``, ``$l``. In a
+    pipeline that reads lines (``curl … | while read l; do eval "$l"; done``) that runs what was read."""
+    if cmd.name == "eval":
+        words: Sequence[Word] = cmd.args
+    else:
+        mode, operand = program_source(cmd.name, cmd.args)
+        words = [operand] if mode == "c" and operand is not None else cmd.argv[:1]
+    return any(part.kind == "param" for word in words for part in word.parts)
+
+
 def _reads_its_program(src: str) -> bool:
     try:
         pipelines = parse(src).pipelines
@@ -267,6 +281,7 @@ class ShellAnalysis(Clearing):
         # commands have a reader after them is known in one pass from the end.
         reader_after = False
         piped = 0
+        reads_lines = len(cmds) > 2 and any(c.name in _LINE_READERS for c in cmds)
         for cmd in reversed(cmds):
             feeds = _feeds_a_shell(cmd)  # `curl … > >(sh)`, `curl … | tee >(sh)`
             if (reader_after or feeds) and cmd.name in DOWNLOADERS:
@@ -279,6 +294,7 @@ class ShellAnalysis(Clearing):
                 or feeds
                 or mode == "stdin"
                 or (mode == "c" and "xargs" in cmd.wrappers and _xargs_script(cmd, operand))
+                or (reads_lines and _runs_a_variable(cmd))
             )
         if piped:
             text = shown_cut(" | ".join(c.shown() for c in cmds))

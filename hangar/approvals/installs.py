@@ -1,5 +1,7 @@
 """Package installs that write outside the repository: a global npm (pnpm, yarn, bun) install, pip's
-``--user`` site, ``pipx install``, and pip's ``--target``/``--prefix``/``--root`` directory.
+``--user`` site, ``pipx install``, ``uv tool install``, ``go install`` (into ~/go/bin), ``cargo install`` (into
+~/.cargo/bin), ``gem install --user-install``, and the directory pip, uv, gem or cargo is told to install into
+(``--target``, ``--prefix``, ``--root``, ``--install-dir``; ``GOBIN=DIR``).
 
 A local install (``npm install``, ``pip install -r requirements.txt`` into the project's virtualenv) writes
 where the project is; a global one changes the sandbox outside it, as a redirection to /usr/local would.
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .argv import _PYTHON, options
+from .argv import _PYTHON, Parsed, options
 from .shell import Word
 
 _NPM_CHANGES = frozenset(
@@ -18,7 +20,7 @@ _NPM_CHANGES = frozenset(
     "uninstall unlink remove rm r un link ln".split()
 )
 _NODE_MANAGERS = frozenset({"npm", "pnpm", "bun"})
-INSTALLERS = _NODE_MANAGERS | {"yarn", "pip", "pip3", "pipx"}
+INSTALLERS = _NODE_MANAGERS | {"yarn", "pip", "pip3", "pipx", "uv", "go", "cargo", "gem"}
 _PIP_VALUES = (
     "--target --prefix --root --requirement --constraint --editable --index-url --extra-index-url "
     "--find-links --src --upgrade-strategy --platform --python-version --implementation --abi --log "
@@ -36,9 +38,22 @@ def _subcommand(args: Sequence[Word]) -> tuple[str, list[Word]]:
     return "", []
 
 
-def global_install(name: str, args: Sequence[Word]) -> tuple[str | None, list[Word | str]]:
+_CARGO_VALUES = (
+    "--version --git --branch --tag --rev --path --root --index --registry --features --jobs --target "
+    "--target-dir --profile --config --color --bin --example -Z"
+).split()
+_GEM_VALUES = (
+    "--install-dir --bindir --version --platform --source --document --build-root --env-shebang --suggestions "
+    "--conservative --file --without --format-executable --post-install-message --lock"
+).split()
+
+
+def global_install(
+    name: str, args: Sequence[Word], assigns: Sequence[Word] = ()
+) -> tuple[str | None, list[Word | str]]:
     """What an install writes outside the repository: (a description of a place hangar cannot name exactly,
-    or None; the directories it was told to write into, to check as any write)."""
+    or None; the directories it was told to write into, to check as any write). ``assigns``: the command's
+    environment prefixes (``GOBIN=DIR go install``)."""
     if (
         _PYTHON.match(name)
         and len(args) >= 2
@@ -63,13 +78,42 @@ def global_install(name: str, args: Sequence[Word]) -> tuple[str | None, list[Wo
         if command in ("install", "inject", "upgrade", "upgrade-all", "uninstall", "reinstall", "ensurepath"):
             return "pipx's environments (~/.local)", []
         return None, []
-    if name in ("pip", "pip3"):
+    if name == "go":
+        command, _ = _subcommand(args)
+        if command != "install":
+            return None, []
+        gobin = [w.text.split("=", 1)[1] for w in assigns if w.text.startswith("GOBIN=")]
+        return (None, list(gobin)) if gobin else ("go's bin directory (~/go/bin)", [])
+    if name == "cargo":
         command, rest = _subcommand(args)
         if command not in ("install", "uninstall"):
             return None, []
+        roots = options(rest, "jZF", _CARGO_VALUES).values.get("--root", [])
+        return (None, list(roots)) if roots else ("cargo's bin directory (~/.cargo/bin)", [])
+    if name == "gem":
+        command, rest = _subcommand(args)
+        if command not in ("install", "uninstall", "update"):
+            return None, []
+        parsed = options(rest, "ivnsgP", _GEM_VALUES)
+        dirs = _values(parsed, "-i", "--install-dir", "-n", "--bindir")
+        return ("gem's user directory (~/.gem)" if parsed.has("--user-install") else None), dirs
+    if name == "uv":
+        command, rest = _subcommand(args)
+        if command == "tool":
+            sub, _ = _subcommand(rest)
+            return ("uv's tools (~/.local)" if sub in ("install", "upgrade", "uninstall") else None), []
+        if command != "pip":
+            return None, []
+        name, args = "pip", rest  # `uv pip install …` takes pip's options
+    if name in ("pip", "pip3"):
+        command, rest = _subcommand(args)
+        if command not in ("install", "uninstall", "sync"):
+            return None, []
         parsed = options(rest, "trcefi", _PIP_VALUES)
-        dirs: list[Word | str] = []
-        for opt in ("-t", "--target", "--prefix", "--root"):
-            dirs += parsed.values.get(opt, [])
+        dirs = _values(parsed, "-t", "--target", "--prefix", "--root")
         return ("pip's user site (~/.local)" if parsed.has("--user") else None), dirs
     return None, []
+
+
+def _values(parsed: Parsed, *names: str) -> list[Word | str]:
+    return [v for name in names for v in parsed.values.get(name, [])]

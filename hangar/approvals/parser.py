@@ -16,6 +16,9 @@ _SKIP_CLAUSE = frozenset({"for", "select", "case", "[[", "function"})
 # ``]]``; what a head's redirection names as its target), so that the rules look at them as at any
 # command's words. A function's name is not expanded: it is dropped.
 _HEADS = frozenset({"for", "select", "case", "[["})
+# A loop is a group to pipes, as braces are: `curl … | while read l; do eval "$l"; done` feeds each command of
+# it, and `for u in …; do curl "$u"; done | sh` pipes each one's output on. It ends at its "done".
+_LOOPS = frozenset({"while", "until", "for", "select"})
 
 
 def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -> Script:
@@ -140,12 +143,14 @@ def parse_tokens(tokens: list[Token], comment: bool, *, lenient: bool = False) -
                     continue
                 lit = tok.literal if all(p.kind == "glob" for p in parts) else None
             if not cur.assigns and lit in _SKIP:
-                if lit == "{":
+                if lit == "{" or lit in _LOOPS:
                     open_group(was_piped, False)
-                elif lit == "}" and groups:
+                elif (lit == "}" or lit == "done") and groups:
                     close_group(k, False)
                 continue
             if not cur.assigns and lit in _SKIP_CLAUSE:
+                if lit in _LOOPS:
+                    open_group(was_piped, False)
                 if lit in _HEADS:
                     clause = Command(words=[tok])
                     test = lit == "[["

@@ -317,6 +317,26 @@ def dev_kind(path: str) -> DevKind | None:
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
+# A remote path of scp, sftp, rsync or tar: [user@]host:path (host:: for an rsync daemon), or an scp://, sftp://,
+# rsync:// URL. A word with a slash before its first colon is a local path (`./a:b`), as those programs read it.
+_REMOTE_PATH = re.compile(r"^(?:[^/:@]+@)?(\[[^\]]*\]|[^/:\[\]]+):")
+_REMOTE_URL = re.compile(r"^(?:scp|sftp|rsync|ssh)://", re.IGNORECASE)
+
+
+def remote_path(text: str) -> tuple[bool, str | None]:
+    """Whether an operand of scp, sftp, rsync (or tar's archive) is on another host, and that host (None: an
+    expansion hides it)."""
+    if _REMOTE_URL.match(text):
+        return True, host_of(text)
+    m = _REMOTE_PATH.match(text)
+    if m is None:
+        return False, None
+    host = m.group(1).strip("[]")
+    if "$" in host or "`" in host:
+        return True, None
+    return True, host
+
+
 def host_of(url: str) -> str | None:
     """The host a URL (or ``host[:port][/path]``, as curl and wget accept) names; None when unknown."""
     text = url.strip()

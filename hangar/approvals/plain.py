@@ -24,6 +24,7 @@ from .paths import Where, render
 from .shell import (
     _ASSIGN,
     _HEADS,
+    _LOOPS,
     _OP,
     _SKIP,
     _SKIP_CLAUSE,
@@ -107,9 +108,10 @@ class Quoted(NamedTuple):
     stages: list[PlainCommand]
 
 
-# A pipe into a group or out of one (`| (`, `| {`, `) |`, `} |`; `||` too, which costs only a decline): read()
-# leaves such a script to the parser, which makes the group's commands stages of the pipeline.
-GROUP_PIPE = re.compile(r"\|&?\s*[({]|[)}]\s*\|")
+# A pipe into a group or a loop or out of one (`| (`, `| {`, `| while`, `) |`, `} |`, `done |`; `||` too, and a
+# `done` that is an argument, which cost only a decline): read() leaves such a script to the parser, which
+# makes the group's commands stages of the pipeline.
+GROUP_PIPE = re.compile(r"\|&?\s*(?:[({]|(?:while|until|for|select)\b)|(?:[)}]|\bdone)\s*\|")
 
 MARK = "\x02"  # in a word quick.read put for a word with quotes or expansions
 
@@ -161,10 +163,10 @@ def read(
     for text, run in zip(it, it, strict=True):
         ws = text.split()
         if ws:
-            if piped and ws[0] == "{":
+            if piped and (ws[0] == "{" or ws[0] in _LOOPS):
                 return None
             piped = False
-            closed = ws[-1] == "}"
+            closed = ws[-1] == "}" or ws[-1] == "done"
         if marked and MARK in text:
             quoted = True
         ops, kind = run_ops.get(run) or _ops(run)

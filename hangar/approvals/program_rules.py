@@ -348,7 +348,7 @@ class ProgramRules:
 
     def installs(self, cmd: Cmd) -> None:
         """A global package install (``npm i -g``, ``pip install --user``, ``pip install -t DIR``)."""
-        place, dirs = global_install(cmd.name, cmd.args)
+        place, dirs = global_install(cmd.name, cmd.args, cmd.words[: len(cmd.words) - len(cmd.argv)])
         if place is not None:
             self.add("write-outside", f"installs packages outside the repository ({place}): `{cmd.shown()}`")
         for d in dirs:
@@ -416,20 +416,11 @@ class ProgramRules:
             parsed = self.downloader_options(name, args)
             if parsed.has("--unix-socket", "--abstract-unix-socket"):
                 return
-            urls: list[Word | str] = [*parsed.operands, *parsed.values.get("--url", [])]
-            for url in urls:
-                hosts.append(host_of(url.text if isinstance(url, Word) else url))
-            for opt in (
-                "-x",
-                "--proxy",
-                "--preproxy",
-                "--socks4",
-                "--socks4a",
-                "--socks5",
-                "--socks5-hostname",
-            ):
-                for v in parsed.values.get(opt, []):
-                    hosts.append(host_of(v.text if isinstance(v, Word) else v))
+            urls = [w.text for w in parsed.operands] + parsed.texts("--url")
+            proxies = parsed.texts(
+                "-x", "--proxy", "--preproxy", "--socks4", "--socks4a", "--socks5", "--socks5-hostname"
+            )
+            hosts += [host_of(text) for text in urls + proxies]
             if parsed.has(
                 "-K", "--config", "-i", "--input-file", "--resolve", "--connect-to", "-e", "--execute"
             ):
@@ -442,8 +433,7 @@ class ProgramRules:
                 return
             if parsed.operands:
                 hosts.append(host_of(parsed.operands[0].text))
-            for v in parsed.values.get("-x", []) + parsed.values.get("--proxy", []):
-                hosts.append(host_of(v.text if isinstance(v, Word) else v))
+            hosts += [host_of(text) for text in parsed.texts("-x", "--proxy")]
         elif name in REMOTE_CLIENTS:
             hosts = remote_hosts(name, args)
         else:

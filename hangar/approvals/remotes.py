@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 
 from .argv import options
-from .paths import host_of
+from .paths import host_of, remote_path
 from .shell import Word
 from .writers import _RSYNC_LONG, _RSYNC_SHORT
 
@@ -17,10 +17,6 @@ _SSH_VALUES = "BbcDEeFIiJLlmOoPpQRSWw"
 _SCP_VALUES = "cDFiJloPSX"
 _HTTPIE = frozenset({"http", "https", "xh", "xhs"})
 REMOTE_CLIENTS = frozenset({"ssh", "scp", "sftp", "rsync", "telnet", "ftp", "lftp", "socat"}) | _HTTPIE
-# A remote path of scp, sftp or rsync: [user@]host:path (host:: for an rsync daemon), or an scp://, sftp://,
-# rsync:// URL. A word with a slash before its first colon is a local path (`./a:b`).
-_REMOTE_PATH = re.compile(r"^(?:[^/:@]+@)?(\[[^\]]*\]|[^/:\[\]]+):")
-_URL = re.compile(r"^(?:scp|sftp|rsync|ssh)://", re.IGNORECASE)
 # socat's addresses that connect out: TYPE:host:port (PROXY:proxy:host:port goes to the proxy first).
 _SOCAT_CONNECT = frozenset(
     "tcp tcp4 tcp6 tcp-connect tcp4-connect tcp6-connect udp udp4 udp6 udp-connect udp4-connect "
@@ -28,20 +24,6 @@ _SOCAT_CONNECT = frozenset(
     "socks5 socks5-connect proxy proxy-connect sctp sctp-connect dccp-connect".split()
 )
 _HTTP_METHOD = re.compile(r"^(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|TRACE|CONNECT|QUERY)$", re.IGNORECASE)
-
-
-def _remote(word: Word) -> tuple[bool, str | None]:
-    """Whether an operand of scp/sftp/rsync is remote, and its host (None: an expansion hides it)."""
-    text = word.text
-    if _URL.match(text):
-        return True, host_of(text)
-    m = _REMOTE_PATH.match(text)
-    if m is None:
-        return False, None
-    host = m.group(1).strip("[]")
-    if "$" in host or "`" in host:
-        return True, None
-    return True, host
 
 
 def remote_hosts(name: str, args: Sequence[Word]) -> list[str | None]:
@@ -59,7 +41,7 @@ def remote_hosts(name: str, args: Sequence[Word]) -> list[str | None]:
             parsed = options(args, _SCP_VALUES if name == "scp" else "BbcDFilPRSso")
         hosts = []
         for k, word in enumerate(parsed.operands):
-            remote, host = _remote(word)
+            remote, host = remote_path(word.text)
             if remote:
                 hosts.append(host)
             elif name == "sftp" and k == 0:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from .parser import _HEADS, _SKIP, _SKIP_CLAUSE, REDIRECT_OPS, parse_tokens
+from .parser import _HEADS, _LOOPS, _SKIP, _SKIP_CLAUSE, REDIRECT_OPS, parse_tokens
 from .scan import _ansi_c, _skip_backquote, _skip_group, _skip_single
 from .shell_types import (
     _ASSIGN,
@@ -40,7 +40,7 @@ from .shell_types import (
 
 # What callers import from here: the lexer's and parser's own names, and shell_types' (re-exported).
 __all__ = [
-    "REDIRECT_OPS", "WRITE_OPS", "_ASSIGN", "_HEADS", "_OP", "_PLAIN_OPS", "_SKIP", "_SKIP_CLAUSE", "Command", "Heredoc",
+    "REDIRECT_OPS", "WRITE_OPS", "_ASSIGN", "_HEADS", "_LOOPS", "_OP", "_PLAIN_OPS", "_SKIP", "_SKIP_CLAUSE", "Command", "Heredoc",
     "Op", "Part", "PartKind", "Pipeline", "Redirect", "Script", "ShellSyntaxError", "Token", "Word", "_Lexer",
     "_fast_tokens", "_redirect", "double_quoted", "parse", "parse_tokens", "simple_command", "split_words",
     "tokenize",

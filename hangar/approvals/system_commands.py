@@ -3,7 +3,8 @@ powering the machine off or rebooting it, and changing what the whole system run
 modules and parameters, the firewall, and signals to init or to every process.
 
 ``mkfs``, ``dd of=/dev/…`` and ``shutdown`` are the spec's examples; the others do the same kind of harm to the
-sandbox as a whole rather than to a file. What only reads (``mount`` with no operand, ``sysctl -a``,
+sandbox as a whole rather than to a file. A crontab or an ``at`` job is there too: it has the system run a
+command later, outside the turn and its approvals. What only reads (``mount`` with no operand, ``sysctl -a``,
 ``iptables -L``, ``lsmod``) is not flagged."""
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ SYSTEM = frozenset(
 # Looked at for their arguments (`mount` alone lists, `sysctl -a` reads, `iptables -L` lists).
 SYSTEM_MAYBE = frozenset(
     {"init", "telinit", "systemctl", "mount", "sysctl", "iptables", "ip6tables", "nft", "kill", "killall5"}
+    | {"crontab", "at", "batch", "atrm"}
 )
+# What only shows: `crontab -l`, `at -l` (atq), `at -c JOB` (a job's script), `at -V`.
+_SCHEDULE_READS = {"crontab": frozenset({"-l"}), "at": frozenset({"-l", "-c", "-V"})}
 _SYSTEMCTL_POWER = frozenset({"poweroff", "reboot", "halt", "kexec", "emergency", "rescue", "isolate"})
 # iptables' commands that change a table (-A append, -D delete, -F flush, -P policy …), short and long.
 _IPTABLES_CHANGES = frozenset("-A -C -D -I -R -F -Z -N -X -P -E".split()) | frozenset(
@@ -60,8 +64,12 @@ def is_system(name: str, args: Sequence[Word]) -> bool:
     if name == "nft":
         words = [lit for lit in lits if lit is not None and not lit.startswith("-")]
         return bool(words) and words[0] not in _NFT_READS
-    if name == "killall5":
+    if name in ("killall5", "batch", "atrm"):
         return True
+    if name in _SCHEDULE_READS:
+        # `crontab FILE`, `crontab -`, `-e`, `-r`; `at TIME`, `at -f FILE TIME`: what the system runs later.
+        flags = {lit for lit in lits if lit is not None and lit.startswith("-") and lit != "-"}
+        return not flags & _SCHEDULE_READS[name]
     # kill: a signal to init (PID 1) or to every process it may signal (-1 after the signal).
     operands: list[str] = []
     skip = False

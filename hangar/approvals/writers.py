@@ -2,7 +2,7 @@
 itself: a change of a file's mode, owner or attributes (``chmod``, ``chown``, ``chgrp``, ``chattr``,
 ``setfacl``), an in-place edit (``sed -i``, ``perl -i``), the destination of ``rsync``, what ``tar`` extracts into or
 archives to, ``unzip -d``, the directory ``git clone`` or ``git init`` makes, the file ``git config`` changes,
-and what ``shred`` overwrites.
+what ``shred`` overwrites, and a compiler's output (``cc -o``, ``go build -o``, ``rustc -o``/``--out-dir``).
 
 Each is a write for the rule "file writes outside the repository and $HANGAR_IO": ``chmod -R 777 /`` or
 ``sed -i … /etc/hosts`` changes the sandbox outside the checkout as surely as a redirection does. What is
@@ -15,13 +15,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .argv import options
+from .paths import remote_path
 from .shell_types import Part, Word
 
 # chmod/chown/chgrp: the operands after the mode or owner (none skipped with --reference).
 _OWNERS = frozenset({"chmod", "chown", "chgrp"})
 # A mode given as a short option (`chmod -w f`, `chmod -rwx f`): then every operand is a file.
 _MODE_LETTERS = frozenset("rwxXst")
-WRITERS = _OWNERS | {"chattr", "setfacl", "sed", "perl", "rsync", "tar", "unzip", "git", "shred"}
+# C and C++ compilers: `-o FILE` or `-oFILE` (no other of their options starts with "-o").
+_CC = frozenset({"cc", "gcc", "g++", "c++", "clang", "clang++", "tcc"})
+WRITERS = (
+    _OWNERS
+    | {"chattr", "setfacl", "sed", "perl", "rsync", "tar", "unzip", "git", "shred"}
+    | _CC
+    | {"go", "rustc"}
+)
 
 # rsync's options that take a separate value (so that the value is not taken for a source or destination).
 _RSYNC_SHORT = "efTBM"
@@ -150,7 +158,7 @@ def written_by(name: str, args: Sequence[Word]) -> list[Word | str]:
         if len(parsed.operands) < 2:
             return []  # one operand lists it
         dest = parsed.operands[-1]
-        return [] if _remote(dest.text) else [dest]
+        return [] if remote_path(dest.text)[0] else [dest]
     if name == "tar":
         return _tar(args)
     if name == "unzip":
@@ -159,7 +167,28 @@ def written_by(name: str, args: Sequence[Word]) -> list[Word | str]:
         return _git(args)
     if name == "shred":  # overwrites its files in place (a device: the system rule)
         return list(options(args, "ns", ("--iterations", "--size", "--random-source")).operands)
+    if name in _CC or name in ("go", "rustc"):
+        return _compiled(name, args)
     return []
+
+
+def _compiled(name: str, args: Sequence[Word]) -> list[Word | str]:
+    """The output a compiler is told to write: ``-o FILE`` (``-oFILE`` for cc, ``-o=FILE`` for go),
+    rustc's ``--out-dir DIR``. ``go`` writes one only when building (``go build``, ``go test -c``)."""
+    if name == "go" and not any(w.literal in ("build", "test") for w in args[:1]):
+        return []
+    out: list[Word | str] = []
+    for i, word in enumerate(args):
+        lit = word.literal
+        if lit is None or not lit.startswith("-"):
+            continue
+        if lit in ("-o", "--out-dir") and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif lit.startswith(("-o=", "--out-dir=")):
+            out.append(lit.split("=", 1)[1])
+        elif name in _CC and lit.startswith("-o") and len(lit) > 2:
+            out.append(lit[2:])
+    return out
 
 
 def _owners(name: str, args: Sequence[Word]) -> list[Word | str]:
@@ -348,12 +377,6 @@ def _from_chdir(chdir: list[Word], made: list[Word]) -> list[Word | str]:
     return [path]
 
 
-def _remote(text: str) -> bool:
-    """An rsync destination on another host (``host:path``, ``user@host:path``, ``rsync://…``)."""
-    head = text.split("/", 1)[0]
-    return text.startswith("rsync://") or (":" in head and not text.startswith(("/", ".", "~")))
-
-
 def _local_file(value: Word | str) -> bool:
     text = value.text if isinstance(value, Word) else value
-    return text != "-" and not _remote(text)
+    return text != "-" and not remote_path(text)[0]

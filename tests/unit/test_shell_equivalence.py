@@ -111,9 +111,11 @@ STRICTER_PARSE = re.compile(r"(?<![\w-])(?:for|select|case|coproc)(?![\w-])|\[\[
 # into another language's inline code (`python3 -c "$(curl …)"`) and one xargs hands to a shell as its script
 # (`curl … | xargs bash -c`), `git config`, `shred`, a debugger attached to a process (`gdb -p`), and a glob
 # that may expand to a secret (`~/.s*/id_rsa`). A script with one may be flagged where it was not.
-# A group next to a pipe, or a pipe at a line's end: the new parser makes the commands around it one pipeline
-# (each reads the pipe) where the old one ended the pipeline there.
-GROUP_PIPE = re.compile(r"\|&?\s*[({]|[)}]\s*\||\|&?[ \t]*(?:#[^\n]*)?\n")
+# A group or a loop next to a pipe, or a pipe at a line's end: the new parser makes the commands around it one
+# pipeline (each reads the pipe) where the old one ended the pipeline there.
+GROUP_PIPE = re.compile(
+    r"\|&?\s*(?:[({]|(?:while|until|for|select)\b)|(?:[)}]|\bdone)\s*\||\|&?[ \t]*(?:#[^\n]*)?\n"
+)
 
 
 STRICTER_ON = re.compile(
@@ -126,12 +128,15 @@ STRICTER_ON = re.compile(
     # the taint gate's other network clients; gh's writes besides `pr create`; awk running what it reads
     + r"|(?<![\w/:-])(?:ssh|scp|sftp|telnet|ftp|lftp|socat|https?|xhs?|[gmn]?awk)(?![\w:/-])"
     + r"|(?s:(?<![\w-])gh(?![\w-]).*(?:api|merge))"
-    # global package installs (`npm i -g`, `pip install --user`)
-    + r"|(?<![\w-])(?:npm|pnpm|yarn|bun|pip3?|pipx)(?![\w-])"
+    # global package installs (`npm i -g`, `pip install --user`, `go install`, `cargo install`); a compiler's
+    # output (`cc -o /usr/local/bin/x`)
+    + r"|(?<![\w-])(?:npm|pnpm|yarn|bun|pip3?|pipx|uv|go|cargo|gem|g?cc|[gc]\+\+|clang(?:\+\+)?|tcc|rustc)(?![\w+-])"
     # runuser, setpriv with an id; `git rm -r .` (a recursive delete of the working tree)
     + r"|(?<![\w-])(?:runuser|setpriv)(?![\w-])|(?s:(?<![\w-])git(?![\w-]).*(?<![\w-])rm(?![\w-]))"
     # the system commands beyond mkfs, dd and shutdown: mounts, swap, modules, sysctl, the firewall, kill 1
     + r"|(?<![\w-])(?:u?mount|swap(?:on|off)|modprobe|insmod|rmmod|sysctl|ip6?tables|nft|kill(?:all5)?|telinit)(?![\w-])"
+    # a crontab or an at job: the system runs a command later
+    + r"|(?<![\w-])(?:crontab|at|batch|atrm)(?![\w-])"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
     # walked before its commands (the order of the findings may differ; the new rules follow the pipe too)
     + r"|"

@@ -143,13 +143,21 @@ def test_what_it_takes_and_declines() -> None:
         "X=1; Y=2",
         "(cd x && make) && head",
         "ls&",
-        "for f in *.py a b; do ls -l; done | head",
+        "for f in *.py a b; do ls -l; done && head",
         "case x in a|b) ls;; esac",
         "select x in a b; do ls; done",
     ):
         assert _take(src) is not None, src
-    # A group next to a pipe is one pipeline of the parser's (plain.read declines it): not glanced at.
-    for src in ("(cd x && make) | head", "ls | (sort)", "ls |& { sort; }", "{ ls; } | head"):
+    # A group or a loop next to a pipe is one pipeline of the parser's (plain.read declines it): not glanced at.
+    for src in (
+        "(cd x && make) | head",
+        "ls | (sort)",
+        "ls |& { sort; }",
+        "{ ls; } | head",
+        "for f in *.py a b; do ls -l; done | head",
+        "ls | while read f; do wc -l; done",
+        "ls | until read f; do :; done",
+    ):
         assert _take(src) is None and plain.read(src) is None, src
     for src in (
         ">x rm -rf /",
@@ -177,7 +185,7 @@ def test_what_it_takes_and_declines() -> None:
     assert taken[1] == {(">", "o"), (">&", "1"), ("<", "i"), (">>", "log")}
     # A loop head or case subject is a command named for, select or case, its words the arguments (what they
     # substitute is walked, the paths they name looked at), its redirections its own.
-    taken = _take("for f in a b c; do rm -f x; done | tee x")
+    taken = _take("for f in a b c; do rm -f x; done; tee x")
     assert taken is not None and taken[0].firsts == {"for", "rm", "tee"} and taken[1] == set()
     for src, firsts, redirects in (
         ("for x in \x021; do ls; done", {"for", "ls"}, set()),

@@ -85,8 +85,9 @@ def test_what_it_reads_is_what_the_parser_reads(src: str) -> None:
         assert _tree(read) == norm([p.commands for p in shell.parse(src).pipelines])
 
 
-# A pipe into a group or out of one (`| (`, `| {`, `) |`, `} |`): plain.read leaves it to the parser.
-GROUP_PIPE = re.compile(r"\|&?\s*[({]|[)}]\s*\|")
+# A pipe into a group or a loop or out of one (`| (`, `| {`, `| while`, `) |`, `} |`, `done |`): plain.read
+# leaves it to the parser.
+GROUP_PIPE = re.compile(r"\|&?\s*(?:[({]|(?:while|until|for|select)\b)|(?:[)}]|\bdone)\s*\|")
 
 
 @SETTINGS
