@@ -72,6 +72,7 @@ _WRITERS = (
     | DOWNLOADERS
     | WRITERS
 )
+_HERE = Word((Part("glob", "."),))  # the working directory, as a word
 _FD = re.compile(r"[0-9]+-?|-")  # the target of >& or <& that is a file descriptor, not a file
 
 
@@ -220,7 +221,7 @@ class ProgramRules:
             elif lit not in ("-depth", "-d", "-xdev", "-mount", "-print", "-print0", "-noleaf", "-daystart"):
                 filters = True
         if deletes:
-            for start in starts or [Word((Part("glob", "."),))]:
+            for start in starts or [_HERE]:
                 self.deletes(start, cmd, whole_tree=not filters)
 
     def git(self, cmd: Cmd) -> None:
@@ -246,6 +247,15 @@ class ProgramRules:
             parsed = options(args[i + 1 :], "", ("--pathspec-from-file",))
             if parsed.has("-r") and not parsed.has("--cached"):
                 for target in parsed.operands:
+                    self.deletes(target, cmd, whole_tree=True)
+            return
+        if i < len(args) and args[i].literal == "clean":
+            # `git clean -f` deletes every untracked file under its paths (-d: untracked directories too, -x:
+            # ignored files too), the whole working tree without one: what `rm -rf` of it would take that git
+            # cannot give back. `-n` only lists.
+            parsed = options(args[i + 1 :], "e", ("--exclude",))
+            if parsed.has("-f", "--force") and not parsed.has("-n", "--dry-run"):
+                for target in parsed.operands or [_HERE]:
                     self.deletes(target, cmd, whole_tree=True)
             return
         if i >= len(args) or args[i].literal != "push":

@@ -131,8 +131,8 @@ STRICTER_ON = re.compile(
     # global package installs (`npm i -g`, `pip install --user`, `go install`, `cargo install`); a compiler's
     # output (`cc -o /usr/local/bin/x`)
     + r"|(?<![\w-])(?:npm|pnpm|yarn|bun|pip3?|pipx|uv|go|cargo|gem|g?cc|[gc]\+\+|clang(?:\+\+)?|tcc|rustc)(?![\w+-])"
-    # runuser, setpriv with an id; `git rm -r .` (a recursive delete of the working tree)
-    + r"|(?<![\w-])(?:runuser|setpriv)(?![\w-])|(?s:(?<![\w-])git(?![\w-]).*(?<![\w-])rm(?![\w-]))"
+    # runuser, setpriv with an id; `git rm -r .`, `git clean -f` (a recursive delete of the working tree)
+    + r"|(?<![\w-])(?:runuser|setpriv)(?![\w-])|(?s:(?<![\w-])git(?![\w-]).*(?<![\w-])(?:rm|clean)(?![\w-]))"
     # the system commands beyond mkfs, dd and shutdown: mounts, swap, modules, sysctl, the firewall, kill 1
     + r"|(?<![\w-])(?:u?mount|swap(?:on|off)|modprobe|insmod|rmmod|sysctl|ip6?tables|nft|kill(?:all5)?|telinit)(?![\w-])"
     # a crontab or an at job: the system runs a command later
