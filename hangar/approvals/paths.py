@@ -113,8 +113,9 @@ def credential(path: str, where: Where) -> str | None:
 
     Secrets: ~/.ssh (and any ``.ssh`` directory), ``.git-credentials``, ``.netrc``, git's credential
     store, ~/.hangar, the other turns' directories beside $HANGAR_IO (the driver's ``io/``), another
-    process's ``/proc/*/environ`` and ``/proc/*/mem``, ~/.aws, ~/.config/gh, ~/.docker/config.json,
-    ~/.kube/config, ~/.gnupg, /etc/shadow and /etc/gshadow, a pod's /var/run/secrets.
+    process's ``/proc/*/environ`` and ``/proc/*/mem``, the stores tools keep under HOME (``_HOME_STORES``:
+    ~/.aws, ~/.config/gcloud, ~/.config/gh, ~/.docker/config.json, ~/.npmrc, ~/.kube/config, ~/.gnupg …),
+    /etc/shadow and /etc/gshadow, a pod's /var/run/secrets.
 
     ``path`` is absolute and normalised; unknown expansions in it (``UNKNOWN``) match anything, so
     ``/proc/$$/environ`` is the environment of a process.
@@ -263,6 +264,28 @@ class Places:
     stores: tuple[tuple[str, str], ...]  # (relative to HOME, absolute)
 
 
+# The credentials tools keep under HOME (besides ~/.ssh, .git-credentials and .netrc, found anywhere): cloud
+# CLIs' (AWS, gcloud: a GKE cluster's, Azure), gh's and hub's tokens, registry logins (docker, npm, PyPI,
+# cargo, RubyGems), kubeconfig, GnuPG's keys, Vault's and Terraform's tokens.
+_HOME_STORES = (
+    ".aws",
+    ".config/gcloud",
+    ".azure",
+    ".config/gh",
+    ".config/hub",
+    ".docker/config.json",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".kube/config",
+    ".gnupg",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+)
+
+
 @functools.lru_cache(maxsize=64)
 def turn_places(where: Where) -> Places:
     """The turn's places, normalised, and the secrets' places under them: worked out once per ``where``."""
@@ -281,10 +304,7 @@ def turn_places(where: Where) -> Places:
         io_dir=io_dir,
         git_credentials=under_home(".config/git/credentials"),
         hangar=under_home(".hangar"),
-        stores=tuple(
-            (rel, under_home(rel))
-            for rel in (".aws", ".config/gh", ".docker/config.json", ".kube/config", ".gnupg")
-        ),
+        stores=tuple((rel, under_home(rel)) for rel in _HOME_STORES),
     )
 
 

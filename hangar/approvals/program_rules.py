@@ -39,7 +39,7 @@ from .paths import (
     turn_places,
     within,
 )
-from .remotes import REMOTE_CLIENTS, gh_write, remote_hosts
+from .remotes import REMOTE_CLIENTS, gh_writes, remote_hosts
 from .shell import WRITE_OPS, Part, Word
 from .system_commands import is_system
 from .writers import WRITERS, written_by
@@ -274,9 +274,10 @@ class ProgramRules:
             self.add("branch-delete", f"deletes a remote branch: `{cmd.shown()}`")
 
     def gh(self, args: list[Word], cmd: Cmd) -> None:
-        what = gh_write(args)
-        if what is not None:
-            self.add("taint-push", f"{what} (`{cmd.shown()}`)")
+        for rule, what in gh_writes(args):
+            self.add(
+                rule, f"{what} (`{cmd.shown()}`)" if rule == "taint-push" else f"{what}: `{cmd.shown()}`"
+            )
 
     def files(self, cmd: Cmd) -> None:
         """Credentials read or written anywhere in the command; writes outside the repository."""

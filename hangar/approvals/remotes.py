@@ -83,8 +83,15 @@ _GH_API_VALUES = (
 _GH_FIELDS = ("-f", "-F", "--field", "--raw-field")
 
 
-def gh_write(args: Sequence[Word]) -> str | None:
-    """What a gh command writes to GitHub as ``gh pr create`` does ("gh pr create", "gh api POST"), or None."""
+# A git reference of a branch in the REST API's path (repos/OWNER/REPO/git/refs/heads/NAME).
+_GH_BRANCH_REF = re.compile(r"(?:^|/)git/refs/heads/[^?]+")
+
+
+def gh_writes(args: Sequence[Word]) -> list[tuple[str, str]]:
+    """What a gh command does that the rules name, as (rule, what): a write to GitHub as ``gh pr create`` is
+    (``taint-push``: "gh pr create", "gh api POST"), and the REST API's branch deletion (``DELETE
+    …/git/refs/heads/X``, or deleting the repository) and forced update (``PATCH … -F force=true``), which are
+    ``git push --delete`` and ``git push --force`` by another road."""
     words: list[str] = []
     i = 0
     while i < len(args) and len(words) < 2:
@@ -95,21 +102,37 @@ def gh_write(args: Sequence[Word]) -> str | None:
         elif not lit.startswith("-"):
             words.append(lit)
     if words in (["pr", "create"], ["pr", "new"]):
-        return "gh pr create"
+        return [("taint-push", "gh pr create")]
     if words == ["pr", "merge"]:
-        return "gh pr merge"
+        return [("taint-push", "gh pr merge")]
+    if words == ["repo", "delete"]:
+        return [
+            ("taint-push", "gh repo delete"),
+            ("branch-delete", "deletes a GitHub repository, every branch"),
+        ]
     if words[:1] != ["api"]:
-        return None
+        return []
     # `gh api` is a GET unless -X says otherwise, or a POST once it sends fields or a body: what `gh pr create`
     # does can be done so (POST repos/o/r/pulls).
     parsed = options(args, "XfFHpqtR", (*_GH_API_VALUES, "--hostname", "--cache"))
     methods = parsed.texts("-X", "--method")
+    fields = parsed.texts(*_GH_FIELDS)
     if methods:
-        return None if methods[-1].upper() == "GET" else f"gh api {methods[-1]}"
-    if not parsed.has(*_GH_FIELDS, "--input"):
-        return None
-    if parsed.operands[1:2] and parsed.operands[1].literal == "graphql" and not parsed.has("--input"):
+        method = methods[-1].upper()
+    elif not parsed.has(*_GH_FIELDS, "--input"):
+        method = "GET"
+    elif parsed.operands[1:2] and parsed.operands[1].literal == "graphql" and not parsed.has("--input"):
         # A GraphQL query is sent as a POST but reads; a mutation (or fields from a file hangar cannot see) writes.
-        if not any("mutation" in f or "@" in f for f in parsed.texts(*_GH_FIELDS)):
-            return None
-    return "gh api POST"
+        method = "POST" if any("mutation" in f or "@" in f for f in fields) else "GET"
+    else:
+        method = "POST"
+    if method == "GET":
+        return []
+    out = [("taint-push", f"gh api {methods[-1] if methods else method}")]
+    endpoint = parsed.operands[1].text if len(parsed.operands) > 1 else ""
+    if _GH_BRANCH_REF.search(endpoint):
+        if method == "DELETE":
+            out.append(("branch-delete", "deletes a remote branch through GitHub's API"))
+        elif method == "PATCH" and any(f.replace(" ", "") in ("force=true", "force=1") for f in fields):
+            out.append(("force-push", "force-updates a remote branch through GitHub's API"))
+    return out

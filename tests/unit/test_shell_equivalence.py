@@ -127,7 +127,7 @@ STRICTER_ON = re.compile(
     + r"|\.[\w-]*[*?[]|[/~]\S*[*?[]"
     # the taint gate's other network clients; gh's writes besides `pr create`; awk running what it reads
     + r"|(?<![\w/:-])(?:ssh|scp|sftp|telnet|ftp|lftp|socat|https?|xhs?|[gmn]?awk)(?![\w:/-])"
-    + r"|(?s:(?<![\w-])gh(?![\w-]).*(?:api|merge))"
+    + r"|(?s:(?<![\w-])gh(?![\w-]).*(?:api|merge|delete))"
     # global package installs (`npm i -g`, `pip install --user`, `go install`, `cargo install`); a compiler's
     # output (`cc -o /usr/local/bin/x`)
     + r"|(?<![\w-])(?:npm|pnpm|yarn|bun|pip3?|pipx|uv|go|cargo|gem|g?cc|[gc]\+\+|clang(?:\+\+)?|tcc|rustc)(?![\w+-])"
@@ -135,6 +135,8 @@ STRICTER_ON = re.compile(
     + r"|(?<![\w-])(?:runuser|setpriv)(?![\w-])|(?s:(?<![\w-])git(?![\w-]).*(?<![\w-])(?:rm|clean)(?![\w-]))"
     # the system commands beyond mkfs, dd and shutdown: mounts, swap, modules, sysctl, the firewall, kill 1
     + r"|(?<![\w-])(?:u?mount|swap(?:on|off)|modprobe|insmod|rmmod|sysctl|ip6?tables|nft|kill(?:all5)?|telinit)(?![\w-])"
+    # the credential stores under HOME beyond ~/.aws, ~/.config/gh, ~/.docker, ~/.kube and ~/.gnupg
+    + r"|gcloud|\.azure|config/hub|npmrc|pypirc|\.cargo|\.gem|vault-token|\.terraform"
     # a crontab or an at job: the system runs a command later
     + r"|(?<![\w-])(?:crontab|at|batch|atrm)(?![\w-])"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
