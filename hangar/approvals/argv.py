@@ -14,6 +14,9 @@ from .shell import Command, Redirect, Word, split_words
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "yash", "fish"})
 DOWNLOADERS = frozenset({"curl", "wget"})
+# What fetches a URL to its standard output, for pipe-to-shell: curl and wget, and HTTPie's clients
+# (`http URL | sh`, `xh URL | bash`), which print a response's body when piped.
+FETCHERS = DOWNLOADERS | {"http", "https", "xh", "xhs"}
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
 
@@ -46,6 +49,10 @@ class Parsed:
 
     def has(self, *names: str) -> bool:
         return any(n in self.flags or n in self.values for n in names)
+
+    def given(self, *names: str) -> list[Word | str]:
+        """The values of these options, in the order of the names (each a word, or a string cut from ``-ofile``)."""
+        return [v for n in names for v in self.values.get(n, [])]
 
     def texts(self, *names: str) -> list[str]:
         """The values of these options as written (a separate word's text, or the string cut from ``-ofile``)."""

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from . import plain, quick, segments
-from .argv import DOWNLOADERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
+from .argv import DOWNLOADERS, FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
 from .clearing import Clearing
 from .downloads import located, saved
 from .installs import INSTALLERS
@@ -284,7 +284,7 @@ class ShellAnalysis(Clearing):
         reads_lines = len(cmds) > 2 and any(c.name in _LINE_READERS for c in cmds)
         for cmd in reversed(cmds):
             feeds = _feeds_a_shell(cmd)  # `curl … > >(sh)`, `curl … | tee >(sh)`
-            if (reader_after or feeds) and cmd.name in DOWNLOADERS:
+            if (reader_after or feeds) and cmd.name in FETCHERS:
                 piped += 1
             mode, operand = program_source(cmd.name, cmd.args)
             # `… | xargs bash -c`, `… | xargs -I{} sh -c '{}'`: xargs hands what it reads to the shell as its
@@ -319,8 +319,8 @@ class ShellAnalysis(Clearing):
                         self.script(part.inner, depth + 1)
 
     def downloads(self, sources: Iterable[str], depth: int) -> bool:
-        """Whether any of these (substituted) commands runs curl or wget."""
-        return any(self.script(src, depth + 1) & DOWNLOADERS for src in sources)
+        """Whether any of these (substituted) commands fetches a URL (curl, wget, HTTPie)."""
+        return any(self.script(src, depth + 1) & FETCHERS for src in sources)
 
     def command(self, cmd: Cmd, depth: int) -> None:
         name, args = cmd.name, cmd.args

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .argv import _PYTHON, Parsed, options
+from .argv import _PYTHON, options
 from .shell import Word
 
 _NPM_CHANGES = frozenset(
@@ -95,7 +95,7 @@ def global_install(
         if command not in ("install", "uninstall", "update"):
             return None, []
         parsed = options(rest, "ivnsgP", _GEM_VALUES)
-        dirs = _values(parsed, "-i", "--install-dir", "-n", "--bindir")
+        dirs = parsed.given("-i", "--install-dir", "-n", "--bindir")
         return ("gem's user directory (~/.gem)" if parsed.has("--user-install") else None), dirs
     if name == "uv":
         command, rest = _subcommand(args)
@@ -110,10 +110,6 @@ def global_install(
         if command not in ("install", "uninstall", "sync"):
             return None, []
         parsed = options(rest, "trcefi", _PIP_VALUES)
-        dirs = _values(parsed, "-t", "--target", "--prefix", "--root")
+        dirs = parsed.given("-t", "--target", "--prefix", "--root")
         return ("pip's user site (~/.local)" if parsed.has("--user") else None), dirs
     return None, []
-
-
-def _values(parsed: Parsed, *names: str) -> list[Word | str]:
-    return [v for name in names for v in parsed.values.get(name, [])]

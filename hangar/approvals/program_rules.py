@@ -373,7 +373,7 @@ class ProgramRules:
 
     def write_targets(self, cmd: Cmd) -> list[tuple[str, str]]:
         """(rendered path, as written) for each file a command is known to write."""
-        if cmd.name not in _WRITERS:
+        if cmd.name not in _WRITERS and not cmd.name.startswith("python"):
             return []  # most commands: none of those below
         name, args = cmd.name, cmd.args
         targets: list[Word | str] = []

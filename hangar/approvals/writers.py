@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .argv import options
+from .outputs import OUTPUT_WRITERS, git_output, written_by_tool
 from .paths import remote_path
 from .shell_types import Part, Word
 
@@ -29,6 +30,7 @@ WRITERS = (
     | {"chattr", "setfacl", "sed", "perl", "rsync", "tar", "unzip", "git", "shred"}
     | _CC
     | {"go", "rustc"}
+    | OUTPUT_WRITERS
 )
 
 # rsync's options that take a separate value (so that the value is not taken for a source or destination).
@@ -169,7 +171,7 @@ def written_by(name: str, args: Sequence[Word]) -> list[Word | str]:
         return list(options(args, "ns", ("--iterations", "--size", "--random-source")).operands)
     if name in _CC or name in ("go", "rustc"):
         return _compiled(name, args)
-    return []
+    return written_by_tool(name, args)
 
 
 def _compiled(name: str, args: Sequence[Word]) -> list[Word | str]:
@@ -296,7 +298,11 @@ def _git(args: Sequence[Word]) -> list[Word | str]:
             chdir.append(args[i + 1])
         i += 2 if takes else 1
     if i >= len(args) or args[i].literal not in ("clone", "init", "config"):
-        return []
+        outputs = git_output(args[i].literal or "", args[i + 1 :]) if i < len(args) else []
+        if not (chdir and outputs):
+            return outputs
+        # `git -C /tmp/r archive -o a.tar HEAD` writes /tmp/r/a.tar.
+        return _from_chdir(chdir, [o if isinstance(o, Word) else Word((Part("glob", o),)) for o in outputs])
     sub = args[i].literal
     if sub == "config":
         return _git_config(args[i + 1 :], chdir)

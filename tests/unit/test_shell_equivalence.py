@@ -137,6 +137,9 @@ STRICTER_ON = re.compile(
     + r"|(?<![\w-])(?:u?mount|swap(?:on|off)|modprobe|insmod|rmmod|sysctl|ip6?tables|nft|kill(?:all5)?|telinit)(?![\w-])"
     # the credential stores under HOME beyond ~/.aws, ~/.config/gh, ~/.docker, ~/.kube and ~/.gnupg
     + r"|gcloud|\.azure|config/hub|npmrc|pypirc|\.cargo|\.gem|vault-token|\.terraform"
+    # the output files of text, archive, key and environment tools (`sort -o`, `zip OUT`, `python3 -m venv DIR`)
+    # and of git's exports (`git archive -o`, `git worktree add`)
+    + r"|(?<![\w-])(?:sort|uniq|c?split|patch|zip|7z[ar]?|cpio|ssh-keygen|openssl|virtualenv|venv|worktree|bundle|archive|format-patch)(?![\w-])"
     # a crontab or an at job: the system runs a command later
     + r"|(?<![\w-])(?:crontab|at|batch|atrm)(?![\w-])"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
@@ -217,12 +220,14 @@ def findings_as_strict(src: str, new: Any, old: Any) -> bool:
     the old one did (a substitution the old one walked past may not parse: `[[ $( > ) ]]`). The order may
     differ: what a head substitutes is walked where the head is, before its body (each distinct source is
     walked once, and its findings recorded there). The old findings of a write to a process substitution
-    (``SUBSTITUTION_WRITE``) are not expected."""
-    kept = tuple(
-        f for f in old.findings if not (f.rule == "write-outside" and SUBSTITUTION_WRITE.search(f.what))
-    )
-    if len(kept) < len(old.findings):
-        old = dataclasses.replace(old, findings=kept)
+    (``SUBSTITUTION_WRITE``) are not expected; where the new one still makes such a finding (a word that is
+    more than the substitution: `<(x)'q'`), it is the old one's, and is compared as neither had it."""
+    dropped = {
+        f.what for f in old.findings if f.rule == "write-outside" and SUBSTITUTION_WRITE.search(f.what)
+    }
+    if dropped:
+        old = dataclasses.replace(old, findings=tuple(f for f in old.findings if f.what not in dropped))
+        new = dataclasses.replace(new, findings=tuple(f for f in new.findings if f.what not in dropped))
     if norm(new) == norm(old):
         return True
     if STRICTER_ON.search(src) is None or new.shell != old.shell or (old.unparsed and not new.unparsed):
