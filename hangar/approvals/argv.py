@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from . import languages
 from .shell import _ASSIGN as _ASSIGNMENT_START
 from .shell import Command, Redirect, Word, split_words
 
@@ -356,6 +357,8 @@ def program_source(name: str, args: Sequence[Word]) -> tuple[str, Word | None]:
         return ("stdin", None)  # `… | source /dev/stdin`
     if name in AWKS and _awk_runs_input(args):
         return ("stdin", None)  # `… | awk '{system($0)}'`: each line it reads is run as a command
+    if name in languages.LANGUAGES:
+        return languages.source(name, args)  # `… | lua -`, `pwsh -c -`, `deno run URL`
     return ("", None)
 
 
@@ -397,6 +400,7 @@ _DOWNLOAD_OUTPUTS = {
         "-a",
         "--append-output",
     ),
+    "aria2c": ("-d", "--dir", "-o", "--out"),
 }
 _CURL_SHORT = "AbcCdDeEFHKmoPQrtTuUwxXYyz"
 _CURL_LONG = (

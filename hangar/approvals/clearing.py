@@ -14,6 +14,7 @@ from __future__ import annotations
 from . import glance, quick
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS
 from .installs import INSTALLERS
+from .languages import LANGUAGES
 from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
 from .plain import MARK, PlainCommand
 from .program_rules import _FD, _NETCAT, _WRITERS, PRIVILEGE, TRACERS, ProgramRules, writable
@@ -286,4 +287,5 @@ _PLAIN_SKIPS = (
     | TRACERS
     | REMOTE_CLIENTS
     | INSTALLERS
+    | LANGUAGES
 )

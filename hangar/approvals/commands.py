@@ -22,10 +22,11 @@ import re
 from collections.abc import Iterable, Sequence
 
 from . import plain, quick, segments
-from .argv import DOWNLOADERS, FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
+from .argv import FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
 from .clearing import Clearing
-from .downloads import located, saved
+from .downloads import SAVERS, located, saved
 from .installs import INSTALLERS
+from .languages import URL_RUNNERS, fetches_and_runs
 from .paths import MAYBE_SECRET_IN, Where
 from .plain import PlainCommand, Quoted
 from .program_rules import _TEXT, PRIVILEGE, TRACERS
@@ -60,6 +61,7 @@ def _feeds_a_shell(cmd: Cmd) -> bool:
     return False
 
 
+_URL = re.compile(r"(?i)(?:https?|ftp)://")
 _LINE_READERS = frozenset({"read", "mapfile", "readarray"})
 
 
@@ -328,7 +330,7 @@ class ShellAnalysis(Clearing):
             self.names.add(name)
             if self.stack:
                 self.stack[-1].add(name)
-        if name in DOWNLOADERS:
+        if name in SAVERS:
             self.saved.update(saved(name, self.downloader_options(name, args), self.where))
             for r in cmd.redirects:  # `curl -o - URL > i.sh`
                 if r.op in _STDOUT_TO_FILE and r.fd in (None, "1") and r.target is not None:
@@ -370,9 +372,16 @@ class ShellAnalysis(Clearing):
         elif mode == "file" and operand is not None:
             if self.downloads(operand.nested, depth):
                 self.add("pipe-to-shell", piped)
+            elif name in URL_RUNNERS and _URL.match(operand.literal or ""):
+                self.add(
+                    "pipe-to-shell", f"runs a script from the network: `{cmd.shown()}`"
+                )  # `deno run URL`
             self.ran_saved(operand, cmd)
-        elif mode == "code" and self.downloads((src for w in args for src in w.nested), depth):
-            self.add("pipe-to-shell", piped)  # `python3 -c "$(curl …)"`: another language's inline code
+        elif mode == "code":
+            if self.downloads((src for w in args for src in w.nested), depth):
+                self.add("pipe-to-shell", piped)  # `python3 -c "$(curl …)"`: another language's inline code
+            elif fetches_and_runs(" ".join(w.text for w in args)):
+                self.add("pipe-to-shell", f"runs code it fetches: `{cmd.shown()}`")  # `exec(urlopen(…))`
         elif mode == "stdin":
             for r in cmd.redirects:
                 if r.op == "<<<" and r.target is not None:

@@ -1,12 +1,23 @@
-"""The files a download saves (``curl -o f URL``, ``curl -O URL``, ``wget URL``), so that running one later in
+"""The files a download saves (``curl -o f URL``, ``curl -O URL``, ``wget URL``, ``aria2c URL``), so that running one later in
 the same command line (``curl -o i.sh URL && sh i.sh``, ``wget URL/get.py; python3 get.py``) counts as
 piping a download into a shell: the script is the download either way."""
 
 from __future__ import annotations
 
-from .argv import Parsed
+from collections.abc import Sequence
+
+from .argv import DOWNLOADERS, Parsed, options
 from .paths import Where, locate, render, render_value
 from .shell import Word
+
+SAVERS = DOWNLOADERS | {"aria2c"}  # what saves a download to a file it names (or the URL does)
+# aria2c's options that take a value as the next word (most are given as --name=value)
+ARIA2C_SHORT = "dijklmostxCMTUN"
+ARIA2C_LONG = ("--dir", "--out", "--input-file", "--max-connection-per-server", "--split", "--torrent-file")
+
+
+def aria2c_options(args: Sequence[Word]) -> Parsed:
+    return options(args, ARIA2C_SHORT, ARIA2C_LONG)
 
 
 def _url_name(url: str) -> str:
@@ -17,7 +28,7 @@ def _url_name(url: str) -> str:
 
 
 def saved(name: str, parsed: Parsed, where: Where) -> list[str]:
-    """Where ``name`` (curl or wget, its options ``parsed``) saves what it downloads: absolute paths, those
+    """Where ``name`` (curl, wget or aria2c, its options ``parsed``) saves what it downloads: absolute paths, those
     hangar can resolve; standard output (``-o -``, ``-O-``) is a pipe, not a file."""
     urls = [render_value(u, where) for u in (*parsed.operands, *parsed.values.get("--url", []))]
     named: list[str] = []
@@ -28,6 +39,10 @@ def saved(name: str, parsed: Parsed, where: Where) -> list[str]:
         if parsed.has("-O", "--remote-name", "--remote-name-all"):
             named += [n for n in map(_url_name, urls) if n]
         folders = parsed.values.get("--output-dir", [])
+    elif name == "aria2c":
+        outs = parsed.values.get("-o", []) + parsed.values.get("--out", [])
+        named += [render_value(v, where) for v in outs] or [n for n in map(_url_name, urls) if n]
+        folders = parsed.values.get("-d", []) + parsed.values.get("--dir", [])
     else:
         documents = parsed.values.get("-O", []) + parsed.values.get("--output-document", [])
         if documents:

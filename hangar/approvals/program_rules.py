@@ -21,6 +21,7 @@ from .argv import (
     program,
     unwrap,
 )
+from .downloads import aria2c_options
 from .installs import global_install
 from .paths import (
     MAYBE_SECRET,
@@ -70,6 +71,7 @@ _TEXT = ("lit", "glob")  # the kinds of Part that are plain text
 _WRITERS = (
     frozenset({"tee", "cp", "mv", "ln", "install", "touch", "mkdir", "truncate", "dd"})
     | DOWNLOADERS
+    | {"aria2c"}
     | WRITERS
 )
 _HERE = Word((Part("glob", "."),))  # the working directory, as a word
@@ -395,7 +397,7 @@ class ProgramRules:
             targets += options(args, short, ("--date", "--reference", "--mode", "--size")).operands
         elif name == "dd":
             targets += [render(w, self.where)[3:] for w in args if w.text.startswith("of=")]
-        elif name in DOWNLOADERS:
+        elif name in _DOWNLOAD_OUTPUTS:
             parsed = self.downloader_options(name, args)
             for opt in _DOWNLOAD_OUTPUTS[name]:
                 targets += [
@@ -414,6 +416,8 @@ class ProgramRules:
     # network (taint)
 
     def downloader_options(self, name: str, args: Sequence[Word]) -> Parsed:
+        if name == "aria2c":
+            return aria2c_options(args)
         if name == "curl":
             return options(args, _CURL_SHORT, _CURL_LONG)
         return options(args, _WGET_SHORT, _WGET_LONG)

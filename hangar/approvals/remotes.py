@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 
 from .argv import options
+from .downloads import aria2c_options
 from .paths import host_of, remote_path
 from .shell import Word
 from .writers import _RSYNC_LONG, _RSYNC_SHORT
@@ -16,7 +17,9 @@ from .writers import _RSYNC_LONG, _RSYNC_SHORT
 _SSH_VALUES = "BbcDEeFIiJLlmOoPpQRSWw"
 _SCP_VALUES = "cDFiJloPSX"
 _HTTPIE = frozenset({"http", "https", "xh", "xhs"})
-REMOTE_CLIENTS = frozenset({"ssh", "scp", "sftp", "rsync", "telnet", "ftp", "lftp", "socat"}) | _HTTPIE
+REMOTE_CLIENTS = (
+    frozenset({"ssh", "scp", "sftp", "rsync", "telnet", "ftp", "lftp", "socat", "aria2c"}) | _HTTPIE
+)
 # socat's addresses that connect out: TYPE:host:port (PROXY:proxy:host:port goes to the proxy first).
 _SOCAT_CONNECT = frozenset(
     "tcp tcp4 tcp6 tcp-connect tcp4-connect tcp6-connect udp udp4 udp6 udp-connect udp4-connect "
@@ -57,6 +60,12 @@ def remote_hosts(name: str, args: Sequence[Word]) -> list[str | None]:
             if fields and fields[0].lower() in _SOCAT_CONNECT:
                 host = fields[1] if len(fields) > 1 else ""
                 hosts.append(host if host and "$" not in host else None)
+        return hosts
+    if name == "aria2c":
+        parsed = aria2c_options(args)
+        hosts = [host_of(w.text) for w in parsed.operands]
+        if parsed.has("-i", "--input-file", "-T", "--torrent-file", "-M", "--metalink-file"):
+            hosts.append(None)  # its URLs are in a file hangar does not read
         return hosts
     if name in _HTTPIE:
         for word in args:

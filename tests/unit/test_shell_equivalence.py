@@ -142,6 +142,11 @@ STRICTER_ON = re.compile(
     + r"|(?<![\w-])(?:sort|uniq|c?split|patch|zip|7z[ar]?|cpio|ssh-keygen|openssl|virtualenv|venv|worktree|bundle|archive|format-patch)(?![\w-])"
     # a crontab or an at job: the system runs a command later
     + r"|(?<![\w-])(?:crontab|at|batch|atrm)(?![\w-])"
+    # other languages' interpreters (`… | lua -`, `deno run URL`), inline code that fetches and runs
+    # (`python3 -c "exec(urlopen(URL).read())"`)
+    + r"|(?<![\w-])(?:aria2c|lua|luajit|tclsh|Rscript|pwsh|powershell|pwsh-preview|deno|bun)(?![\w-])"
+    + r"|(?i:urlopen|urlretrieve|requests\.get|httpx\.get|fetch|URI\.open|open-uri|LWP|HTTP::Tiny|file_get_contents"
+    + r"|https?\.get|iwr|irm|Invoke-|Download|socket\.http|source\s*\()"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
     # walked before its commands (the order of the findings may differ; the new rules follow the pipe too)
     + r"|"

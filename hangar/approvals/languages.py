@@ -1,0 +1,157 @@
+"""How the other languages' interpreters get their program, for pipe-to-shell: Lua, Tcl, R, PowerShell, Deno
+and Bun (``curl … | lua -``, ``irm URL | pwsh -c -``, ``deno run https://…``), and inline code that fetches
+code and runs it (``python3 -c "exec(urlopen(URL).read())"``, ``pwsh -c "iex (irm URL)"``).
+
+Each interpreter's options are read up to its program (what follows is the program's own arguments), with
+the options that take a value skipped together with it. What :func:`source` gives is ``argv.program_source``'s
+answer: ("code", None) for inline code, ("file", operand), ("stdin", None), or ("", None) if it runs no
+program of its own (``deno fmt``, ``bun install``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .shell import Word
+
+_STDIN = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+# name: (the options that give inline code, the options that take a value); each reads its program from
+# standard input when it is given none (or "-").
+_PLAIN = {
+    "lua": ({"-e"}, {"-e", "-l"}),
+    "luajit": ({"-e"}, {"-e", "-l", "-j", "-O", "-b"}),
+    "tclsh": (set(), {"-encoding"}),
+    "Rscript": ({"-e", "--expr"}, {"-e", "--expr", "--default-packages"}),
+}
+_PWSH = frozenset({"pwsh", "powershell", "pwsh-preview"})
+_PWSH_VALUES = frozenset(
+    "-executionpolicy -ex -ep -workingdirectory -wd -configurationname -config -custompipename -inputformat -inf "
+    "-if -outputformat -of -o -settingsfile -windowstyle -w -psconsolefile -version -v -mta -sta".split()
+)
+_DENO_RUNS = frozenset({"run", "eval", "repl", "test", "bench", "serve", "task"})
+_BUN_VALUES = frozenset({"--cwd", "--config", "-c", "--preload", "-r", "--require", "--import", "--env-file"})
+LANGUAGES = frozenset(_PLAIN) | _PWSH | {"deno", "bun"}
+URL_RUNNERS = frozenset({"deno"})  # takes a URL for its script and fetches it (`deno run https://…/i.ts`)
+
+# Inline code that fetches something and runs what it fetched: a fetch and an evaluation in the same code.
+_FETCHES = re.compile(
+    r"urlopen|urlretrieve|requests\.get|httpx\.get|\bfetch\s*\(|URI\.open|open-uri|Net::HTTP|LWP::Simple|"
+    r"HTTP::Tiny|file_get_contents\s*\(\s*[\"']https?:|https?\.get\s*\(|\b(?:curl|wget)\s|"
+    r"\b(?:iwr|irm|Invoke-WebRequest|Invoke-RestMethod)\b|DownloadString|DownloadFile|socket\.http|"
+    r"\bsource\s*\(\s*[\"'](?:https?|ftp):",
+    re.IGNORECASE,
+)
+_EVALUATES = re.compile(
+    r"\b(?:exec|eval|execfile|instance_eval|loadstring|dofile|iex|Invoke-Expression)\b|\bnew\s+Function\b|"
+    r"\bload\s*\(|\bsystem\s*\(|\bos\.(?:system|popen|exec\w*)\b|\bsubprocess\.|child_process|"
+    r"\bsource\s*\(|\|\s*(?:ba|z|da|k)?sh\b",
+    re.IGNORECASE,
+)
+
+
+def fetches_and_runs(code: str) -> bool:
+    """Whether inline code both fetches from the network and evaluates or runs something."""
+    return _FETCHES.search(code) is not None and _EVALUATES.search(code) is not None
+
+
+def _operand(words: Sequence[Word]) -> tuple[str, Word | None]:
+    if not words or words[0].literal in _STDIN:
+        return ("stdin", None)
+    return ("file", words[0])
+
+
+def source(name: str, args: Sequence[Word]) -> tuple[str, Word | None]:
+    """How ``name args`` gets its program, for the interpreters in ``LANGUAGES``."""
+    if name in _PLAIN:
+        code, values = _PLAIN[name]
+        i = 0
+        while i < len(args):
+            lit = args[i].literal
+            if lit is None or lit == "-" or not lit.startswith("-"):
+                break
+            i += 1
+            if lit == "--":
+                break
+            key = lit.split("=", 1)[0]
+            if key in code or any(lit.startswith(c) and len(lit) > len(c) for c in code if len(c) == 2):
+                return ("code", None)
+            if key in values and "=" not in lit:
+                i += 1
+        return _operand(args[i:])
+    if name in _PWSH:
+        return _pwsh(args)
+    if name == "deno":
+        return _deno(args)
+    if name == "bun":
+        return _bun(args)
+    return ("", None)
+
+
+def _pwsh(args: Sequence[Word]) -> tuple[str, Word | None]:
+    """``pwsh -c CODE`` and ``-EncodedCommand`` are inline code, ``-c -`` and ``-File -`` (or nothing) read
+    standard input, ``-File F`` or a first operand is a script. Its option names are case-insensitive and
+    may be cut short (``-c``, ``-com``, ``-f``)."""
+    i = 0
+    while i < len(args):
+        lit = args[i].literal
+        if lit is None or not lit.startswith("-") or lit == "-":
+            return _operand(args[i:])
+        key = lit.lower().split(":", 1)[0]
+        i += 1
+        if "-command".startswith(key) and len(key) > 1:
+            rest = args[i : i + 1]
+            return ("stdin", None) if rest and rest[0].literal == "-" else ("code", None)
+        if key in ("-encodedcommand", "-e", "-ec", "-enc"):
+            return ("code", None)
+        if "-file".startswith(key) and len(key) > 1:
+            return _operand(args[i:])
+        if key in _PWSH_VALUES:
+            i += 1
+    return ("stdin", None)
+
+
+def _deno(args: Sequence[Word]) -> tuple[str, Word | None]:
+    """``deno eval CODE`` is inline code; ``deno run F`` (a path or a URL; ``-`` reads standard input) and
+    ``deno F`` run a script; the other subcommands (fmt, lint, install …) run none."""
+    words = list(args)
+    if not words or words[0].literal is None:
+        return ("", None)
+    verb = words[0].literal
+    if verb == "eval":
+        return ("code", None)
+    if verb in _DENO_RUNS:
+        words = words[1:]
+    elif verb.startswith("-") or ("/" not in verb and "." not in verb):
+        return ("", None)
+    rest = [w for w in words if w.literal is None or not w.literal.startswith("-") or w.literal == "-"]
+    return _operand(rest) if rest else ("", None)
+
+
+def _bun(args: Sequence[Word]) -> tuple[str, Word | None]:
+    """``bun -e CODE`` (``--eval``, ``-p``, ``--print``) is inline code; ``bun run -`` or ``bun -`` read
+    standard input; ``bun F`` and ``bun run F`` run a script (``bun run NAME`` may be a package script; as
+    a file, it is followed like one)."""
+    i = 0
+    while i < len(args):
+        lit = args[i].literal
+        if lit is None or not lit.startswith("-") or lit == "-":
+            break
+        i += 1
+        if lit.split("=", 1)[0] in ("-e", "--eval", "-p", "--print"):
+            return ("code", None)
+        if lit in _BUN_VALUES:
+            i += 1
+    words = list(args[i:])
+    if words and words[0].literal == "run":
+        words = words[1:]
+        while words and (words[0].literal or "").startswith("-") and words[0].literal != "-":
+            words = words[1:]
+    elif not words or (
+        words[0].literal is not None
+        and words[0].literal != "-"
+        and "/" not in words[0].literal
+        and "." not in words[0].literal
+    ):
+        return ("", None)  # `bun install`, `bun x …`: no script of its own
+    return _operand(words) if words else ("", None)
