@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -255,7 +256,19 @@ async def test_a_burst_of_changes_is_throttled_to_one_notification_per_250ms_and
 async def test_a_jobs_token_may_subscribe_to_its_own_job_and_not_someone_elses(
     cluster: Cluster, stack: Stack, model: ScriptedModel
 ) -> None:
-    model.add(Step(text="FINAL: hello from the job."))
+    # The reply streams until the submitter listens: a job that ended before the listen began would send no
+    # notification (a subscription hears changes, not the state it starts at).
+    gate = threading.Event()
+    model.add(Step(text="FINAL: hello from the job.", word_delay=0.05, gate=gate))
+    try:
+        await _own_job_and_not_someone_elses(cluster, stack, model, gate)
+    finally:
+        gate.set()
+
+
+async def _own_job_and_not_someone_elses(
+    cluster: Cluster, stack: Stack, model: ScriptedModel, gate: threading.Event
+) -> None:
     claude_env(cluster, "mcp-env-sub", model)
     alice = Api(stack)
     alice.http.headers["Authorization"] = f"Bearer {stack.token_for('alice')}"
@@ -278,6 +291,7 @@ async def test_a_jobs_token_may_subscribe_to_its_own_job_and_not_someone_elses(
     # The submitter may, and hears the job and its agent's events as the attempt runs.
     heard = Heard()
     async with connect(stack, "alice", MODERN) as client, listening(client, [job, events], heard):
+        gate.set()
         await in_thread(
             wait, lambda: alice.get("/api/jobs/mcp-sub-job").json()["state"] == "done", 120, "the job to end"
         )
