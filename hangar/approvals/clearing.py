@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from . import glance, quick
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS
+from .credential_tools import CREDENTIAL_TOOLS
 from .installs import INSTALLERS
 from .languages import LANGUAGES
 from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
@@ -288,4 +289,5 @@ _PLAIN_SKIPS = (
     | REMOTE_CLIENTS
     | INSTALLERS
     | LANGUAGES
+    | CREDENTIAL_TOOLS
 )

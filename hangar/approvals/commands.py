@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from . import plain, quick, segments
 from .argv import FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
 from .clearing import Clearing
+from .credential_tools import CREDENTIAL_TOOLS, credential_use
 from .downloads import SAVERS, located, saved
 from .installs import INSTALLERS
 from .languages import URL_RUNNERS, fetches_and_runs
@@ -353,6 +354,10 @@ class ShellAnalysis(Clearing):
             self.git(cmd)
         if name == "gh":
             self.gh(args, cmd)
+        if name in CREDENTIAL_TOOLS:
+            what = credential_use(name, args)
+            if what is not None:
+                self.add("credentials", f"{what}: `{cmd.shown()}`")
         if name in INSTALLERS or name.startswith("python"):
             self.installs(cmd)
         self.files(cmd)

@@ -244,6 +244,11 @@ class ProgramRules:
                 "--super-prefix",
             )
             i += 2 if takes and not no_value else 1
+        if i < len(args) and (args[i].literal or "").startswith("credential"):
+            # `git credential fill` prints a stored password; approve/reject, credential-store and
+            # credential-cache read or write the helpers' stores.
+            self.add("credentials", f"reads or writes git's stored credentials: `{cmd.shown()}`")
+            return
         if i < len(args) and args[i].literal == "rm":
             # `git rm -r .` deletes the tracked files of the working tree (`--cached` only unstages them).
             parsed = options(args[i + 1 :], "", ("--pathspec-from-file",))

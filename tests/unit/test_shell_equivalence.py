@@ -147,6 +147,9 @@ STRICTER_ON = re.compile(
     + r"|(?<![\w-])(?:aria2c|lua|luajit|tclsh|Rscript|pwsh|powershell|pwsh-preview|deno|bun)(?![\w-])"
     + r"|(?i:urlopen|urlretrieve|requests\.get|httpx\.get|fetch|URI\.open|open-uri|LWP|HTTP::Tiny|file_get_contents"
     + r"|https?\.get|iwr|irm|Invoke-|Download|socket\.http|source\s*\()"
+    # a tool printing or writing the credentials it keeps (`gh auth token`, `kubectl get secret -o yaml`)
+    + r"|(?<![\w-])(?:gh|aws|gcloud|az|helm|vault|docker|podman|buildah|nerdctl|skopeo|crane|oras|regctl|kubectl|oc"
+    + r"|npm|pnpm)(?![\w-])|credential"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
     # walked before its commands (the order of the findings may differ; the new rules follow the pipe too)
     + r"|"
