@@ -11,7 +11,7 @@ program of its own (``deno fmt``, ``bun install``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from .shell import Word
 
@@ -30,6 +30,7 @@ _PWSH_VALUES = frozenset(
     "-if -outputformat -of -o -settingsfile -windowstyle -w -psconsolefile -version -v -mta -sta".split()
 )
 _DENO_RUNS = frozenset({"run", "eval", "repl", "test", "bench", "serve", "task"})
+_BUN_CODE = frozenset({"-e", "--eval", "-p", "--print"})
 _BUN_VALUES = frozenset({"--cwd", "--config", "-c", "--preload", "-r", "--require", "--import", "--env-file"})
 LANGUAGES = frozenset(_PLAIN) | _PWSH | {"deno", "bun"}
 URL_RUNNERS = frozenset({"deno"})  # takes a URL for its script and fetches it (`deno run https://…/i.ts`)
@@ -55,6 +56,25 @@ def fetches_and_runs(code: str) -> bool:
     return _FETCHES.search(code) is not None and _EVALUATES.search(code) is not None
 
 
+def _program_at(args: Sequence[Word], code: Collection[str], values: Collection[str]) -> int | None:
+    """Where the program starts in ``args`` (the first word after the leading options, the values of those
+    in ``values`` skipped), or None when one of them (in ``code``; ``-eCODE`` too) gives inline code."""
+    i = 0
+    while i < len(args):
+        lit = args[i].literal
+        if lit is None or lit == "-" or not lit.startswith("-"):
+            break
+        i += 1
+        if lit == "--":
+            break
+        key = lit.split("=", 1)[0]
+        if key in code or any(lit.startswith(c) and len(lit) > 2 for c in code if len(c) == 2):
+            return None
+        if key in values and "=" not in lit:
+            i += 1
+    return i
+
+
 def _operand(words: Sequence[Word]) -> tuple[str, Word | None]:
     if not words or words[0].literal in _STDIN:
         return ("stdin", None)
@@ -64,21 +84,8 @@ def _operand(words: Sequence[Word]) -> tuple[str, Word | None]:
 def source(name: str, args: Sequence[Word]) -> tuple[str, Word | None]:
     """How ``name args`` gets its program, for the interpreters in ``LANGUAGES``."""
     if name in _PLAIN:
-        code, values = _PLAIN[name]
-        i = 0
-        while i < len(args):
-            lit = args[i].literal
-            if lit is None or lit == "-" or not lit.startswith("-"):
-                break
-            i += 1
-            if lit == "--":
-                break
-            key = lit.split("=", 1)[0]
-            if key in code or any(lit.startswith(c) and len(lit) > len(c) for c in code if len(c) == 2):
-                return ("code", None)
-            if key in values and "=" not in lit:
-                i += 1
-        return _operand(args[i:])
+        at = _program_at(args, *_PLAIN[name])
+        return ("code", None) if at is None else _operand(args[at:])
     if name in _PWSH:
         return _pwsh(args)
     if name == "deno":
@@ -132,17 +139,10 @@ def _bun(args: Sequence[Word]) -> tuple[str, Word | None]:
     """``bun -e CODE`` (``--eval``, ``-p``, ``--print``) is inline code; ``bun run -`` or ``bun -`` read
     standard input; ``bun F`` and ``bun run F`` run a script (``bun run NAME`` may be a package script; as
     a file, it is followed like one)."""
-    i = 0
-    while i < len(args):
-        lit = args[i].literal
-        if lit is None or not lit.startswith("-") or lit == "-":
-            break
-        i += 1
-        if lit.split("=", 1)[0] in ("-e", "--eval", "-p", "--print"):
-            return ("code", None)
-        if lit in _BUN_VALUES:
-            i += 1
-    words = list(args[i:])
+    at = _program_at(args, _BUN_CODE, _BUN_VALUES)
+    if at is None:
+        return ("code", None)
+    words = list(args[at:])
     if words and words[0].literal == "run":
         words = words[1:]
         while words and (words[0].literal or "").startswith("-") and words[0].literal != "-":
