@@ -218,8 +218,8 @@ class ProgramRules:
                 if sub.name == "rm":
                     deletes = True
                 self.command(sub, depth + 1)
-            elif lit in ("-maxdepth", "-mindepth"):
-                j += 1
+            elif lit in ("-maxdepth", "-mindepth", "-type", "-xtype"):
+                j += 1  # `-type f` narrows nothing a recursive delete spares: every file of the tree
             elif lit not in ("-depth", "-d", "-xdev", "-mount", "-print", "-print0", "-noleaf", "-daystart"):
                 filters = True
         if deletes:

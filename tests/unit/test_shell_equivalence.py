@@ -150,6 +150,8 @@ STRICTER_ON = re.compile(
     # a tool printing or writing the credentials it keeps (`gh auth token`, `kubectl get secret -o yaml`)
     + r"|(?<![\w-])(?:gh|aws|gcloud|az|helm|vault|docker|podman|buildah|nerdctl|skopeo|crane|oras|regctl|kubectl|oc"
     + r"|npm|pnpm)(?![\w-])|credential"
+    # find's -type narrows nothing (`find . -type f -delete` is the whole tree's files)
+    + r"|(?s:(?<![\w-])find(?![\w-]).*-x?type)"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
     # walked before its commands (the order of the findings may differ; the new rules follow the pipe too)
     + r"|"
