@@ -22,6 +22,7 @@ from .program_rules import _FD, _NETCAT, _WRITERS, PRIVILEGE, TRACERS, ProgramRu
 from .remotes import REMOTE_CLIENTS
 from .shell import WRITE_OPS
 from .system_commands import SYSTEM, SYSTEM_MAYBE
+from .tree_reads import TREE_READERS, may_read_tree
 
 # The operators' characters as blanks: the words of a plain script are then what str.split() gives.
 _BLANKS = str.maketrans(";&|()<>\n", " " * 8)
@@ -51,10 +52,20 @@ class Clearing(ProgramRules):
         # The command line may download to a file (it names curl or wget): a program given by a path may be
         # that file, run (``curl -o i.sh URL && ./i.sh``), so such commands are walked, not cleared.
         self.may_save = False
+        # The command line may name a directory that holds credentials (or runs in one): a command that reads
+        # a whole tree (``grep -r``, ``tar c``, ``cp -r``) is walked, not cleared (tree_reads.py).
+        self.top = ""  # the command line (what may_read_tree() reads, once a tree reader turns up)
+        self._reads_tree: bool | None = None
 
     def script(self, src: str, depth: int = 0) -> frozenset[str]:
         """Walk ``src`` (the walker's); the names of the programs it runs."""
         raise NotImplementedError
+
+    def may_read_tree(self) -> bool:
+        """tree_reads.may_read_tree() of the command line, worked out when a tree reader first turns up."""
+        if self._reads_tree is None:
+            self._reads_tree = may_read_tree(self.top, self.where)
+        return self._reads_tree
 
     def masked(self, src: str, order: list[str]) -> str | None:
         """``src`` with its words of simple quotes and expansions marked (``quick.mask``; each mark placed
@@ -198,6 +209,8 @@ class Clearing(ProgramRules):
             name = _LOOKED_AT
         elif self.may_save and "/" in first:
             name = _LOOKED_AT  # `./i.sh` may run what `curl -o i.sh URL` saved before it (commands.py)
+        elif name in TREE_READERS and self.may_read_tree():
+            name = _LOOKED_AT  # `grep -r token ~`
         self.programs[first] = name
         return name
 

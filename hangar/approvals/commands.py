@@ -28,11 +28,12 @@ from .credential_tools import CREDENTIAL_TOOLS, credential_use
 from .downloads import SAVERS, located, saved
 from .installs import INSTALLERS
 from .languages import URL_RUNNERS, fetches_and_runs
-from .paths import MAYBE_SECRET_IN, Where
+from .paths import MAYBE_SECRET_IN, Where, holds_credentials
 from .plain import PlainCommand, Quoted
 from .program_rules import _TEXT, PRIVILEGE, TRACERS
 from .segments import Item
 from .shell import Command, Pipeline, ShellSyntaxError, Word, double_quoted, parse
+from .tree_reads import TREE_READERS, trees_read
 
 MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagged ("nesting")
 # The longest shell command the rules read (characters); a longer one is flagged ("nesting"). Reading is
@@ -104,6 +105,7 @@ class ShellAnalysis(Clearing):
         up), which keeps ``bash -c "$(bash -c "$(…)")"`` linear rather than exponential."""
         if depth == 0 and not self.walked:
             self.may_save = "curl" in src or "wget" in src
+            self.top = src
         cached = self.walked.get(src)
         if cached is not None:
             if self.stack:
@@ -354,6 +356,8 @@ class ShellAnalysis(Clearing):
             self.git(cmd)
         if name == "gh":
             self.gh(args, cmd)
+        if name in TREE_READERS and self.may_read_tree():
+            self.tree_reads(cmd)
         if name in CREDENTIAL_TOOLS:
             what = credential_use(name, args)
             if what is not None:
@@ -362,6 +366,15 @@ class ShellAnalysis(Clearing):
             self.installs(cmd)
         self.files(cmd)
         self.network(cmd)
+
+    def tree_reads(self, cmd: Cmd) -> None:
+        """``grep -r token ~``, ``tar czf a.tgz ~``: a whole tree read that holds credentials below it."""
+        for word in trees_read(cmd.name, cmd.args):
+            path = located(word, self.where)
+            what = holds_credentials(path, self.where) if path is not None else None
+            if what is not None:
+                self.add("credentials", f"reads {what}, the whole tree: `{cmd.shown()}`")
+                return
 
     def interpreters(self, cmd: Cmd, depth: int) -> None:
         """Follow what a shell (or eval, or source) runs; catch a download handed to one."""

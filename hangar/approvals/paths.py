@@ -167,6 +167,36 @@ def credential(path: str, where: Where) -> str | None:
 _GLOB = re.compile(r"[*?[]")
 
 
+def holds_credentials(path: str, where: Where) -> str | None:
+    """What secret a directory holds below it, for a command that reads a whole tree (``grep -r x ~``, ``tar
+    czf a.tgz /``), or None: HOME's stores, ~/.ssh, ~/.hangar, the driver's io/ (the other turns'), /proc's
+    environments, /etc/shadow, a pod's /var/run/secrets. ``path`` is absolute and normalised; a path that
+    is itself a secret is :func:`credential`'s."""
+    if UNKNOWN in path:
+        return None
+    for what, place in _secret_places(turn_places(where)):
+        if place != path and within(place, path):
+            return f"a directory holding credentials ({what})"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _secret_places(places: Places) -> tuple[tuple[str, str], ...]:
+    """(what, where) of each place a secret is kept, for holds_credentials()."""
+    home = places.home
+    inside = [("~/.ssh", posixpath.join(home, ".ssh") if home else ""), ("~/.hangar", places.hangar)]
+    inside += [(f"~/{rel}", under) for rel, under in places.stores]
+    inside += [("the other turns' hand-back files", places.io_dir), ("/proc/*/environ", "/proc/1")]
+    inside += [("/etc/shadow", "/etc/shadow"), ("/var/run/secrets", "/var/run/secrets")]
+    inside += [("/run/secrets", "/run/secrets")]
+    return tuple((what, place) for what, place in inside if place)
+
+
+def secret_places(places: Places) -> list[str]:
+    """Where the secrets holds_credentials() knows are kept."""
+    return [place for _, place in _secret_places(places)]
+
+
 def _globbed_credential(path: str, places: Places) -> str | None:
     """What secret a path with glob characters may name once the shell expands it (``~/.s*/id_rsa``,
     ``~/.h?ngar``, ``/proc/1/env*``), or None. Only the path's own glob characters are read as patterns: an

@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from .commands import MAX_COMMAND, ShellAnalysis
 from .handback import is_handback
-from .paths import Where, credential, expand_string, locate, normalize
+from .paths import Where, credential, expand_string, holds_credentials, locate, normalize
 from .program_rules import Finding, first, writable
 
 Policy = Literal["auto", "ask", "deny-risky", "governed"]
@@ -111,12 +111,14 @@ def shell_command(call: ToolCall) -> str | None:
         return call.command
     if call.tool not in SHELL_TOOLS:
         return None
-    for key in ("command", "cmd"):
-        value = call.input.get(key)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, Sequence) and value and all(isinstance(v, str) for v in value):
-            return shlex.join(value)
+    action = call.input.get("action")  # the Responses API's local_shell_call: {"action": {"command": [...]}}
+    for data in (call.input, action if isinstance(action, Mapping) else {}):
+        for key in ("command", "cmd"):
+            value = data.get(key)
+            if isinstance(value, str):
+                return value
+            if isinstance(value, Sequence) and value and all(isinstance(v, str) for v in value):
+                return shlex.join(value)
     return None
 
 
@@ -212,8 +214,20 @@ def assess(call: ToolCall, mcp_write_tools: Mapping[str, Sequence[str]] | None =
             # Quotes and substitutions nested thousands deep: as unreadable as shells nested too deep.
             analysis.findings.append(Finding("nesting", "quoting nested deeper than hangar reads"))
         return Assessment(tuple(analysis.findings), analysis.unparsed, shell=True)
+    if call.tool in SHELL_TOOLS:
+        # Fail closed: a shell call whose command is not where hangar looks is not let through unread.
+        what = f"a shell call ({call.tool}) whose command hangar cannot find in its input"
+        return Assessment((Finding("nesting", what),), unparsed=True, shell=True)
     findings: list[Finding] = []
     label = call.tool
+    if call.tool == "Grep" and not call.input.get("glob") and not call.input.get("type"):
+        # Grep searches a directory's whole tree: HOME (or /) holds the credentials kept under it. A glob or
+        # a file type narrows it to those files (the glob is checked as a path below).
+        where_searched = str(call.input.get("path") or where.cwd)
+        path = locate(expand_string(where_searched, where), where)
+        held = holds_credentials(path, where) if path is not None else None
+        if held is not None:
+            findings.append(Finding("credentials", f"Grep reads {held}, the whole tree: {where_searched}"))
     if call.tool in WRITE_TOOLS or call.tool in READ_TOOLS:
         writes = call.tool in WRITE_TOOLS
         for raw in _paths(call):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .argv import options
+from .argv import Parsed, options
 from .outputs import OUTPUT_WRITERS, git_output, written_by_tool
 from .paths import remote_path
 from .shell_types import Part, Word
@@ -266,7 +266,8 @@ def _in_place_cluster(lit: str, takes_value: str, i: int) -> tuple[str, int]:
     return "", i
 
 
-def _tar(args: Sequence[Word]) -> list[Word | str]:
+def tar_options(args: Sequence[Word]) -> Parsed:
+    """tar's options and operands, in either style."""
     words = list(args)
     first = words[0].literal if words else None
     if first and first.isalpha():  # the old style (`tar czf out.tgz .`): each letter an option, values after
@@ -277,7 +278,11 @@ def _tar(args: Sequence[Word]) -> list[Word | str]:
             if ch in _TAR_SHORT and rest:
                 words.append(rest.pop(0))
         words += rest
-    parsed = options(words, _TAR_SHORT, _TAR_LONG)
+    return options(words, _TAR_SHORT, _TAR_LONG)
+
+
+def _tar(args: Sequence[Word]) -> list[Word | str]:
+    parsed = tar_options(args)
     out: list[Word | str] = []
     if parsed.has(*_TAR_WRITES_ARCHIVE):
         out += [v for v in parsed.values.get("-f", []) + parsed.values.get("--file", []) if _local_file(v)]

@@ -152,6 +152,9 @@ STRICTER_ON = re.compile(
     + r"|npm|pnpm)(?![\w-])|credential"
     # find's -type narrows nothing (`find . -type f -delete` is the whole tree's files)
     + r"|(?s:(?<![\w-])find(?![\w-]).*-x?type)"
+    # a whole tree read of a directory that holds credentials (`grep -r token ~`, `tar czf a.tgz /`)
+    + r"|(?s:(?<![\w-])(?:[ef]?grep|rgrep|ugrep|rg|ag|ack|cp|tar|bsdtar|zip|rsync|scp)(?![\w-]).*"
+    + r"(?:~|\$\{?HOME|\.\.|/home|(?<![^\s;&|()<>=\"'])/+(?:proc|etc|var|run)?/*(?=[\s;&|()<>\"']|\Z)))"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
     # walked before its commands (the order of the findings may differ; the new rules follow the pipe too)
     + r"|"
