@@ -297,7 +297,7 @@ _PLAIN_SKIPS = (
     | _WRITERS
     | frozenset(_WRAPPERS)
     | {"perl", "ruby", "node", "nodejs", "php", "eval", "source", ".", "find"}
-    | {"rm", "git", "gh"}
+    | {"rm", "git", "gh", "hub"}
     | TRACERS
     | REMOTE_CLIENTS
     | INSTALLERS

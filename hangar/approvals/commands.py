@@ -352,8 +352,10 @@ class ShellAnalysis(Clearing):
             self.rm(cmd)
         if name in TRACERS:
             self.tracer(cmd)
-        if name == "git":
+        if name in ("git", "hub"):  # hub wraps git (`hub push`), and opens pull requests as gh does
             self.git(cmd)
+            if name == "hub" and any(w.literal == "pull-request" for w in cmd.args[:3]):
+                self.add("taint-push", f"hub pull-request (`{cmd.shown()}`)")
         if name == "gh":
             self.gh(args, cmd)
         if name in TREE_READERS and self.may_read_tree():

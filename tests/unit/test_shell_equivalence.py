@@ -155,6 +155,8 @@ STRICTER_ON = re.compile(
     # a whole tree read of a directory that holds credentials (`grep -r token ~`, `tar czf a.tgz /`)
     + r"|(?s:(?<![\w-])(?:[ef]?grep|rgrep|ugrep|rg|ag|ack|cp|tar|bsdtar|zip|rsync|scp)(?![\w-]).*"
     + r"(?:~|\$\{?HOME|\.\.|/home|(?<![^\s;&|()<>=\"'])/+(?:proc|etc|var|run)?/*(?=[\s;&|()<>\"']|\Z)))"
+    # hub: git's commands and a pull request
+    + r"|(?<![\w-])hub(?![\w-])"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
     # walked before its commands (the order of the findings may differ; the new rules follow the pipe too)
     + r"|"
