@@ -392,10 +392,8 @@ class ShellAnalysis(Clearing):
         elif mode == "file" and operand is not None:
             if self.downloads(operand.nested, depth):
                 self.add("pipe-to-shell", piped)
-            elif name in URL_RUNNERS and _URL.match(operand.literal or ""):
-                self.add(
-                    "pipe-to-shell", f"runs a script from the network: `{cmd.shown()}`"
-                )  # `deno run URL`
+            elif name in URL_RUNNERS and _URL.match(operand.literal or ""):  # `deno run URL`
+                self.add("pipe-to-shell", f"runs a script from the network: `{cmd.shown()}`")
             self.ran_saved(operand, cmd)
         elif mode == "code":
             if self.downloads((src for w in args for src in w.nested), depth):

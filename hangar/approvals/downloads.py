@@ -33,23 +33,21 @@ def saved(name: str, parsed: Parsed, where: Where) -> list[str]:
     urls = [render_value(u, where) for u in (*parsed.operands, *parsed.values.get("--url", []))]
     named: list[str] = []
     if name == "curl":
-        named += [
-            render_value(v, where) for v in parsed.values.get("-o", []) + parsed.values.get("--output", [])
-        ]
+        named += [render_value(v, where) for v in parsed.given("-o", "--output")]
         if parsed.has("-O", "--remote-name", "--remote-name-all"):
             named += [n for n in map(_url_name, urls) if n]
         folders = parsed.values.get("--output-dir", [])
     elif name == "aria2c":
-        outs = parsed.values.get("-o", []) + parsed.values.get("--out", [])
+        outs = parsed.given("-o", "--out")
         named += [render_value(v, where) for v in outs] or [n for n in map(_url_name, urls) if n]
-        folders = parsed.values.get("-d", []) + parsed.values.get("--dir", [])
+        folders = parsed.given("-d", "--dir")
     else:
-        documents = parsed.values.get("-O", []) + parsed.values.get("--output-document", [])
+        documents = parsed.given("-O", "--output-document")
         if documents:
             named += [render_value(v, where) for v in documents]
         else:
             named += [_url_name(u) or "index.html" for u in urls]
-        folders = parsed.values.get("-P", []) + parsed.values.get("--directory-prefix", [])
+        folders = parsed.given("-P", "--directory-prefix")
     folder = render_value(folders[-1], where) if folders else ""
     out: list[str] = []
     for file in named:

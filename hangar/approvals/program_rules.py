@@ -390,7 +390,7 @@ class ProgramRules:
             short = "tSmogZ" if name == "install" else "tS"
             longs = ("--target-directory", "--suffix", "--mode", "--owner", "--group")
             parsed = options(args, short, longs)
-            explicit = parsed.values.get("-t", []) + parsed.values.get("--target-directory", [])
+            explicit = parsed.given("-t", "--target-directory")
             if explicit:
                 targets += explicit
             elif name == "install" and parsed.has("-d", "--directory"):
@@ -404,10 +404,8 @@ class ProgramRules:
             targets += [render(w, self.where)[3:] for w in args if w.text.startswith("of=")]
         elif name in _DOWNLOAD_OUTPUTS:
             parsed = self.downloader_options(name, args)
-            for opt in _DOWNLOAD_OUTPUTS[name]:
-                targets += [
-                    v for v in parsed.values.get(opt, []) if (v.text if isinstance(v, Word) else v) != "-"
-                ]
+            given = parsed.given(*_DOWNLOAD_OUTPUTS[name])
+            targets += [v for v in given if (v.text if isinstance(v, Word) else v) != "-"]
         else:
             targets += written_by(name, args)
         out: list[tuple[str, str]] = []

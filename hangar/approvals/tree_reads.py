@@ -18,10 +18,11 @@ from collections.abc import Sequence
 
 from .argv import options
 from .paths import Where, holds_credentials, remote_path, secret_places, turn_places
-from .shell import Part, Word
+from .program_rules import _HERE
+from .remotes import _SCP_VALUES
+from .shell import Word
 from .writers import _RSYNC_LONG, _RSYNC_SHORT, tar_options
 
-_HERE = Word((Part("glob", "."),))
 _GREPS = frozenset({"grep", "egrep", "fgrep", "rgrep", "ugrep"})
 _SEARCHERS = frozenset({"rg", "ag", "ack", "ack-grep"})  # recursive by default
 TREE_READERS = _GREPS | _SEARCHERS | {"cp", "tar", "bsdtar", "zip", "rsync", "scp"}
@@ -76,7 +77,7 @@ def trees_read(name: str, args: Sequence[Word]) -> list[Word]:
             return []
         return [w for w in parsed.operands[:-1] if not remote_path(w.text)[0]]
     if name == "scp":
-        parsed = options(args, "cDFiJloPSX")
+        parsed = options(args, _SCP_VALUES)
         if not parsed.has("-r"):
             return []
         return [w for w in parsed.operands[:-1] if not remote_path(w.text)[0]]

@@ -285,9 +285,9 @@ def _tar(args: Sequence[Word]) -> list[Word | str]:
     parsed = tar_options(args)
     out: list[Word | str] = []
     if parsed.has(*_TAR_WRITES_ARCHIVE):
-        out += [v for v in parsed.values.get("-f", []) + parsed.values.get("--file", []) if _local_file(v)]
+        out += [v for v in parsed.given("-f", "--file") if _local_file(v)]
     if parsed.has(*_TAR_EXTRACTS):
-        out += parsed.values.get("-C", []) + parsed.values.get("--directory", [])
+        out += parsed.given("-C", "--directory")
     return out
 
 
@@ -338,7 +338,7 @@ def _git_config(args: Sequence[Word], chdir: list[Word]) -> list[Word | str]:
         writes = bool(flags & _GIT_CONFIG_WRITES) or len(parsed.operands) >= 2
     if not writes:
         return []
-    files = parsed.values.get("-f", []) + parsed.values.get("--file", [])
+    files = parsed.given("-f", "--file")
     if files:
         return files
     if "--global" in flags:
