@@ -6,8 +6,8 @@ login``), or reading a secret store (``kubectl get secret -o yaml``, ``vault kv 
 file it keeps them in. (git's own, ``git credential fill``, is in ``program_rules``' git rule.)
 
 Each tool's subcommand words are its operands once the options that take a value are set aside (GNU-style,
-anywhere before ``--``); what is not listed here (``gh auth status``, ``kubectl config view``, which
-redacts, ``npm whoami``) is not flagged.
+anywhere before ``--``); ``_COMMANDS`` lists the subcommands that are flagged (some only with an option),
+and what is not listed (``gh auth status``, ``kubectl config view``, which redacts, ``npm whoami``) is not.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .argv import Parsed, options
+from .argv import options
 from .shell import Word
 
 _REGISTRY_CLIENTS = frozenset({"docker", "podman", "buildah", "nerdctl", "skopeo", "crane", "oras", "regctl"})
@@ -53,129 +53,124 @@ _VALUES: dict[str, tuple[str, str]] = {
     "npm": ("L", "--registry --scope --location --userconfig --otp --auth-type --prefix"),
 }
 _NPM_AUTH_KEY = re.compile(r"_auth|_password|token|^//|:username|:email|certfile|keyfile", re.IGNORECASE)
-_STS_TOKENS = frozenset(
-    {"get-session-token", "assume-role", "assume-role-with-saml", "assume-role-with-web-identity"}
-    | {"get-federation-token"}
+_KUBE_SECRET = re.compile(r"secrets?(?:$|/|\.)")  # `secret`, `secrets`, `secret/NAME`, `secrets.v1`
+
+
+def _each(
+    message: str, *commands: str, flags: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
+    """A rule per command (its words, space-separated): the words the subcommand starts with ("*" any word,
+    a trailing "$" none after), the options of which one must be given (none: always), the reason."""
+    return [(tuple(c.replace("$", " ").split(" ")), flags, message) for c in commands]
+
+
+_GH_TOKEN = "prints the GitHub CLI's token"
+_AWS_KEYS = "reads or writes the AWS CLI's credentials"
+_AWS_TEMPORARY = "prints temporary AWS credentials or a token"
+_GCLOUD = "prints or writes gcloud's credentials"
+_AZURE = "prints or writes the Azure CLI's credentials"
+_AZURE_MADE = "makes or writes Azure credentials"
+_REGISTRY = "writes {name}'s registry credentials"
+_KUBE_TOKEN = "prints or writes a Kubernetes token"
+_NPM_TOKEN = "reads or writes the registry's token (~/.npmrc)"
+_KUBECTL = _each("prints the kubeconfig's credentials", "config view", flags=("--raw",)) + _each(
+    _KUBE_TOKEN, "config set-credentials", "create token"
 )
-
-
-def _parsed(name: str, args: Sequence[Word]) -> tuple[Parsed, list[str]]:
-    kind = (
-        "registry"
-        if name in _REGISTRY_CLIENTS
-        else "kube"
-        if name in _KUBE
-        else "npm"
-        if name in _NPM
-        else name
+_COMMANDS = {
+    "gh": _each(_GH_TOKEN, "auth token", "auth git-credential")
+    + _each(_GH_TOKEN, "auth status", flags=("-t", "--show-token"))
+    + _each(
+        "writes the GitHub CLI's credentials",
+        "auth login",
+        "auth refresh",
+        "auth logout",
+        "auth switch",
+        "auth setup-git",
+    ),
+    "aws": _each(_AWS_KEYS, "configure$", "configure get", "configure set", "configure import")
+    + _each(
+        "prints AWS credentials or a registry password",
+        "configure export-credentials",
+        "* get-login-password",
     )
-    short, long = _VALUES.get(kind, ("", ""))
-    parsed = options(args, short, long.split())
-    return parsed, [w.literal or "" for w in parsed.operands]
+    + _each(_AWS_TEMPORARY, "codeartifact get-authorization-token")
+    + _each(
+        _AWS_TEMPORARY,
+        "sts get-session-token",
+        "sts assume-role",
+        "sts assume-role-with-saml",
+        "sts assume-role-with-web-identity",
+        "sts get-federation-token",
+    ),
+    "gcloud": _each(
+        _GCLOUD,
+        "auth print-access-token",
+        "auth print-identity-token",
+        "auth login",
+        "auth activate-service-account",
+        "auth application-default print-access-token",
+        "auth application-default login",
+    )
+    + _each(
+        "prints gcloud's token or makes a service account key",
+        "config config-helper",
+        "iam service-accounts keys create",
+    ),
+    "az": _each(_AZURE, "account get-access-token", "login$", "acr login")
+    + _each(_AZURE_MADE, "ad sp create-for-rbac", "ad sp credential", "aks get-credentials"),
+    "helm": _each(_REGISTRY, "login", "logout", "registry login"),
+    "registry": _each(_REGISTRY, "login", "logout"),
+    "kubectl": _KUBECTL,
+    "oc": _KUBECTL + _each(_KUBE_TOKEN, "login") + _each(_KUBE_TOKEN, "whoami", flags=("-t", "--show-token")),
+    "npm": _each(_NPM_TOKEN, "login", "adduser", "add-user", "logout", "token"),
+    "vault": _each(
+        "reads or writes Vault's secrets or token",
+        "login",
+        "token",
+        "read",
+        "write",
+        "print token",
+        "kv get",
+        "kv put",
+        "kv patch",
+    ),
+}
+
+
+def _group(name: str) -> str:
+    """The key of ``name``'s options in ``_VALUES`` (and of its commands in ``_COMMANDS``, but for oc's)."""
+    if name in _REGISTRY_CLIENTS:
+        return "registry"
+    return "kube" if name in _KUBE else "npm" if name in _NPM else name
+
+
+def _starts(words: list[str], start: tuple[str, ...]) -> bool:
+    """``words`` begin with ``start`` ("*" any word, "" the end of them)."""
+    padded = (*words, "")
+    return len(start) <= len(padded) and all(s in ("*", w) for s, w in zip(start, padded, strict=False))
 
 
 def credential_use(name: str, args: Sequence[Word]) -> str | None:
     """What ``name args`` does with credentials, for the rule's reason; None if nothing it is known to."""
     if name == "vault":
-        return _vault(args)
-    parsed, words = _parsed(name, args)
-    verbs = tuple(words[:2])
-    if name == "gh":
-        if verbs in (("auth", "token"), ("auth", "git-credential")) or (
-            verbs == ("auth", "status") and parsed.has("-t", "--show-token")
-        ):
-            return "prints the GitHub CLI's token"
-        if (
-            verbs[:1] == ("auth",)
-            and words[1:2]
-            and words[1] in ("login", "refresh", "logout", "switch", "setup-git")
-        ):
-            return "writes the GitHub CLI's credentials"
-        return None
-    if name == "aws":
-        if words[:1] == ["configure"] and (len(words) == 1 or words[1] in ("get", "set", "import")):
-            return "reads or writes the AWS CLI's credentials"
-        if verbs == ("configure", "export-credentials") or verbs[1:] == ("get-login-password",):
-            return "prints AWS credentials or a registry password"
-        if (verbs[:1] == ("sts",) and verbs[1:] and verbs[1] in _STS_TOKENS) or verbs == (
-            "codeartifact",
-            "get-authorization-token",
-        ):
-            return "prints temporary AWS credentials or a token"
-        return None
-    if name == "gcloud":
-        if verbs[:1] == ("auth",) and (
-            verbs[1:2] in (("print-access-token",), ("print-identity-token",), ("login",))
-            or verbs[1:2] == ("activate-service-account",)
-            or (verbs[1:2] == ("application-default",) and words[2:3] in (["print-access-token"], ["login"]))
-        ):
-            return "prints or writes gcloud's credentials"
-        if verbs == ("config", "config-helper") or (
-            words[:3] == ["iam", "service-accounts", "keys"] and words[3:4] == ["create"]
-        ):
-            return "prints gcloud's token or makes a service account key"
-        return None
-    if name == "az":
-        if verbs == ("account", "get-access-token") or verbs == ("login",) or verbs == ("acr", "login"):
-            return "prints or writes the Azure CLI's credentials"
-        if words[:3] in (["ad", "sp", "create-for-rbac"], ["ad", "sp", "credential"]) or verbs == (
-            "aks",
-            "get-credentials",
-        ):
-            return "makes or writes Azure credentials"
-        return None
-    if name in _REGISTRY_CLIENTS or name == "helm":
-        if verbs[:1] in (("login",), ("logout",)) or (name == "helm" and verbs in (("registry", "login"),)):
-            return f"writes {name}'s registry credentials"
-        return None
-    if name in _KUBE:
-        return _kube(name, parsed, words)
-    return _npm(parsed, words)
-
-
-def _kube(name: str, parsed: Parsed, words: list[str]) -> str | None:
-    if words[:2] == ["config", "view"] and parsed.has("--raw"):
-        return "prints the kubeconfig's credentials"
-    if words[:2] in (["config", "set-credentials"], ["create", "token"]) or (
-        name == "oc"
-        and (words[:1] == ["login"] or (words[:1] == ["whoami"] and parsed.has("-t", "--show-token")))
-    ):
-        return "prints or writes a Kubernetes token"
-    if (
-        words[:1] == ["get"]
-        and words[1:2]
-        and re.match(r"secrets?(?:$|/|\.)", words[1])
-        and (parsed.given("-o", "--output", "--template"))
-    ):
-        return "prints a Kubernetes Secret's values"
-    return None
-
-
-def _npm(parsed: Parsed, words: list[str]) -> str | None:
-    if words[:1] and words[0] in ("login", "adduser", "add-user", "logout", "token"):
-        return "reads or writes the registry's token (~/.npmrc)"
-    verb = (
-        words[1:2]
-        if words[:1] in (["config"], ["c"])
-        else words[:1]
-        if words[:1] in (["get"], ["set"])
-        else []
-    )
-    keys = words[2:] if words[:1] in (["config"], ["c"]) else words[1:]
-    if verb and verb[0] in ("get", "set", "delete", "rm") and any(_NPM_AUTH_KEY.search(k) for k in keys):
-        return "reads or writes the registry's token (~/.npmrc)"
-    return None
-
-
-def _vault(args: Sequence[Word]) -> str | None:
-    """vault's flags are single-dash words (``-field=x``, ``-address URL``); its subcommand is its first word
-    that is not one."""
-    words = [w.literal or "" for w in args if not (w.literal or "").startswith("-")]
-    if words[:1] in (["login"], ["token"], ["read"], ["write"]) or words[:2] in (
-        ["print", "token"],
-        ["kv", "get"],
-        ["kv", "put"],
-        ["kv", "patch"],
-    ):
-        return "reads or writes Vault's secrets or token"
+        # vault's flags are single-dash words (``-field=x``, ``-address URL``): its subcommand is its first
+        # words that are not one.
+        parsed, words = options([]), [w.literal or "" for w in args if not (w.literal or "").startswith("-")]
+    else:
+        short, long = _VALUES.get(_group(name), ("", ""))
+        parsed = options(args, short, long.split())
+        words = [w.literal or "" for w in parsed.operands]
+    rules = _COMMANDS.get(name) or _COMMANDS.get(_group(name), [])
+    for start, flags, message in rules:
+        if _starts(words, start) and (not flags or parsed.has(*flags)):
+            return message.format(name=name)
+    if name in _KUBE and words[:1] == ["get"] and len(words) > 1 and _KUBE_SECRET.match(words[1]):
+        if parsed.given("-o", "--output", "--template"):
+            return "prints a Kubernetes Secret's values"
+    if name in _NPM:
+        config = words[:1] in (["config"], ["c"])
+        verb, keys = (words[1:2], words[2:]) if config else (words[:1], words[1:])
+        if (config or verb in (["get"], ["set"])) and verb and verb[0] in ("get", "set", "delete", "rm"):
+            if any(_NPM_AUTH_KEY.search(k) for k in keys):
+                return _NPM_TOKEN
     return None
