@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import languages
+from .languages import STDIN_FILES
 from .shell import _ASSIGN as _ASSIGNMENT_START
 from .shell import Command, Redirect, Word, split_words
 
@@ -377,10 +378,6 @@ def _awk_runs_input(args: Sequence[Word]) -> bool:
     if not texts and not parsed.has("-f", "--file", "-E", "--exec") and parsed.operands:
         texts.append(parsed.operands[0].text)
     return any(_AWK_RUNS.search(t) for t in texts)
-
-
-# A file that is the program's standard input: `bash /dev/stdin` reads its script from the pipe.
-STDIN_FILES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
 
 def shown_cut(text: str, limit: int = 200) -> str:

@@ -15,7 +15,10 @@ from collections.abc import Collection, Sequence
 
 from .shell import Word
 
-_STDIN = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+# A file that is the program's standard input: `bash /dev/stdin` reads its script from the pipe (argv.py's
+# shells and these interpreters alike).
+STDIN_FILES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+_STDIN = STDIN_FILES | {"-"}
 # name: (the options that give inline code, the options that take a value); each reads its program from
 # standard input when it is given none (or "-").
 _PLAIN = {
