@@ -5,7 +5,9 @@ as what actually runs: environment prefixes (``FOO=1 git push -f``) and wrappers
 ``nice``, ``timeout``, ``xargs``, ``nohup``, ``exec``, ``time``, ``coproc``, ``stdbuf``, ``ionice``, ``setsid``,
 ``builtin``, ``busybox``) are taken off, a program given by path (``/usr/bin/sudo``) is known by its
 name, and the rules look inside what a command would run in turn: ``bash -lc '…'`` and ``sh -c "…"``
-(recursively), ``eval``, ``$(…)``, backquotes, ``<(…)``, here-documents fed to a shell, ``find -exec``.
+(recursively), ``eval``, ``$(…)``, backquotes, ``<(…)``, here-documents fed to a shell, ``find -exec``,
+``echo '…' | sh``; a computed name is worked out or guessed at (``computed.py``), and another language's
+inline code is read for the shell commands it runs and the files it deletes or writes (``inline_code.py``).
 
 This is a guard rail against mistakes, not a sandbox: paths are resolved against the turn's working
 directory (``paths.py``), so ``cd /elsewhere && rm -r x`` gets past the rules, as does anything that
@@ -21,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from . import plain, quick, segments
+from . import computed, inline_code, plain, quick, segments
 from .argv import FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
 from .clearing import Clearing
 from .credential_tools import CREDENTIAL_TOOLS, credential_use
@@ -30,7 +32,7 @@ from .installs import INSTALLERS
 from .languages import URL_RUNNERS, fetches_and_runs
 from .paths import MAYBE_SECRET_IN, Where, holds_credentials
 from .plain import PlainCommand, Quoted
-from .program_rules import _TEXT, PRIVILEGE, TRACERS
+from .program_rules import _TEXT, PRIVILEGE, TRACERS, Finding
 from .segments import Item
 from .shell import Command, Pipeline, ShellSyntaxError, Word, double_quoted, parse
 from .tree_reads import TREE_READERS, trees_read
@@ -95,6 +97,7 @@ class ShellAnalysis(Clearing):
     def __init__(self, where: Where, tainted: bool) -> None:
         super().__init__(where, tainted)
         self.unparsed = False  # some of it could only be scanned token by token
+        self.values: computed.Values | None = None  # assigned()'s
 
     # walking
 
@@ -279,9 +282,25 @@ class ShellAnalysis(Clearing):
 
     def walk(self, pipeline: Pipeline, depth: int) -> None:
         cmds: list[Cmd] = []
+        guesses: list[Cmd] = []  # what a name that cannot be worked out is read as (computed.AS_IF)
+        before: Cmd | None = None
         for command in pipeline.commands:
             self.nested(command, depth)
-            cmds.append(_cmd(command))
+            cmd = _cmd(command)
+            if not cmd.name and cmd.argv and cmd.argv[0].literal is None:  # `$X -rf /`, `$(echo git) push`
+                found, guessed = computed.candidates(cmd, self.assigned())
+                # What it runs, worked out; or it as written, and the guesses at it (their rules alone).
+                cmds += [cmd] if guessed else found
+                guesses += found if guessed else []
+            else:
+                cmds.append(cmd)
+            if before is not None and program_source(cmd.name, cmd.args)[0] == "stdin":
+                script = computed.printed(before.argv, before.redirects)  # `echo 'rm -rf /' | sh`
+                if script is not None and cmd.name in SHELLS:
+                    self.script(script, depth + 1)
+                elif script is not None:
+                    self.inline(cmd.name, script, depth)  # `echo "os.system('…')" | python3`
+            before = cmd
         # A download piped into something that reads its program from stdin, for each such download: which
         # commands have a reader after them is known in one pass from the end.
         reader_after = False
@@ -307,6 +326,29 @@ class ShellAnalysis(Clearing):
                 self.add("pipe-to-shell", f"pipes a download into a shell: `{text}`")
         for cmd in cmds:
             self.command(cmd, depth)
+        for cmd in guesses:
+            self.guessed(cmd)
+
+    def assigned(self) -> computed.Values:
+        """The values the command line gives its variables (read once, when a computed name first turns up)."""
+        if self.values is None or self.values.top != self.top:
+            self.values = computed.Values(self.top)
+        return self.values
+
+    def guessed(self, cmd: Cmd) -> None:
+        """The rules on a command whose name is a guess (``$TOOL -rf /`` read as rm): only the findings its
+        arguments alone make are kept, said of the command as written."""
+        found = len(self.findings)
+        if cmd.name == "rm":  # the rules of AS_IF's programs alone: the command as written had the others
+            self.rm(cmd)
+        else:
+            self.git(cmd)
+        kept = [f for f in self.findings[found:] if f.rule in computed.GUESSED_RULES]
+        del self.findings[found:]
+        written = shown_cut(" ".join(w.text for w in cmd.words))
+        for f in kept:
+            what = f"{f.what.rsplit(': `', 1)[0]}, if the program it names at run time is {cmd.name}: `{written}`"
+            self.findings.append(Finding(f.rule, what, f.taint))
 
     def nested(self, command: Command, depth: int) -> None:
         """Walk what the command's expansions run: $(…), backquotes, <(…), unquoted here-documents."""
@@ -398,17 +440,23 @@ class ShellAnalysis(Clearing):
         elif mode == "code":
             if self.downloads((src for w in args for src in w.nested), depth):
                 self.add("pipe-to-shell", piped)  # `python3 -c "$(curl …)"`: another language's inline code
-            elif fetches_and_runs(" ".join(w.text for w in args)):
+            code = " ".join(w.text for w in args)
+            if fetches_and_runs(code):
                 self.add("pipe-to-shell", f"runs code it fetches: `{cmd.shown()}`")  # `exec(urlopen(…))`
+            self.inline(name, code, depth)
         elif mode == "stdin":
             for r in cmd.redirects:
                 if r.op == "<<<" and r.target is not None:
                     if name in SHELLS:
                         self.script(r.target.text, depth + 1)
+                    else:
+                        self.inline(name, r.target.text, depth)
                     if self.downloads(r.target.nested, depth):
                         self.add("pipe-to-shell", piped)
                 elif r.heredoc is not None and name in SHELLS:
                     self.script(r.heredoc.body, depth + 1)
+                elif r.heredoc is not None:  # `python3 - <<'EOF'`: another language's program
+                    self.inline(name, r.heredoc.body, depth)
                 elif r.op == "<" and r.target is not None:
                     if self.downloads(r.target.nested, depth):
                         self.add("pipe-to-shell", piped)
@@ -421,6 +469,17 @@ class ShellAnalysis(Clearing):
             if self.downloads(args[0].nested, depth):
                 self.add("pipe-to-shell", piped)
             self.ran_saved(args[0], cmd)
+
+    def inline(self, name: str, code: str, depth: int) -> None:
+        """What another language's program runs (``os.system("…")``) or deletes and writes
+        (``shutil.rmtree(P)``), walked as shell commands (inline_code.py)."""
+        found = len(self.findings)
+        for src in inline_code.commands(name, code):
+            self.script(src, depth + 1)
+        # Said of the program's code, which the shell command shown stands for.
+        self.findings[found:] = [
+            Finding(f.rule, f"{f.what} ({name}'s code)", f.taint) for f in self.findings[found:]
+        ]
 
     def ran_saved(self, script: Word, cmd: Cmd) -> None:
         """``sh i.sh`` (``python3 get.py``, ``source i.sh``) after ``curl -o i.sh URL`` in the same command line."""

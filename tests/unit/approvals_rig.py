@@ -49,6 +49,7 @@ def assert_script_as_walked(src: str, *, too_deep_is_skipped: bool = False) -> N
     except shell.ShellSyntaxError:
         return
     full = commands.ShellAnalysis(where, True)
+    full.top = src  # the command line, as script() sets it: what a computed name's values are read from
     full.stack.append(set())
     try:
         for p in pipelines:

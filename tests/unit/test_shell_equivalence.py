@@ -157,6 +157,15 @@ STRICTER_ON = re.compile(
     + r"(?:~|\$\{?HOME|\.\.|/home|(?<![^\s;&|()<>=\"'])/+(?:proc|etc|var|run)?/*(?=[\s;&|()<>\"']|\Z)))"
     # hub: git's commands and a pull request
     + r"|(?<![\w-])hub(?![\w-])"
+    # a command whose name is computed (`$X -rf /`, `$(echo git) push -f`): worked out, or read as rm and git
+    + r"|(?:^|[;&|({\n]|(?<![\w-])(?:do|then|else|exec|env|command|builtin|xargs|nohup|time|timeout \S+)\s)"
+    + r"\s*(?:\w+=\S*\s+)*[\"']?(?:\$|`)"
+    # what echo or printf (or cat of a here-document) hands a shell as its script (`echo 'rm -rf /' | sh`)
+    + r"|(?s:(?<![\w-])(?:echo|printf|cat)(?![\w-]).*\|)"
+    # what another language's inline code runs or writes (`python3 -c "os.system('…')"`, `shutil.rmtree(P)`)
+    + r"|(?s:(?<![\w-])(?:python[\w.]*|ruby|node|nodejs|php|perl|bun|deno)(?![\w-]).*"
+    + r"(?:system|exec|spawn|popen|subprocess|rmtree|rm_r|rmSync|rmdir|open|write|unlink|remove|rename|copy|move|"
+    + r"chmod|chown|truncate|touch|qx|%x|`|Path|\$))"
     # a group next to a pipe (`| (`, `) |`) or a pipe at a line's end: one pipeline now, whose substitutions are
     # walked before its commands (the order of the findings may differ; the new rules follow the pipe too)
     + r"|"
