@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from . import glance, quick
 from .argv import _WRAPPERS, DOWNLOADERS, SHELLS
+from .computed import Values
 from .credential_tools import CREDENTIAL_TOOLS
+from .downloads import UNPACKERS
 from .installs import INSTALLERS
 from .languages import LANGUAGES
 from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
@@ -56,10 +58,24 @@ class Clearing(ProgramRules):
         # a whole tree (``grep -r``, ``tar c``, ``cp -r``) is walked, not cleared (tree_reads.py).
         self.top = ""  # the command line (what may_read_tree() reads, once a tree reader turns up)
         self._reads_tree: bool | None = None
+        self.values: Values | None = None  # assigned()'s
 
     def script(self, src: str, depth: int = 0) -> frozenset[str]:
         """Walk ``src`` (the walker's); the names of the programs it runs."""
         raise NotImplementedError
+
+    def assigned(self) -> Values:
+        """The values the command line gives its variables and the functions it defines (computed.py; read
+        once, when first asked)."""
+        if self.values is None or self.values.top != self.top:
+            self.values = Values(self.top)
+        return self.values
+
+    def function(self, name: str) -> str | None:
+        """The body of the function ``name`` the command line defines, if it defines one."""
+        if "(" not in self.top and "function" not in self.top:
+            return None  # no definition: the usual command line, no pass over it
+        return self.assigned().function(name)
 
     def may_read_tree(self) -> bool:
         """tree_reads.may_read_tree() of the command line, worked out when a tree reader first turns up."""
@@ -207,10 +223,12 @@ class Clearing(ProgramRules):
         name = first.rpartition("/")[2]
         if name in _PLAIN_SKIPS or name.startswith(("mkfs", "python")):
             name = _LOOKED_AT
-        elif self.may_save and "/" in first:
-            name = _LOOKED_AT  # `./i.sh` may run what `curl -o i.sh URL` saved before it (commands.py)
+        elif self.may_save and ("/" in first or name in UNPACKERS):
+            name = _LOOKED_AT  # `./i.sh` may run what `curl -o i.sh URL` saved (or unpacked) before it
         elif name in TREE_READERS and self.may_read_tree():
             name = _LOOKED_AT  # `grep -r token ~`
+        elif self.function(name) is not None:
+            name = _LOOKED_AT  # `f() { "$@"; }; f rm -rf /`: the function's body runs with its arguments
         self.programs[first] = name
         return name
 

@@ -27,7 +27,7 @@ from . import computed, inline_code, plain, quick, segments
 from .argv import FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
 from .clearing import Clearing
 from .credential_tools import CREDENTIAL_TOOLS, credential_use
-from .downloads import SAVERS, located, saved
+from .downloads import SAVERS, UNPACKERS, located, saved, unpacked
 from .installs import INSTALLERS
 from .languages import URL_RUNNERS, fetches_and_runs
 from .paths import MAYBE_SECRET_IN, Where, holds_credentials
@@ -97,7 +97,6 @@ class ShellAnalysis(Clearing):
     def __init__(self, where: Where, tainted: bool) -> None:
         super().__init__(where, tainted)
         self.unparsed = False  # some of it could only be scanned token by token
-        self.values: computed.Values | None = None  # assigned()'s
 
     # walking
 
@@ -329,12 +328,6 @@ class ShellAnalysis(Clearing):
         for cmd in guesses:
             self.guessed(cmd)
 
-    def assigned(self) -> computed.Values:
-        """The values the command line gives its variables (read once, when a computed name first turns up)."""
-        if self.values is None or self.values.top != self.top:
-            self.values = computed.Values(self.top)
-        return self.values
-
     def guessed(self, cmd: Cmd) -> None:
         """The rules on a command whose name is a guess (``$TOOL -rf /`` read as rm): only the findings its
         arguments alone make are kept, said of the command as written."""
@@ -384,7 +377,16 @@ class ShellAnalysis(Clearing):
                         self.saved.add(path)
         elif cmd.argv and "/" in cmd.argv[0].text:
             self.ran_saved(cmd.argv[0], cmd)  # `./i.sh`
+        if name in UNPACKERS and self.saved:
+            found = unpacked(name, args, self.where)  # `tar xzf a.tgz` after `curl -LO URL/a.tgz`
+            if found is not None and found[0] in self.saved:
+                self.unpacked.add(found[1].rstrip("/") + "/")
         self.interpreters(cmd, depth)
+        body = self.function(name) if name and args else None
+        if body is not None:  # `f() { "$@"; }; f rm -rf /`: the function's body run with its arguments
+            given = computed.with_positional(body, [name, *(w.text for w in args)])
+            if given is not None:
+                self.script(given, depth + 1)
         if name == "find":
             self.find(cmd, depth)
         self.system(cmd)
@@ -428,7 +430,10 @@ class ShellAnalysis(Clearing):
             return  # runs nothing of its own
         piped = f"pipes a download into a shell: `{cmd.shown()}`"
         if mode == "c" and operand is not None:
-            self.script(operand.text, depth + 1)
+            # `sh -c '"$@"' _ rm -rf /`: the script, run with the parameters that follow it
+            params = [w.text for w in args[args.index(operand) + 1 :]]
+            given = computed.with_positional(operand.text, params) if params else None
+            self.script(operand.text if given is None else given, depth + 1)
             if self.downloads(operand.nested, depth):
                 self.add("pipe-to-shell", piped)
         elif mode == "file" and operand is not None:
@@ -486,3 +491,5 @@ class ShellAnalysis(Clearing):
         ran = located(script, self.where) if self.saved else None
         if ran is not None and ran in self.saved:
             self.add("pipe-to-shell", f"runs a script it downloaded ({ran}): `{cmd.shown()}`")
+        elif ran is not None and any(ran.startswith(d) for d in self.unpacked):
+            self.add("pipe-to-shell", f"runs a file from an archive it downloaded ({ran}): `{cmd.shown()}`")

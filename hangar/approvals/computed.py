@@ -19,6 +19,7 @@ so it is flagged — with the rules' own verdict on those arguments, as an unkno
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Sequence
 from itertools import product
 
@@ -35,6 +36,12 @@ _ASSIGNED = re.compile(
     r"""(?<![\w$])(\w+)=(?:\(([^()]*)\)|'([^']*)'|"([^"\\]*)"|\$\(([^()]*)\)|`([^`]*)`|([^\s;&|()<>'"`\\]*))"""
 )
 _FOR = re.compile(r"\bfor\s+(\w+)\s+in\s+([^;\n]*)")
+# A function definition (``f() { …; }``, ``function f { …; }``) whose body holds no braces of its own.
+_FUNCTION = re.compile(
+    r"(?:\bfunction\s+([\w-]+)\s*(?:\(\s*\))?|(?<![\w-])([\w-]+)\s*\(\s*\))\s*\{([^{}]*)\}"
+)
+# The positional parameters a script or a function body reads: "$@", $*, ${1}, "$2" …
+_POSITIONAL = re.compile(r'"\$\{?[@*]\}?"|\$\{?[@*]\}?|"\$\{?([0-9])\}?"|\$\{?([0-9])\}?')
 _DEFAULT = re.compile(r"^(\w+)(?::?[-=])(.*)$", re.DOTALL)
 _NAME = re.compile(r"^\w+(?:\[(?:@|\*|0)\])?$")
 
@@ -118,6 +125,13 @@ class Values:
     def __init__(self, top: str) -> None:
         self.top = top
         self._found: dict[str, list[str | None]] | None = None
+        self._functions: dict[str, str] | None = None
+
+    def function(self, name: str) -> str | None:
+        """The body of the function ``name`` the command line defines (the last one), if it does."""
+        if self._functions is None:
+            self._functions = {(m.group(1) or m.group(2)): m.group(3) for m in _FUNCTION.finditer(self.top)}
+        return self._functions.get(name)
 
     def of(self, name: str) -> list[str | None]:
         """The values given ``name`` (None for one the rules cannot know: ``X=$(cat f)``, ``X=$Y``)."""
@@ -144,6 +158,22 @@ class Values:
                 None if "$" in w or "`" in w else w.strip("'\"") for w in words
             )
         return found
+
+
+def with_positional(script: str, params: Sequence[str]) -> str | None:
+    """``script`` with the positional parameters it reads given ``params`` (``$0`` first), as ``sh -c
+    SCRIPT a b`` and a function call give them: ``"$@"`` is the words from ``$1`` on. None when it reads
+    none (it runs the same with any)."""
+
+    def given(m: re.Match[str]) -> str:
+        digit = m.group(1) or m.group(2)
+        if digit is None:
+            return " ".join(shlex.quote(p) for p in params[1:])
+        n = int(digit)
+        return shlex.quote(params[n]) if n < len(params) else "''"
+
+    out = _POSITIONAL.sub(given, script)
+    return None if out == script else out
 
 
 def names(word: Word, values: Values) -> list[list[str]] | None:

@@ -150,12 +150,34 @@ def _starts(words: list[str], start: tuple[str, ...]) -> bool:
     return len(start) <= len(padded) and all(s in ("*", w) for s, w in zip(start, padded, strict=False))
 
 
+# vault's flags that take a value as the next word when not given as -flag=value (Go's flag package).
+_VAULT_VALUES = frozenset(
+    "address agent-address ca-cert ca-path client-cert client-key namespace ns tls-server-name wrap-ttl mfa "
+    "format field policy-override header log-level method path mount version".split()
+)
+
+
+def _vault_words(args: Sequence[Word]) -> list[str]:
+    """vault's words that are not a flag nor a flag's value: its subcommand and operands."""
+    words: list[str] = []
+    skip = False
+    for w in args:
+        lit = w.literal or ""
+        if skip:
+            skip = False
+        elif lit.startswith("-"):
+            skip = "=" not in lit and lit.lstrip("-") in _VAULT_VALUES
+        else:
+            words.append(lit)
+    return words
+
+
 def credential_use(name: str, args: Sequence[Word]) -> str | None:
     """What ``name args`` does with credentials, for the rule's reason; None if nothing it is known to."""
     if name == "vault":
         # vault's flags are single-dash words (``-field=x``, ``-address URL``): its subcommand is its first
         # words that are not one.
-        parsed, words = options([]), [w.literal or "" for w in args if not (w.literal or "").startswith("-")]
+        parsed, words = options([]), _vault_words(args)
     else:
         short, long = _VALUES.get(_group(name), ("", ""))
         parsed = options(args, short, long.split())

@@ -1,6 +1,8 @@
 """The files a download saves (``curl -o f URL``, ``curl -O URL``, ``wget URL``, ``aria2c URL``), so that running one later in
 the same command line (``curl -o i.sh URL && sh i.sh``, ``wget URL/get.py; python3 get.py``) counts as
-piping a download into a shell: the script is the download either way."""
+piping a download into a shell: the script is the download either way. So does running a file from where
+an archive it downloaded was unpacked (``curl -LO URL/a.tgz && tar xzf a.tgz && ./a/install.sh``): which
+files the archive holds is not known, so any file run from under that directory may be one of them."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Sequence
 from .argv import DOWNLOADERS, Parsed, options
 from .paths import Where, locate, render, render_value
 from .shell import Word
+from .writers import tar_extracts
 
 SAVERS = DOWNLOADERS | {"aria2c"}  # what saves a download to a file it names (or the URL does)
 # aria2c's options that take a value as the next word (most are given as --name=value)
@@ -64,3 +67,29 @@ def saved(name: str, parsed: Parsed, where: Where) -> list[str]:
 def located(word: Word, where: Where) -> str | None:
     """Where a word (a redirection's target, a script's operand) points, if hangar can resolve it."""
     return locate(render(word, where), where)
+
+
+UNPACKERS = frozenset({"tar", "bsdtar", "unzip"})
+
+
+def unpacked(name: str, args: Sequence[Word], where: Where) -> tuple[str, str] | None:
+    """(the archive, the directory it is unpacked into) when ``name args`` unpacks one (``tar x -f A [-C D]``,
+    ``unzip A [-d D]``), both as hangar resolves them; None otherwise."""
+    if name == "unzip":
+        parsed = options(args, "dx")
+        archives: Sequence[Word | str] = parsed.operands[:1]
+        into: Sequence[Word | str] = parsed.given("-d")
+    else:
+        found = tar_extracts(args)
+        if found is None:
+            return None
+        archives, into = found
+    if not archives:
+        return None
+    archive = locate(_text(archives[-1], where), where)
+    folder = locate(_text(into[-1], where), where) if into else where.cwd
+    return (archive, folder) if archive is not None and folder is not None else None
+
+
+def _text(value: Word | str, where: Where) -> str:
+    return render_value(value, where) if isinstance(value, str) else render(value, where)

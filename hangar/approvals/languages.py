@@ -32,6 +32,10 @@ _PWSH_VALUES = frozenset(
     "-executionpolicy -ex -ep -workingdirectory -wd -configurationname -config -custompipename -inputformat -inf "
     "-if -outputformat -of -o -settingsfile -windowstyle -w -psconsolefile -version -v -mta -sta".split()
 )
+# deno's options whose value may be the next word (`--config deno.json`); the others take theirs with "=".
+_DENO_VALUES = frozenset(
+    {"--config", "-c", "--import-map", "--cert", "--location", "--seed", "--ext", "--v8-flags"}
+)
 _DENO_RUNS = frozenset({"run", "eval", "repl", "test", "bench", "serve", "task"})
 _BUN_CODE = frozenset({"-e", "--eval", "-p", "--print"})
 _BUN_VALUES = frozenset({"--cwd", "--config", "-c", "--preload", "-r", "--require", "--import", "--env-file"})
@@ -134,7 +138,8 @@ def _deno(args: Sequence[Word]) -> tuple[str, Word | None]:
         words = words[1:]
     elif verb.startswith("-") or ("/" not in verb and "." not in verb):
         return ("", None)
-    rest = [w for w in words if w.literal is None or not w.literal.startswith("-") or w.literal == "-"]
+    at = _program_at(words, (), _DENO_VALUES)
+    rest = words[at:] if at is not None else []
     return _operand(rest) if rest else ("", None)
 
 

@@ -115,6 +115,7 @@ class ProgramRules:
         self.quiet_targets: set[tuple[str, bool]] = set()
         self.relative_safe = relative_safe(where)  # most words need no credential check (secret_kind)
         self.saved: set[str] = set()  # the files a download saved earlier in the command line (downloads.py)
+        self.unpacked: set[str] = set()  # the directories an archive it downloaded was unpacked into
 
     def add(self, rule: str, what: str) -> None:
         taint = rule.startswith("taint-")

@@ -281,6 +281,14 @@ def tar_options(args: Sequence[Word]) -> Parsed:
     return options(words, _TAR_SHORT, _TAR_LONG)
 
 
+def tar_extracts(args: Sequence[Word]) -> tuple[list[Word | str], list[Word | str]] | None:
+    """The archives (``-f``) and directories (``-C``) of a tar that extracts; None when it does not."""
+    parsed = tar_options(args)
+    if not parsed.has(*_TAR_EXTRACTS):
+        return None
+    return parsed.given("-f", "--file"), parsed.given("-C", "--directory")
+
+
 def _tar(args: Sequence[Word]) -> list[Word | str]:
     parsed = tar_options(args)
     out: list[Word | str] = []

@@ -159,7 +159,9 @@ STRICTER_ON = re.compile(
     + r"|(?<![\w-])hub(?![\w-])"
     # a command whose name is computed (`$X -rf /`, `$(echo git) push -f`): worked out, or read as rm and git
     + r"|(?:^|[;&|({\n]|(?<![\w-])(?:do|then|else|exec|env|command|builtin|xargs|nohup|time|timeout \S+)\s)"
-    + r"\s*(?:\w+=\S*\s+)*[\"']?(?:\$|`)"
+    + r"\s*(?:\w+=\S*\s+)*[\"']?(?:\$|`|[<>]\()"
+    # a path below a credential file (`/etc/shadow/x`) names it as the file itself does
+    + r"|(?:shadow|environ|/mem|netrc|credentials)['\"]?/"
     # what echo or printf (or cat of a here-document) hands a shell as its script (`echo 'rm -rf /' | sh`)
     + r"|(?s:(?<![\w-])(?:echo|printf|cat)(?![\w-]).*\|)"
     # what another language's inline code runs or writes (`python3 -c "os.system('…')"`, `shutil.rmtree(P)`)
