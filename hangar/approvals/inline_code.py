@@ -4,7 +4,8 @@
 runs ``git push -f``; ``perl -e '`rm -rf ~`'`` and ``ruby -e 'system("rm", "-rf", "/")'`` likewise. The file
 calls that delete a tree or write a file are written as their shell equivalents too: ``shutil.rmtree(P)``
 as ``rm -rf P``, ``open(P, "w")`` as a write to ``P`` (``: > P``), so the paths get the same rules as a shell
-command's. The walker (``commands.py``) walks what :func:`commands` gives as a nested script.
+command's; and a request to a URL it names, when it names a fetch (``urlopen``, ``fetch`` …), as ``curl URL``
+(the taint gate's network rule). The walker (``commands.py``) walks what :func:`commands` gives as a nested script.
 
 Only string literals are read (and ``os.path.expanduser`` of one): code that builds a command or a path
 from pieces at run time gets past, as a shell command that builds one does (a guard rail, not a sandbox).
@@ -16,7 +17,9 @@ import re
 import shlex
 
 from .argv import _PYTHON
+from .languages import fetches
 
+_URL = re.compile(r"(?i)(?:https?|ftp)://[^\s'\"]+$")
 # A string literal of these languages ('…', "…", and JavaScript's `…` without `${`); its text in groups 1 to 3.
 _STR = r"""(?:'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)"|`((?:[^`\\$\n]|\\.)*)`)"""
 _STR_RE = re.compile(_STR)
@@ -137,6 +140,10 @@ def commands(name: str, code: str) -> list[str]:
         if re.search(r"[wax+]", _text(m, 4)):
             out.append(f": > {_path(m)}")
     out += [f": > {shlex.quote(_text(m))}" for m in _PATH_WRITE.finditer(code)]
+    if fetches(code):  # `urlopen('https://…')`, `fetch('https://…')`: a request to that host, as curl makes
+        out += [
+            f"curl -- {shlex.quote(u)}" for u in (_text(m) for m in _STR_RE.finditer(code)) if _URL.match(u)
+        ]
     if lang == "perl":
         for m in _PERL_OPEN.finditer(code):
             target = _text(m, 2) if m.group(1) is not None else (m.group(6) or "").strip()

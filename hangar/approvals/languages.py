@@ -42,10 +42,12 @@ _BUN_VALUES = frozenset({"--cwd", "--config", "-c", "--preload", "-r", "--requir
 LANGUAGES = frozenset(_PLAIN) | _PWSH | {"deno", "bun"}
 URL_RUNNERS = frozenset({"deno"})  # takes a URL for its script and fetches it (`deno run https://…/i.ts`)
 
-# Inline code that fetches something and runs what it fetched: a fetch and an evaluation in the same code.
+# A way inline code fetches from the network (fetches_and_runs: with an evaluation, it runs what it fetched).
 _FETCHES = re.compile(
-    r"urlopen|urlretrieve|requests\.get|httpx\.get|\bfetch\s*\(|URI\.open|open-uri|Net::HTTP|LWP::Simple|"
-    r"HTTP::Tiny|file_get_contents\s*\(\s*[\"']https?:|https?\.get\s*\(|\b(?:curl|wget)\s|"
+    r"urlopen|urlretrieve|requests\.(?:get|post|put|patch|delete|head|request|Session)|"
+    r"httpx\.(?:get|post|put|patch|delete|head|request|Client|AsyncClient)|http\.client|urllib3|aiohttp|axios|"
+    r"\bfetch\s*\(|URI\.open|open-uri|Net::HTTP|LWP::Simple|"
+    r"HTTP::Tiny|file_get_contents\s*\(\s*[\"']https?:|https?\.(?:get|request)\s*\(|\b(?:curl|wget)\s|"
     r"\b(?:iwr|irm|Invoke-WebRequest|Invoke-RestMethod)\b|DownloadString|DownloadFile|socket\.http|"
     r"\bsource\s*\(\s*[\"'](?:https?|ftp):",
     re.IGNORECASE,
@@ -58,9 +60,14 @@ _EVALUATES = re.compile(
 )
 
 
+def fetches(code: str) -> bool:
+    """Whether inline code names a way to fetch from the network."""
+    return _FETCHES.search(code) is not None
+
+
 def fetches_and_runs(code: str) -> bool:
     """Whether inline code both fetches from the network and evaluates or runs something."""
-    return _FETCHES.search(code) is not None and _EVALUATES.search(code) is not None
+    return fetches(code) and _EVALUATES.search(code) is not None
 
 
 def _program_at(args: Sequence[Word], code: Collection[str], values: Collection[str]) -> int | None:

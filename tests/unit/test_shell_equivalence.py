@@ -145,7 +145,7 @@ STRICTER_ON = re.compile(
     # other languages' interpreters (`… | lua -`, `deno run URL`), inline code that fetches and runs
     # (`python3 -c "exec(urlopen(URL).read())"`)
     + r"|(?<![\w-])(?:aria2c|lua|luajit|tclsh|Rscript|pwsh|powershell|pwsh-preview|deno|bun)(?![\w-])"
-    + r"|(?i:urlopen|urlretrieve|requests\.get|httpx\.get|fetch|URI\.open|open-uri|LWP|HTTP::Tiny|file_get_contents"
+    + r"|(?i:urlopen|urlretrieve|requests\.\w|httpx\.\w|http\.client|urllib3|aiohttp|axios|fetch|URI\.open|open-uri|LWP|HTTP::Tiny|file_get_contents"
     + r"|https?\.get|iwr|irm|Invoke-|Download|socket\.http|source\s*\()"
     # a tool printing or writing the credentials it keeps (`gh auth token`, `kubectl get secret -o yaml`)
     + r"|(?<![\w-])(?:gh|aws|gcloud|az|helm|vault|docker|podman|buildah|nerdctl|skopeo|crane|oras|regctl|kubectl|oc"
