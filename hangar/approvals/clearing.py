@@ -67,14 +67,12 @@ class Clearing(ProgramRules):
     def assigned(self) -> Values:
         """The values the command line gives its variables and the functions it defines (computed.py; read
         once, when first asked)."""
-        if self.values is None or self.values.top != self.top:
+        if self.values is None or self.values.top is not self.top:
             self.values = Values(self.top)
         return self.values
 
     def function(self, name: str) -> str | None:
         """The body of the function ``name`` the command line defines, if it defines one."""
-        if "(" not in self.top and "function" not in self.top:
-            return None  # no definition: the usual command line, no pass over it
         return self.assigned().function(name)
 
     def may_read_tree(self) -> bool:

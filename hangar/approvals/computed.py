@@ -130,7 +130,9 @@ class Values:
     def function(self, name: str) -> str | None:
         """The body of the function ``name`` the command line defines (the last one), if it does."""
         if self._functions is None:
-            self._functions = {(m.group(1) or m.group(2)): m.group(3) for m in _FUNCTION.finditer(self.top)}
+            defines = "(" in self.top or "function" in self.top  # most lines: no pass of the regex over them
+            found = _FUNCTION.finditer(self.top) if defines else ()
+            self._functions = {(m.group(1) or m.group(2)): m.group(3) for m in found}
         return self._functions.get(name)
 
     def of(self, name: str) -> list[str | None]:
