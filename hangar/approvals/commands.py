@@ -443,10 +443,10 @@ class ShellAnalysis(Clearing):
                 self.add("pipe-to-shell", f"runs a script from the network: `{cmd.shown()}`")
             self.ran_saved(operand, cmd)
         elif mode == "code":
+            code = " ".join(w.text for w in args)
             if self.downloads((src for w in args for src in w.nested), depth):
                 self.add("pipe-to-shell", piped)  # `python3 -c "$(curl …)"`: another language's inline code
-            code = " ".join(w.text for w in args)
-            if fetches_and_runs(code):
+            elif fetches_and_runs(code):
                 self.add("pipe-to-shell", f"runs code it fetches: `{cmd.shown()}`")  # `exec(urlopen(…))`
             self.inline(name, code, depth)
         elif mode == "stdin":

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from itertools import product
+from itertools import islice, product
 
 from .argv import Cmd, unwrap_all
 from .shell import Part, Redirect, ShellSyntaxError, Word, parse
@@ -198,7 +198,7 @@ def names(word: Word, values: Values) -> list[list[str]] | None:
         else:
             return None
     found: list[list[str]] = []
-    for combo in product(*pieces):
+    for combo in islice(product(*pieces), 8 * MAX_CANDIDATES):  # bounded, however many values each piece has
         split = "".join(combo).split()
         if split and split not in found:
             found.append(split)
