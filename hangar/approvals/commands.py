@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from . import computed, inline_code, plain, quick, segments
-from .argv import FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut, xargs_replace
+from . import computed, git_aliases, inline_code, plain, quick, readers, segments
+from .argv import FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut
 from .clearing import Clearing
 from .credential_tools import CREDENTIAL_TOOLS, credential_use
 from .downloads import SAVERS, UNPACKERS, located, saved, unpacked
@@ -46,49 +46,7 @@ MAX_COMMAND = 65_536
 _STDOUT_TO_FILE = frozenset({">", ">|", ">>", "&>", "&>>"})
 
 
-def _xargs_script(cmd: Cmd, script: Word | None) -> bool:
-    """Whether the lines xargs reads become (part of) the script of the shell it runs with ``-c``: the
-    script itself when none is given, or where ``-I``'s string stands in it."""
-    if script is None:
-        return True
-    replace = xargs_replace(cmd.words, len(cmd.argv))
-    return replace is not None and replace in script.text
-
-
-def _feeds_a_shell(cmd: Cmd) -> bool:
-    """Whether what ``cmd`` writes goes to a shell as its script through a process substitution
-    (``tee >(sh)``, ``> >(bash)``): the substitution's first command reads its program from stdin."""
-    for word in (*cmd.words, *(r.target for r in cmd.redirects if r.target is not None)):
-        for part in word.parts:
-            if part.kind == "proc" and part.text.startswith(">(") and _reads_its_program(part.inner):
-                return True
-    return False
-
-
 _URL = re.compile(r"(?i)(?:https?|ftp)://")
-_LINE_READERS = frozenset({"read", "mapfile", "readarray"})
-
-
-def _runs_a_variable(cmd: Cmd) -> bool:
-    """Whether ``cmd`` runs a variable's value as a command: ``eval "$l"``, ``bash -c "$l"``, ``$l``. In a
-    pipeline that reads lines (``curl … | while read l; do eval "$l"; done``) that runs what was read."""
-    if cmd.name == "eval":
-        words: Sequence[Word] = cmd.args
-    else:
-        mode, operand = program_source(cmd.name, cmd.args)
-        words = [operand] if mode == "c" and operand is not None else cmd.argv[:1]
-    return any(part.kind == "param" for word in words for part in word.parts)
-
-
-def _reads_its_program(src: str) -> bool:
-    try:
-        pipelines = parse(src).pipelines
-    except ShellSyntaxError:
-        return False
-    if not pipelines or not pipelines[0].commands:
-        return False
-    first = _cmd(pipelines[0].commands[0])
-    return program_source(first.name, first.args)[0] == "stdin"
 
 
 class ShellAnalysis(Clearing):
@@ -97,6 +55,7 @@ class ShellAnalysis(Clearing):
     def __init__(self, where: Where, tainted: bool) -> None:
         super().__init__(where, tainted)
         self.unparsed = False  # some of it could only be scanned token by token
+        self.git_aliases: dict[str, str] = {}  # set by `git config alias.NAME VALUE` earlier in the line
 
     # walking
 
@@ -304,9 +263,9 @@ class ShellAnalysis(Clearing):
         # commands have a reader after them is known in one pass from the end.
         reader_after = False
         piped = 0
-        reads_lines = len(cmds) > 2 and any(c.name in _LINE_READERS for c in cmds)
+        reads_lines = len(cmds) > 2 and any(c.name in readers.LINE_READERS for c in cmds)
         for cmd in reversed(cmds):
-            feeds = _feeds_a_shell(cmd)  # `curl … > >(sh)`, `curl … | tee >(sh)`
+            feeds = readers.feeds_a_shell(cmd)  # `curl … > >(sh)`, `curl … | tee >(sh)`
             if (reader_after or feeds) and cmd.name in FETCHERS:
                 piped += 1
             mode, operand = program_source(cmd.name, cmd.args)
@@ -316,8 +275,8 @@ class ShellAnalysis(Clearing):
                 reader_after
                 or feeds
                 or mode == "stdin"
-                or (mode == "c" and "xargs" in cmd.wrappers and _xargs_script(cmd, operand))
-                or (reads_lines and _runs_a_variable(cmd))
+                or (mode == "c" and "xargs" in cmd.wrappers and readers.xargs_script(cmd, operand))
+                or (reads_lines and readers.runs_a_variable(cmd))
             )
         if piped:
             text = shown_cut(" | ".join(c.shown() for c in cmds))
@@ -382,9 +341,11 @@ class ShellAnalysis(Clearing):
             if found is not None and found[0] in self.saved:
                 self.unpacked.add(found[1].rstrip("/") + "/")
         self.interpreters(cmd, depth)
-        body = self.function(name) if name and args else None
+        body = self.function(name) if name else None
         if body is not None:  # `f() { "$@"; }; f rm -rf /`: the function's body run with its arguments
-            given = computed.with_positional(body, [name, *(w.text for w in args)])
+            if computed.forks_itself(name, body):
+                self.add("system", f"a fork bomb: {name} starts more of itself without end: `{cmd.shown()}`")
+            given = computed.with_positional(body, [name, *(w.text for w in args)]) if args else None
             if given is not None:
                 self.script(given, depth + 1)
         if name == "find":
@@ -397,6 +358,7 @@ class ShellAnalysis(Clearing):
         if name in TRACERS:
             self.tracer(cmd)
         if name in ("git", "hub"):  # hub wraps git (`hub push`), and opens pull requests as gh does
+            cmd = self.unaliased(cmd, depth)
             self.git(cmd)
             if name == "hub" and any(w.literal == "pull-request" for w in cmd.args[:3]):
                 self.add("taint-push", f"hub pull-request (`{cmd.shown()}`)")
@@ -474,6 +436,18 @@ class ShellAnalysis(Clearing):
             if self.downloads(args[0].nested, depth):
                 self.add("pipe-to-shell", piped)
             self.ran_saved(args[0], cmd)
+
+    def unaliased(self, cmd: Cmd, depth: int) -> Cmd:
+        """git with an alias the command line sets expanded (git_aliases.py); a "!" alias's shell command walked."""
+        found = git_aliases.alias_set(cmd.args)
+        if found is not None:
+            self.git_aliases[found[0]] = found[1]
+        out = git_aliases.expanded(cmd.args, self.git_aliases)
+        if isinstance(out, str):
+            self.script(out, depth + 1)
+        if out is None or isinstance(out, str):
+            return cmd
+        return Cmd(cmd.name, [cmd.argv[0], *out], cmd.redirects, cmd.words, cmd.wrappers)
 
     def inline(self, name: str, code: str, depth: int) -> None:
         """What another language's program runs (``os.system("…")``) or deletes and writes

@@ -38,7 +38,7 @@ _ASSIGNED = re.compile(
 _FOR = re.compile(r"\bfor\s+(\w+)\s+in\s+([^;\n]*)")
 # A function definition (``f() { …; }``, ``function f { …; }``) whose body holds no braces of its own.
 _FUNCTION = re.compile(
-    r"(?:\bfunction\s+([\w-]+)\s*(?:\(\s*\))?|(?<![\w-])([\w-]+)\s*\(\s*\))\s*\{([^{}]*)\}"
+    r"(?:\bfunction\s+([\w.:-]+)\s*(?:\(\s*\))?|(?<![\w.:-])([\w.:-]+)\s*\(\s*\))\s*\{([^{}]*)\}"
 )
 # The positional parameters a script or a function body reads: "$@", $*, ${1}, "$2" …
 _POSITIONAL = re.compile(r'"\$\{?[@*]\}?"|\$\{?[@*]\}?|"\$\{?([0-9])\}?"|\$\{?([0-9])\}?')
@@ -160,6 +160,12 @@ class Values:
                 None if "$" in w or "`" in w else w.strip("'\"") for w in words
             )
         return found
+
+
+def forks_itself(name: str, body: str) -> bool:
+    """Whether a function's body runs the function again in a pipeline or in the background (``:(){ :|:& };:``,
+    a fork bomb): each call starts more, without end."""
+    return re.search(r"(?<![\w.:-])" + re.escape(name) + r"\s*(?:\|(?!\|)|&(?!&))", body) is not None
 
 
 def with_positional(script: str, params: Sequence[str]) -> str | None:

@@ -22,6 +22,7 @@ from .argv import (
     unwrap,
 )
 from .downloads import aria2c_options
+from .git_aliases import subcommand_at
 from .installs import global_install
 from .paths import (
     MAYBE_SECRET,
@@ -229,22 +230,7 @@ class ProgramRules:
 
     def git(self, cmd: Cmd) -> None:
         args = cmd.args
-        i = 0
-        while i < len(args):
-            lit = args[i].literal
-            if lit is None or not lit.startswith("-"):
-                break
-            no_value = lit.startswith("--") and "=" in lit
-            takes = lit in (
-                "-C",
-                "-c",
-                "--git-dir",
-                "--work-tree",
-                "--namespace",
-                "--config-env",
-                "--super-prefix",
-            )
-            i += 2 if takes and not no_value else 1
+        i = subcommand_at(args)
         if i < len(args) and (args[i].literal or "").startswith("credential"):
             # `git credential fill` prints a stored password; approve/reject, credential-store and
             # credential-cache read or write the helpers' stores.

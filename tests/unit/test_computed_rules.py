@@ -269,3 +269,32 @@ def test_inline_code_requests_are_the_taint_gates_network(
     command: str, tainted: bool, rule: str | None
 ) -> None:
     assert _decide(command, tainted) == (("deny", rule) if rule else ("allow", "default"))
+
+
+@pytest.mark.parametrize(
+    ("command", "rule"),
+    [
+        ("git -c alias.p='push -f' p", "force-push"),
+        ("git config alias.p 'push --force' && git p origin main", "force-push"),
+        ("git config set alias.d 'push --delete' && git d origin feature", "branch-delete"),
+        ("git -c alias.x='!rm -rf /' x", "rm-recursive"),
+        ("git -c alias.s=status s", None),
+        ("git -c alias.p='push -f' status", None),
+        ("git config alias.lg 'log --oneline' && git lg -5", None),
+    ],
+)
+def test_a_git_alias_the_command_line_sets_is_expanded(command: str, rule: str | None) -> None:
+    assert _decide(command) == (("deny", rule) if rule else ("allow", "default"))
+
+
+@pytest.mark.parametrize(
+    ("command", "rule"),
+    [
+        (":(){ :|:& };:", "system"),
+        ("bomb() { bomb | bomb & }; bomb", "system"),
+        ("f() { echo hi; }; f", None),
+        ("loop() { sleep 1 && loop; }; loop &", None),
+    ],
+)
+def test_a_fork_bomb_is_a_system_command(command: str, rule: str | None) -> None:
+    assert _decide(command) == (("deny", rule) if rule else ("allow", "default"))

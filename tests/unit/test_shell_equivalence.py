@@ -162,6 +162,8 @@ STRICTER_ON = re.compile(
     + r"\s*(?:\w+=\S*\s+)*[\"']?(?:\$|`|[<>]\()"
     # a path below a credential file (`/etc/shadow/x`) names it as the file itself does
     + r"|(?:shadow|environ|/mem|netrc|credentials)['\"]?/"
+    # a git alias the line sets; a function the line defines, run with its arguments (or a fork bomb)
+    + r"|alias\.|\(\s*\)\s*\{|(?<![\w-])function(?![\w-])"
     # what echo or printf (or cat of a here-document) hands a shell as its script (`echo 'rm -rf /' | sh`)
     + r"|(?s:(?<![\w-])(?:echo|printf|cat)(?![\w-]).*\|)"
     # what another language's inline code runs or writes (`python3 -c "os.system('…')"`, `shutil.rmtree(P)`)
