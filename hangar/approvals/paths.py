@@ -115,7 +115,7 @@ def credential(path: str, where: Where) -> str | None:
     store, ~/.hangar, the other turns' directories beside $HANGAR_IO (the driver's ``io/``), another
     process's ``/proc/*/environ`` and ``/proc/*/mem``, the stores tools keep under HOME (``_HOME_STORES``:
     ~/.aws, ~/.config/gcloud, ~/.config/gh, ~/.docker/config.json, ~/.npmrc, ~/.kube/config, ~/.gnupg …),
-    /etc/shadow and /etc/gshadow, a pod's /var/run/secrets.
+    /etc/shadow and /etc/gshadow, a pod's /var/run/secrets, hangar's /var/run/hangar.
 
     ``path`` is absolute and normalised; unknown expansions in it (``UNKNOWN``) match anything, so
     ``/proc/$$/environ`` is the environment of a process.
@@ -159,6 +159,10 @@ def credential(path: str, where: Where) -> str | None:
         within(pattern, d) for d in _POD_SECRETS
     ):
         return "the pod's mounted credentials (/var/run/secrets)"
+    if pattern.startswith(("/var/run/hangar", "/run/hangar")) and any(
+        within(pattern, d) for d in _HANGAR_RUN
+    ):
+        return "hangar's files (/var/run/hangar)"
     if _GLOB.search(path) is not None:
         return _globbed_credential(path, places)
     return None
@@ -189,6 +193,7 @@ def _secret_places(places: Places) -> tuple[tuple[str, str], ...]:
     inside += [("the other turns' hand-back files", places.io_dir), ("/proc/*/environ", "/proc/1")]
     inside += [("/etc/shadow", "/etc/shadow"), ("/var/run/secrets", "/var/run/secrets")]
     inside += [("/run/secrets", "/run/secrets")]
+    inside += [("hangar's files", d) for d in _HANGAR_RUN]
     return tuple((what, place) for what, place in inside if place)
 
 
@@ -213,6 +218,7 @@ def _globbed_credential(path: str, places: Places) -> str | None:
         (places.io_dir, "another turn's hand-back files"),  # the own $HANGAR_IO was exempted before
         *((under, f"stored credentials (~/{rel})") for rel, under in places.stores),
         *((d, "the pod's mounted credentials (/var/run/secrets)") for d in _POD_SECRETS),
+        *((d, "hangar's files (/var/run/hangar)") for d in _HANGAR_RUN),
         ("/etc/shadow", "password hashes (/etc/shadow)"),
         ("/etc/gshadow", "password hashes (/etc/gshadow)"),
     ]
@@ -242,6 +248,9 @@ def _name_matches(name: str, pattern: str) -> bool:
 # Where Kubernetes mounts a pod's service account token (and other projected secrets). hangar's sandbox pods
 # mount none, but an environment's image or a cluster's mutating webhook may.
 _POD_SECRETS = ("/var/run/secrets", "/run/secrets")
+# Where a sandbox pod mounts hangar's own files: the run key (the driver's uid alone reads it) and the
+# repository credentials (hangar_operator.sandbox_objects' KEY_DIR and REPO_CREDENTIALS_DIR).
+_HANGAR_RUN = ("/var/run/hangar", "/run/hangar")
 
 
 # What a rendered word must hold to possibly name a secret when it is a relative path below a working
@@ -313,6 +322,8 @@ _HOME_STORES = (
     ".gnupg",
     ".vault-token",
     ".terraform.d/credentials.tfrc.json",
+    ".claude/.credentials.json",  # the agent CLIs' own keys: Claude Code's and Codex's logins
+    ".codex/auth.json",
 )
 
 

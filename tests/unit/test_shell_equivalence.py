@@ -137,6 +137,8 @@ STRICTER_ON = re.compile(
     + r"|(?<![\w-])(?:u?mount|swap(?:on|off)|modprobe|insmod|rmmod|sysctl|ip6?tables|nft|kill(?:all5)?|telinit)(?![\w-])"
     # the credential stores under HOME beyond ~/.aws, ~/.config/gh, ~/.docker, ~/.kube and ~/.gnupg
     + r"|gcloud|\.azure|config/hub|npmrc|pypirc|\.cargo|\.gem|vault-token|\.terraform"
+    # hangar's files in the pod (the run key, the repository credentials); the agent CLIs' own logins
+    + r"|/run/hangar|\.claude|\.codex|(?<![^\s;&|()<>=\"'])/+(?:var/*)?(?:run/*)?(?=[\s;&|()<>\"']|\Z)"
     # the output files of text, archive, key and environment tools (`sort -o`, `zip OUT`, `python3 -m venv DIR`)
     # and of git's exports (`git archive -o`, `git worktree add`)
     + r"|(?<![\w-])(?:sort|uniq|c?split|patch|zip|7z[ar]?|cpio|ssh-keygen|openssl|virtualenv|venv|worktree|bundle|archive|format-patch)(?![\w-])"
