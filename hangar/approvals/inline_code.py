@@ -24,7 +24,7 @@ _URL = re.compile(r"(?i)(?:https?|ftp)://[^\s'\"]+$")
 _STR = r"""(?:'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)"|`((?:[^`\\$\n]|\\.)*)`)"""
 _STR_RE = re.compile(_STR)
 _ANY_STR = r"""(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""  # a literal, no groups
-_LIST = r"\[\s*" + _STR + r"(?:\s*,\s*" + _STR + r")*\s*,?\s*\]"
+_ESCAPE = re.compile(r"\\(.)")
 
 # Calls that hand a string to a shell (or a list of words to a program), by language.
 _SHELL_CALLS = {
@@ -97,7 +97,11 @@ def _text(m: re.Match[str], first: int = 1) -> str:
     for g in range(first, first + 3):
         value = m.group(g)
         if value is not None:
-            return re.sub(r"\\(.)", lambda e: {"n": "\n", "t": "\t"}.get(e.group(1), e.group(1)), value)
+            return (
+                _ESCAPE.sub(lambda e: {"n": "\n", "t": "\t"}.get(e.group(1), e.group(1)), value)
+                if "\\" in value
+                else value
+            )
     return ""
 
 

@@ -10,6 +10,7 @@ program of its own (``deno fmt``, ``bun install``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Sequence
 
@@ -60,6 +61,9 @@ _EVALUATES = re.compile(
 )
 
 
+@functools.lru_cache(
+    maxsize=16
+)  # asked twice of the same code (fetches_and_runs, inline_code); ~0.4 µs a character
 def fetches(code: str) -> bool:
     """Whether inline code names a way to fetch from the network."""
     return _FETCHES.search(code) is not None
