@@ -235,8 +235,8 @@ def _param(inner: str, values: Values) -> list[str]:
 
 def candidates(cmd: Cmd, values: Values) -> tuple[list[Cmd], bool]:
     """What a command whose name expands may run: one command for each name :func:`names` works out from the
-    command line ``top``, with its arguments and redirections; else each of ``AS_IF``'s (then True: they are
-    guesses, whose findings the walker keeps only where the arguments alone say the danger)."""
+    command line (``values``), with its arguments and redirections; else each of ``AS_IF``'s (then True: they
+    are guesses, whose findings the walker keeps only where the arguments alone say the danger)."""
     last = cmd.argv[0].parts[-1]
     if last.kind in ("lit", "glob") and "/" in last.text:  # `$(npm bin)/eslint`, `$HOME/bin/rm`: it is known
         return [Cmd(last.text.rsplit("/", 1)[-1], cmd.argv, cmd.redirects, cmd.words, cmd.wrappers)], False
