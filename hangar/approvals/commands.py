@@ -27,7 +27,7 @@ from . import computed, git_aliases, inline_code, plain, quick, readers, segment
 from .argv import FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut
 from .clearing import Clearing
 from .credential_tools import CREDENTIAL_TOOLS, credential_use
-from .downloads import SAVERS, UNPACKERS, located, saved, unpacked
+from .downloads import RENAMERS, SAVERS, UNPACKERS, located, renamed, saved, unpacked
 from .installs import INSTALLERS
 from .languages import URL_RUNNERS, fetches_and_runs
 from .paths import MAYBE_SECRET_IN, Where, holds_credentials
@@ -336,6 +336,8 @@ class ShellAnalysis(Clearing):
                         self.saved.add(path)
         elif cmd.argv and "/" in cmd.argv[0].text:
             self.ran_saved(cmd.argv[0], cmd)  # `./i.sh`
+        if name in RENAMERS and self.saved:  # `mv i.sh x && ./x` after `curl -o i.sh URL`
+            self.saved.update(renamed(name, args, self.saved, self.where))
         if name in UNPACKERS and self.saved:
             found = unpacked(name, args, self.where)  # `tar xzf a.tgz` after `curl -LO URL/a.tgz`
             if found is not None and found[0] in self.saved:

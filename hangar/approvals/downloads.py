@@ -93,3 +93,30 @@ def unpacked(name: str, args: Sequence[Word], where: Where) -> tuple[str, str] |
 
 def _text(value: Word | str, where: Where) -> str:
     return render_value(value, where) if isinstance(value, str) else render(value, where)
+
+
+RENAMERS = frozenset({"mv", "cp", "ln", "install"})
+
+
+def renamed(name: str, args: Sequence[Word], saved: set[str], where: Where) -> list[str]:
+    """The new names a download saved before gets from ``name args`` (``mv i.sh x``, ``cp i.sh bin/``): the
+    destination, and the file's name inside it (whether it is a directory is not known)."""
+    short = "tSmogZ" if name == "install" else "tS"
+    parsed = options(args, short, ("--target-directory", "--suffix", "--mode", "--owner", "--group"))
+    explicit = parsed.given("-t", "--target-directory")
+    operands = list(parsed.operands)
+    if explicit:
+        into: Word | str = explicit[-1]
+    elif len(operands) >= 2:
+        into = operands.pop()
+    else:
+        return []
+    dest = locate(_text(into, where), where)
+    if dest is None:
+        return []
+    out: list[str] = []
+    for source in operands:
+        path = locate(_text(source, where), where)
+        if path is not None and path in saved:
+            out += [dest, dest.rstrip("/") + "/" + path.rsplit("/", 1)[-1]]
+    return out

@@ -123,6 +123,8 @@ STRICTER_ON = re.compile(
     + r"|(?<![\w-])(?:chmod|chown|chgrp|chattr|setfacl|sed|perl|rsync|tar|unzip|clone|init|config|shred|kexec|gdb|strace|ltrace|gcore)(?![\w-])"
     + r"|(?s:(?<![\w-])(?:python[\w.]*|ruby|node|nodejs|php)(?![\w-]).*(?:curl|wget))"
     + r"|(?s:(?:curl|wget).*xargs)"
+    # a download renamed or copied, then run (`curl -o i.sh URL && mv i.sh x && ./x`)
+    + r"|(?s:(?:curl|wget|aria2c).*(?<![\w-])(?:mv|cp|ln|install)(?![\w-]))"
     # a glob that may expand to a secret: a dot-name pattern (`~/.s*`), or a path pattern (`/*/*` has /etc/shadow)
     + r"|\.[\w-]*[*?[]|[/~]\S*[*?[]"
     # the taint gate's other network clients; gh's writes besides `pr create`; awk running what it reads
