@@ -27,7 +27,7 @@ from . import computed, git_aliases, inline_code, plain, quick, readers, segment
 from .argv import FETCHERS, SHELLS, Cmd, _cmd, program_source, shown_cut
 from .clearing import Clearing
 from .credential_tools import CREDENTIAL_TOOLS, credential_use
-from .downloads import RENAMERS, SAVERS, UNPACKERS, located, renamed, saved, unpacked
+from .downloads import SAVERS, UNPACKERS, located, renamed, saved, unpacked
 from .installs import INSTALLERS
 from .languages import URL_RUNNERS, fetches_and_runs
 from .paths import MAYBE_SECRET_IN, Where, holds_credentials
@@ -36,6 +36,7 @@ from .program_rules import _TEXT, PRIVILEGE, TRACERS, Finding
 from .segments import Item
 from .shell import Command, Pipeline, ShellSyntaxError, Word, double_quoted, parse
 from .tree_reads import TREE_READERS, trees_read
+from .writers import COPIERS
 
 MAX_DEPTH = 16  # shells inside shells the rules follow; deeper nesting is flagged ("nesting")
 # The longest shell command the rules read (characters); a longer one is flagged ("nesting"). Reading is
@@ -252,7 +253,11 @@ class ShellAnalysis(Clearing):
                 guesses += found if guessed else []
             else:
                 cmds.append(cmd)
-            if before is not None and program_source(cmd.name, cmd.args)[0] == "stdin":
+            if (
+                before is not None
+                and before.name in computed.PRINTERS
+                and program_source(cmd.name, cmd.args)[0] == "stdin"
+            ):
                 script = computed.printed(before.argv, before.redirects)  # `echo 'rm -rf /' | sh`
                 if script is not None and cmd.name in SHELLS:
                     self.script(script, depth + 1)
@@ -336,7 +341,7 @@ class ShellAnalysis(Clearing):
                         self.saved.add(path)
         elif cmd.argv and "/" in cmd.argv[0].text:
             self.ran_saved(cmd.argv[0], cmd)  # `./i.sh`
-        if name in RENAMERS and self.saved:  # `mv i.sh x && ./x` after `curl -o i.sh URL`
+        if name in COPIERS and self.saved:  # `mv i.sh x && ./x` after `curl -o i.sh URL`
             self.saved.update(renamed(name, args, self.saved, self.where))
         if name in UNPACKERS and self.saved:
             found = unpacked(name, args, self.where)  # `tar xzf a.tgz` after `curl -LO URL/a.tgz`

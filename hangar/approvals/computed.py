@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Sequence
 from itertools import islice, product
 
-from .argv import Cmd, unwrap_all
+from .argv import Cmd, program, unwrap_all
 from .shell import Part, Redirect, ShellSyntaxError, Word, parse
 
 MAX_CANDIDATES = 8  # names tried for one command; more are cut (a guard rail: a command line has few)
@@ -46,6 +46,10 @@ _DEFAULT = re.compile(r"^(\w+)(?::?[-=])(.*)$", re.DOTALL)
 _NAME = re.compile(r"^\w+(?:\[(?:@|\*|0)\])?$")
 
 
+# The programs printed() knows the output of.
+PRINTERS = frozenset({"echo", "printf", "cat", "which", "whence", "command", "type", "basename"})
+
+
 def printed(words: Sequence[Word], redirects: Sequence[Redirect] = ()) -> str | None:
     """What a command prints when its words say it (``words``: the command as it runs, wrappers taken off):
     ``echo``/``printf`` of literal words, ``cat`` of a here-document or here-string, ``which X`` (and
@@ -53,7 +57,7 @@ def printed(words: Sequence[Word], redirects: Sequence[Redirect] = ()) -> str | 
     if not words or words[0].literal is None:
         return None
     lits = [w.literal for w in words]
-    name = (lits[0] or "").rsplit("/", 1)[-1]
+    name = program(words[0])
     if name == "cat" and len(words) == 1:
         for r in redirects:
             if r.heredoc is not None:
@@ -246,6 +250,7 @@ def candidates(cmd: Cmd, values: Values) -> tuple[list[Cmd], bool]:
     out: list[Cmd] = []
     for head in heads:
         argv, wrappers = unwrap_all([*(Word((Part("lit", t),)) for t in head), *cmd.args])
-        name = argv[0].literal or "" if argv else ""
-        out.append(Cmd(name.rsplit("/", 1)[-1], argv, cmd.redirects, cmd.words, cmd.wrappers + wrappers))
+        out.append(
+            Cmd(program(argv[0]) if argv else "", argv, cmd.redirects, cmd.words, cmd.wrappers + wrappers)
+        )
     return out, guessed

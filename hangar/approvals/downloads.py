@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from .argv import DOWNLOADERS, Parsed, options
 from .paths import Where, locate, render, render_value
 from .shell import Word
-from .writers import tar_extracts
+from .writers import copy_options, tar_extracts
 
 SAVERS = DOWNLOADERS | {"aria2c"}  # what saves a download to a file it names (or the URL does)
 # aria2c's options that take a value as the next word (most are given as --name=value)
@@ -86,23 +86,15 @@ def unpacked(name: str, args: Sequence[Word], where: Where) -> tuple[str, str] |
         archives, into = found
     if not archives:
         return None
-    archive = locate(_text(archives[-1], where), where)
-    folder = locate(_text(into[-1], where), where) if into else where.cwd
+    archive = locate(render_value(archives[-1], where), where)
+    folder = locate(render_value(into[-1], where), where) if into else where.cwd
     return (archive, folder) if archive is not None and folder is not None else None
-
-
-def _text(value: Word | str, where: Where) -> str:
-    return render_value(value, where) if isinstance(value, str) else render(value, where)
-
-
-RENAMERS = frozenset({"mv", "cp", "ln", "install"})
 
 
 def renamed(name: str, args: Sequence[Word], saved: set[str], where: Where) -> list[str]:
     """The new names a download saved before gets from ``name args`` (``mv i.sh x``, ``cp i.sh bin/``): the
     destination, and the file's name inside it (whether it is a directory is not known)."""
-    short = "tSmogZ" if name == "install" else "tS"
-    parsed = options(args, short, ("--target-directory", "--suffix", "--mode", "--owner", "--group"))
+    parsed = copy_options(name, args)
     explicit = parsed.given("-t", "--target-directory")
     operands = list(parsed.operands)
     if explicit:
@@ -111,12 +103,12 @@ def renamed(name: str, args: Sequence[Word], saved: set[str], where: Where) -> l
         into = operands.pop()
     else:
         return []
-    dest = locate(_text(into, where), where)
+    dest = locate(render_value(into, where), where)
     if dest is None:
         return []
     out: list[str] = []
     for source in operands:
-        path = locate(_text(source, where), where)
+        path = locate(render_value(source, where), where)
         if path is not None and path in saved:
             out += [dest, dest.rstrip("/") + "/" + path.rsplit("/", 1)[-1]]
     return out

@@ -1,4 +1,4 @@
-"""git's aliases: ``git -c alias.p='push -f' p`` and ``git config alias.p 'push -f' && git p origin main`` run
+"""git's global options (:func:`global_options`, read for every rule that looks at git) and its aliases: ``git -c alias.p='push -f' p`` and ``git config alias.p 'push -f' && git p origin main`` run
 ``git push -f``; an alias that starts with "!" runs a shell command (``git -c alias.x='!rm -rf /' x``).
 
 An alias set in the command line (``-c`` on the same git, or ``git config [--global] alias.NAME VALUE`` earlier
@@ -20,16 +20,25 @@ GLOBAL_VALUES = frozenset(
 _CONFIG_VALUES = frozenset({"-f", "--file", "--blob", "--type", "--default", "--comment"})
 
 
-def subcommand_at(args: Sequence[Word]) -> int:
-    """Where git's subcommand is in ``args``: after its global options and their values."""
+def global_options(args: Sequence[Word]) -> tuple[int, list[tuple[str, Word]]]:
+    """Where git's subcommand is in ``args`` (after its global options and their values), and each global
+    option given its value as the next word, in order (``("-C", DIR)``, ``("-c", "name=value")``)."""
     i = 0
+    given: list[tuple[str, Word]] = []
     while i < len(args):
         lit = args[i].literal
         if lit is None or not lit.startswith("-"):
             break
-        no_value = lit.startswith("--") and "=" in lit
-        i += 2 if lit in GLOBAL_VALUES and not no_value else 1
-    return i
+        takes = lit in GLOBAL_VALUES and not (lit.startswith("--") and "=" in lit)
+        if takes and i + 1 < len(args):
+            given.append((lit, args[i + 1]))
+        i += 2 if takes else 1
+    return i, given
+
+
+def subcommand_at(args: Sequence[Word]) -> int:
+    """Where git's subcommand is in ``args``: after its global options and their values."""
+    return global_options(args)[0]
 
 
 def alias_set(args: Sequence[Word]) -> tuple[str, str] | None:
@@ -59,14 +68,13 @@ def alias_set(args: Sequence[Word]) -> tuple[str, str] | None:
 def expanded(args: Sequence[Word], aliases: dict[str, str]) -> list[Word] | str | None:
     """``git args`` with its subcommand's alias expanded: git's words (a git alias), or a shell command (an
     alias starting with "!", given the words after it); None when the subcommand is no alias known here."""
-    at = subcommand_at(args)
+    at, options = global_options(args)
     sub = args[at].literal if at < len(args) else None
     if sub is None:
         return None
     given = dict(aliases)
-    for i in range(at):
-        lit = args[i].literal or ""
-        value = args[i + 1].literal if lit == "-c" and i + 1 < at else None
+    for option, word in options:
+        value = word.literal if option == "-c" else None
         if value is not None and value.lower().startswith("alias.") and "=" in value:
             key, _, text = value.partition("=")
             given[key[len("alias.") :]] = text

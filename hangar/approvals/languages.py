@@ -61,9 +61,8 @@ _EVALUATES = re.compile(
 )
 
 
-@functools.lru_cache(
-    maxsize=16
-)  # asked twice of the same code (fetches_and_runs, inline_code); ~0.4 µs a character
+# Asked twice of the same code (fetches_and_runs, inline_code); the search costs ~0.4 µs a character.
+@functools.lru_cache(maxsize=16)
 def fetches(code: str) -> bool:
     """Whether inline code names a way to fetch from the network."""
     return _FETCHES.search(code) is not None

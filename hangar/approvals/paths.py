@@ -155,14 +155,9 @@ def credential(path: str, where: Where) -> str | None:
             return f"stored credentials (~/{rel})"
     if pattern in ("/etc/shadow", "/etc/gshadow"):
         return f"password hashes ({pattern})"
-    if pattern.startswith(("/var/run/secrets", "/run/secrets")) and any(
-        within(pattern, d) for d in _POD_SECRETS
-    ):
-        return "the pod's mounted credentials (/var/run/secrets)"
-    if pattern.startswith(("/var/run/hangar", "/run/hangar")) and any(
-        within(pattern, d) for d in _HANGAR_RUN
-    ):
-        return "hangar's files (/var/run/hangar)"
+    for dirs, what in _MOUNTED:
+        if pattern.startswith(dirs) and any(within(pattern, d) for d in dirs):
+            return what
     if _GLOB.search(path) is not None:
         return _globbed_credential(path, places)
     return None
@@ -217,8 +212,7 @@ def _globbed_credential(path: str, places: Places) -> str | None:
         (places.hangar, "hangar's files (~/.hangar)"),
         (places.io_dir, "another turn's hand-back files"),  # the own $HANGAR_IO was exempted before
         *((under, f"stored credentials (~/{rel})") for rel, under in places.stores),
-        *((d, "the pod's mounted credentials (/var/run/secrets)") for d in _POD_SECRETS),
-        *((d, "hangar's files (/var/run/hangar)") for d in _HANGAR_RUN),
+        *((d, what) for dirs, what in _MOUNTED for d in dirs),
         ("/etc/shadow", "password hashes (/etc/shadow)"),
         ("/etc/gshadow", "password hashes (/etc/gshadow)"),
     ]
@@ -251,6 +245,10 @@ _POD_SECRETS = ("/var/run/secrets", "/run/secrets")
 # Where a sandbox pod mounts hangar's own files: the run key (the driver's uid alone reads it) and the
 # repository credentials (hangar_operator.sandbox_objects' KEY_DIR and REPO_CREDENTIALS_DIR).
 _HANGAR_RUN = ("/var/run/hangar", "/run/hangar")
+_MOUNTED = (
+    (_POD_SECRETS, "the pod's mounted credentials (/var/run/secrets)"),
+    (_HANGAR_RUN, "hangar's files (/var/run/hangar)"),
+)
 
 
 # What a rendered word must hold to possibly name a secret when it is a relative path below a working

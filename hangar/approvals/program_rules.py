@@ -44,7 +44,7 @@ from .paths import (
 from .remotes import REMOTE_CLIENTS, gh_writes, remote_hosts
 from .shell import WRITE_OPS, Part, Word
 from .system_commands import is_system
-from .writers import WRITERS, written_by
+from .writers import COPIERS, WRITERS, copy_options, written_by
 
 RULE_ORDER: tuple[str, ...] = (
     "system",
@@ -373,10 +373,8 @@ class ProgramRules:
         targets: list[Word | str] = []
         if name == "tee":
             targets += options(args).operands
-        elif name in ("cp", "mv", "ln", "install"):
-            short = "tSmogZ" if name == "install" else "tS"
-            longs = ("--target-directory", "--suffix", "--mode", "--owner", "--group")
-            parsed = options(args, short, longs)
+        elif name in COPIERS:
+            parsed = copy_options(name, args)
             explicit = parsed.given("-t", "--target-directory")
             if explicit:
                 targets += explicit

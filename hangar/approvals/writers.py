@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .argv import Parsed, options
+from .git_aliases import global_options
 from .outputs import OUTPUT_WRITERS, git_output, written_by_tool
 from .paths import remote_path
 from .shell_types import Part, Word
@@ -119,7 +120,6 @@ _TAR_WRITES_ARCHIVE = (
     "--concatenate",
 )
 _TAR_EXTRACTS = ("-x", "--extract", "--get")
-_GIT_GLOBAL = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix")
 _GIT_CLONE_SHORT = "bocju"
 _GIT_CLONE_LONG = (
     "--branch",
@@ -281,6 +281,15 @@ def tar_options(args: Sequence[Word]) -> Parsed:
     return options(words, _TAR_SHORT, _TAR_LONG)
 
 
+COPIERS = frozenset({"cp", "mv", "ln", "install"})
+
+
+def copy_options(name: str, args: Sequence[Word]) -> Parsed:
+    """The options and operands of cp, mv, ln or install (``-t DIR``, install's ``-m MODE`` …)."""
+    short = "tSmogZ" if name == "install" else "tS"
+    return options(args, short, ("--target-directory", "--suffix", "--mode", "--owner", "--group"))
+
+
 def tar_extracts(args: Sequence[Word]) -> tuple[list[Word | str], list[Word | str]] | None:
     """The archives (``-f``) and directories (``-C``) of a tar that extracts; None when it does not."""
     parsed = tar_options(args)
@@ -300,16 +309,8 @@ def _tar(args: Sequence[Word]) -> list[Word | str]:
 
 
 def _git(args: Sequence[Word]) -> list[Word | str]:
-    i = 0
-    chdir: list[Word] = []  # git -C DIR: the command runs in DIR (each a step from the one before)
-    while i < len(args):
-        lit = args[i].literal
-        if lit is None or not lit.startswith("-"):
-            break
-        takes = lit in _GIT_GLOBAL and not (lit.startswith("--") and "=" in lit)
-        if lit == "-C" and i + 1 < len(args):
-            chdir.append(args[i + 1])
-        i += 2 if takes else 1
+    i, given = global_options(args)
+    chdir = [word for option, word in given if option == "-C"]  # git -C DIR: each a step from the one before
     if i >= len(args) or args[i].literal not in ("clone", "init", "config"):
         outputs = git_output(args[i].literal or "", args[i + 1 :]) if i < len(args) else []
         if not (chdir and outputs):
