@@ -7,8 +7,10 @@ as ``rm -rf P``, ``open(P, "w")`` as a write to ``P`` (``: > P``), so the paths 
 command's; and a request to a URL it names, when it names a fetch (``urlopen``, ``fetch`` …), as ``curl URL``
 (the taint gate's network rule). The walker (``commands.py``) walks what :func:`commands` gives as a nested script.
 
-Only string literals are read (and ``os.path.expanduser`` of one): code that builds a command or a path
-from pieces at run time gets past, as a shell command that builds one does (a guard rail, not a sandbox).
+A command or path built from pieces is read as ``code_values.py`` reads it (``'rm -rf ' + d`` is ``rm -rf
+$d``, a path hangar cannot resolve, as in a shell command); a file written at a path the code computes
+whole is left alone (``open(f, 'w')`` for each file of a glob). What the code reads at run time (a file,
+its arguments) gets past, as it does a shell command (a guard rail, not a sandbox).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import re
 import shlex
 
 from .argv import _PYTHON
+from .code_text import MAX_ALTERNATIVES, Value, as_command, as_word
+from .code_values import WRITE_METHODS, Reader
 from .languages import fetches
 
 _URL = re.compile(r"(?i)(?:https?|ftp)://[^\s'\"]+$")
 # A string literal of these languages ('…', "…", and JavaScript's `…` without `${`); its text in groups 1 to 3.
 _STR = r"""(?:'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)"|`((?:[^`\\$\n]|\\.)*)`)"""
 _STR_RE = re.compile(_STR)
-_ANY_STR = r"""(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""  # a literal, no groups
 _ESCAPE = re.compile(r"\\(.)")
 
 # Calls that hand a string to a shell (or a list of words to a program), by language.
@@ -41,8 +44,6 @@ _BACKQUOTED = re.compile(r"`([^`\n]*)`")
 _PERL_QX = re.compile(r"\bqx\s*(?:\{([^}\n]*)\}|\(([^)\n]*)\)|'([^'\n]*)'|/([^/\n]*)/)")
 _RUBY_X = re.compile(r"%x\s*(?:\{([^}\n]*)\}|\(([^)\n]*)\)|\[([^\]\n]*)\])")
 
-# A path argument: a literal, or os.path.expanduser / Path(…).expanduser of one.
-_PATH = r"(?:os\.path\.expanduser\(\s*|File\.expand_path\(\s*)?" + _STR
 # Calls that delete a tree, by language: their first argument is the tree.
 _TREE_DELETES = {
     "python": r"\bshutil\.rmtree",
@@ -53,31 +54,35 @@ _TREE_DELETES = {
 }
 # Calls that write (or delete) the file they are given first.
 _FILE_WRITES = {
-    "python": r"\bos\.(?:remove|unlink|rename|replace|truncate|chmod|chown)|\bshutil\.(?:copy\w*|move)\(\s*"
-    + _ANY_STR
-    + r"\s*,",
+    "python": r"\bos\.(?:remove|unlink|rename|replace|truncate|chmod|chown)|\bshutil\.move",
     "node": r"(?<![\w$])(?:fs\.|fsp\.|promises\.)?(?:writeFileSync|writeFile|appendFileSync|appendFile|"
-    r"createWriteStream|unlinkSync|unlink|renameSync|rename|copyFileSync|copyFile|chmodSync|chmod|truncateSync)",
+    r"createWriteStream|unlinkSync|unlink|renameSync|rename|chmodSync|chmod|truncateSync)",
     "perl": r"\b(?:unlink|rename|chmod\s*\(?\s*0?\d+\s*,)",
-    "ruby": r"\bFile\.(?:write|delete|unlink|rename|chmod)|\bFileUtils\.(?:rm|rm_f|mv|cp|touch|chmod)",
-    "php": r"\b(?:file_put_contents|unlink|rename|chmod)",
+    "ruby": r"\bFile\.(?:write|delete|unlink|rename)|\bFileUtils\.(?:rm|rm_f|mv|touch)",
+    "php": r"\b(?:file_put_contents|unlink|rename)",
 }
-# Python's open(P, MODE) with a mode that writes; Node's fs.openSync(P, "w"); Ruby's File.open(P, "w");
+# Calls that write the file they are given second: where a copy or a move goes (and a mode's path).
+_SECOND_WRITES = {
+    "python": r"\bos\.(?:rename|replace)|\bshutil\.(?:copy\w*|move)",
+    "node": r"(?<![\w$])(?:fs\.|fsp\.|promises\.)?(?:renameSync|rename|copyFileSync|copyFile|cpSync)",
+    "perl": r"\b(?:rename|copy|move)",
+    "ruby": r"\bFile\.(?:rename|chmod)|\bFileUtils\.(?:mv|cp|cp_r|chmod|install)",
+    "php": r"\b(?:rename|copy|chmod)",
+}
+# Python's open(P, MODE) with a mode that writes; Node's fs.openSync(P, "w"); Ruby's File.open(P, "w").
+_OPEN = re.compile(r"(?<![\w.$])(?:open|io\.open|codecs\.open|File\.open|fs\.openSync|fs\.open|fopen)\(")
+_MODE = re.compile(r"\s*,\s*(?:mode\s*=\s*)?" + _STR)
+# A pathlib path that a write method is called on: Path(P).write_text(…), (Path.home() / P).touch().
+_PATHLIB = re.compile(r"(?<![\w.])(?:pathlib\.)?Path(?:\.home)?\(|\(\s*(?=(?:pathlib\.)?Path\b)")
+_PATHLIB_WRITE = re.compile(r"\s*\.\s*(?:" + "|".join(WRITE_METHODS) + r")\s*\(")
 # Perl's open(F, ">P") and open(F, ">", P).
-_OPEN_WRITE = re.compile(
-    r"(?<![\w.$])(?:open|io\.open|codecs\.open|File\.open|fs\.openSync|fs\.open|fopen)\(\s*"
-    + _PATH
-    + r"\s*,\s*(?:mode\s*=\s*)?"
-    + _STR
-)
-_PATH_WRITE = re.compile(
-    r"\bPath\(\s*" + _STR + r"\s*\)\.(?:write_text|write_bytes|unlink|rename|touch|chmod)"
-)
 _PERL_OPEN = re.compile(
     r"\bopen\s*\(?\s*(?:my\s+)?[$\w]+\s*,\s*(?:['\"](\+?>>?|\+<)['\"]\s*,\s*"
     + _STR
     + r"|['\"]\s*(\+?>>?)\s*([^'\"\n]+)['\"])"
 )
+_ELEMENT_END = re.compile(r"\s*[\],]\s*(?:\[\s*)?")
+_KEYWORD_NEXT = re.compile(r"\s*=(?!=)")
 
 
 def language(name: str) -> str | None:
@@ -105,27 +110,22 @@ def _text(m: re.Match[str], first: int = 1) -> str:
     return ""
 
 
-def _strings(text: str) -> list[str]:
-    return [_text(m) for m in _STR_RE.finditer(text)]
+def _each(table: dict[str, str]) -> dict[str, re.Pattern[str]]:
+    return {lang: re.compile(r"(?:" + calls + r")(?![\w$])\s*\(?\s*") for lang, calls in table.items()}
 
 
-def _path(m: re.Match[str], first: int = 1) -> str:
-    """A path argument as shell text: quoted, but a leading ``~`` left to expand when the code expands it."""
-    value = _text(m, first)
-    if ("expanduser(" in m.group(0) or "expand_path(" in m.group(0)) and value.startswith("~"):
-        head, _, rest = value.partition("/")
-        return head + ("/" + shlex.quote(rest) if rest else "")
-    return shlex.quote(value)
-
-
-def _each(table: dict[str, str], then: str) -> dict[str, re.Pattern[str]]:
-    return {lang: re.compile(r"(?:" + calls + r")(?![\w$])\s*\(?\s*" + then) for lang, calls in table.items()}
-
-
-_CALLS = _each(_SHELL_CALLS, r"(?:\[\s*)?")
-_DELETES = _each(_TREE_DELETES, _PATH)
-_WRITES = _each(_FILE_WRITES, _PATH)
+_CALLS = {lang: re.compile(r"(?:" + c + r")(?![\w$])\s*\(?\s*(?:\[\s*)?") for lang, c in _SHELL_CALLS.items()}
+_DELETES = _each(_TREE_DELETES)
+_WRITES = _each(_FILE_WRITES)
+_SECONDS = _each(_SECOND_WRITES)
 _QUOTED_COMMANDS = {"perl": [_BACKQUOTED, _PERL_QX], "ruby": [_BACKQUOTED, _RUBY_X], "php": [_BACKQUOTED]}
+
+
+def _known_start(value: Value) -> bool:
+    """A path whose start the code spells out (a literal, ``~``, ``$HOME``): one hangar can place. A file
+    written at a path the code computes whole (``open(f, 'w')`` in a loop over files) is left alone; a tree
+    deleted there is not (``shutil.rmtree(d)`` is ``rm -rf "$d"``)."""
+    return bool(value) and (value[0][0] != "var" or value[0][1] in ("HOME", "PWD", "HANGAR_IO"))
 
 
 def commands(name: str, code: str) -> list[str]:
@@ -133,17 +133,27 @@ def commands(name: str, code: str) -> list[str]:
     lang = language(name)
     if lang is None:
         return []
+    reader = Reader(lang, code)
     out: list[str] = []
     for m in _CALLS[lang].finditer(code):
-        out += _call_command(code, m.end())
+        out += _call_command(reader, m.end())
     for quoted in _QUOTED_COMMANDS.get(lang, []):
         out += [next(g for g in x.groups() if g is not None) for x in quoted.finditer(code)]
-    out += [f"rm -rf -- {_path(m)}" for m in _DELETES[lang].finditer(code)]
-    out += [f": > {_path(m)}" for m in _WRITES[lang].finditer(code)]
-    for m in _OPEN_WRITE.finditer(code):
-        if re.search(r"[wax+]", _text(m, 4)):
-            out.append(f": > {_path(m)}")
-    out += [f": > {shlex.quote(_text(m))}" for m in _PATH_WRITE.finditer(code)]
+    out += [
+        f"rm -rf -- {as_word(v)}" for m in _DELETES[lang].finditer(code) for v in _argument(reader, m.end())
+    ]
+    written = [v for m in _WRITES[lang].finditer(code) for v in _argument(reader, m.end())]
+    written += [v for m in _SECONDS[lang].finditer(code) for v in _argument(reader, m.end(), second=True)]
+    for m in _OPEN.finditer(code):
+        path = reader.expr(m.end())
+        mode = _MODE.match(code, path[1]) if path else None
+        if path and mode and re.search(r"[wax+]", _text(mode)):
+            written += path[0]
+    for m in _PATHLIB.finditer(code):
+        path = reader.expr(m.start())
+        if path and _PATHLIB_WRITE.match(code, path[1]):
+            written += path[0]
+    out += [f": > {as_word(v)}" for v in written if _known_start(v)]
     if fetches(code):  # `urlopen('https://…')`, `fetch('https://…')`: a request to that host, as curl makes
         out += [
             f"curl -- {shlex.quote(u)}" for u in (_text(m) for m in _STR_RE.finditer(code)) if _URL.match(u)
@@ -155,22 +165,32 @@ def commands(name: str, code: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _call_command(code: str, at: int) -> list[str]:
-    """The command a call whose arguments begin at ``at`` runs: its first string literal as a shell
-    command, or its literals (a list, or several arguments: ``system("rm", "-rf", "/")``,
-    ``spawn("rm", ["-rf", "/"])``) as the words of one."""
-    prefix = re.match(r"[rRbBuUfF]{0,2}(?=['\"])", code[at : at + 3])  # Python's r"…", f"…"
-    first = _STR_RE.match(code, at + (prefix.end() if prefix else 0))
-    if first is None:
+def _argument(reader: Reader, at: int, second: bool = False) -> list[Value]:
+    """The values of a call's first argument (``second``: its second) that begins at ``at``."""
+    got = reader.expr(at)
+    if got is not None and second:
+        comma = re.compile(r"\s*,").match(reader.code, got[1])
+        got = reader.expr(comma.end()) if comma else None
+    return got[0] if got else []
+
+
+def _call_command(reader: Reader, at: int) -> list[str]:
+    """The commands a call whose arguments begin at ``at`` runs: its one argument as a shell command, or
+    its arguments (a list, or several: ``system("rm", "-rf", d)``, ``spawn("rm", ["-rf", d])``) as the
+    words of one. A keyword argument (``shell=True``) ends the words."""
+    code = reader.code
+    words: list[list[Value]] = []
+    while (got := reader.expr(at)) is not None and not _KEYWORD_NEXT.match(code, got[1]):
+        words.append(got[0])
+        more = _ELEMENT_END.match(code, got[1])
+        if more is None:
+            break
+        at = more.end()
+    if not words:
         return []
-    words = [_text(first)]
-    rest = code[first.end() :]
-    more = re.match(r"\s*[\],]\s*(?:\[\s*)?", rest)
-    if more is None:
-        return [words[0]]
-    tail = re.match(r"(?:" + _STR + r"\s*[,\]]?\s*)+", rest[more.end() :])
-    if tail is None:
-        return [words[0]]
-    words += _strings(tail.group(0))
-    # One word given alone is a shell command (`os.system("rm -rf /")`); several are a program's words.
-    return [shlex.join(words)]
+    if len(words) == 1:  # one string given alone is a shell command (`os.system("rm -rf " + d)`)
+        return [as_command(v) for v in words[0] if any(k == "text" and t.strip() for k, t in v)]
+    combos: list[list[Value]] = [[]]
+    for alts in words:
+        combos = [[*c, a] for c in combos for a in alts][:MAX_ALTERNATIVES]
+    return [" ".join(as_word(w) for w in c) for c in combos]

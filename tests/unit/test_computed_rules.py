@@ -128,6 +128,49 @@ INLINE = [
     ('ruby -e \'File.write("/etc/x", "y")\'', "write-outside"),
     ("php -r 'shell_exec(\"rm -rf /\");'", "rm-recursive"),
     ('php -r \'file_put_contents("/etc/x", "y");\'', "write-outside"),
+    # strings and paths the code builds from pieces (code_values.py)
+    ("python3 -c \"import os; os.system('rm -rf ' + d)\"", "rm-recursive"),
+    ("python3 -c \"import os; os.system(f'rm -rf {d}')\"", "rm-recursive"),
+    ("python3 -c \"import os; os.system('rm -rf %s' % d)\"", "rm-recursive"),
+    ("python3 -c \"import os; os.system('git push {} {}'.format(r, '--force'))\"", "force-push"),
+    ("python3 -c \"import os; d = '/'; os.system('rm -rf ' + d)\"", "rm-recursive"),
+    ("python3 -c \"import os; c = 'git push -f'; os.system(c)\"", "force-push"),
+    ("python3 -c \"import subprocess; subprocess.run(['rm', '-rf', d])\"", "rm-recursive"),
+    ("python3 -c \"import subprocess; subprocess.run([prog, '-rf', '/'])\"", "rm-recursive"),
+    ('python3 -c "import shutil; shutil.rmtree(d)"', "rm-recursive"),
+    ("python3 -c \"import os; os.system('rm -rf \\\"' + d + '\\\"')\"", "rm-recursive"),
+    ("python3 -c \"import os; os.system('''rm -rf /''')\"", "rm-recursive"),
+    ("python3 -c \"import os; open(os.path.join(os.environ['HOME'], '.bashrc'), 'a')\"", "write-outside"),
+    ("python3 -c \"import os; open(os.getenv('HOME') + '/.profile', 'w')\"", "write-outside"),
+    ("python3 -c \"from pathlib import Path; (Path.home() / '.bashrc').write_text('x')\"", "write-outside"),
+    ("python3 -c \"from pathlib import Path; Path('~/.bashrc').expanduser().touch()\"", "write-outside"),
+    (
+        "python3 -c \"import shutil; shutil.copy('k', os.path.expanduser('~/.ssh/authorized_keys'))\"",
+        "credentials",
+    ),
+    ("python3 -c \"import os; os.rename('a', '/etc/x')\"", "write-outside"),
+    ("node -e \"require('child_process').execSync(`rm -rf ${d}`)\"", "rm-recursive"),
+    ("node -e \"require('fs').writeFileSync(process.env.HOME + '/.npmrc', 'x')\"", "credentials"),
+    ("node -e \"require('fs').writeFileSync(path.join(os.homedir(), '.bashrc'), 'x')\"", "write-outside"),
+    ("node -e \"require('fs').copyFileSync('a', '/etc/b')\"", "write-outside"),
+    ('ruby -e \'system("rm -rf #{ENV["HOME"]}")\'', "rm-recursive"),
+    ('ruby -e \'File.write(File.join(Dir.home, ".bashrc"), "x")\'', "write-outside"),
+    ('perl -e \'my $d = "/"; system("rm -rf $d")\'', "rm-recursive"),
+    ("perl -e 'system(\"rm -rf \" . $ENV{HOME})'", "rm-recursive"),
+    ('php -r \'shell_exec("rm -rf " . getenv("HOME"));\'', "rm-recursive"),
+    # … what they build inside the working tree, and a file whose path the code computes whole, stay allowed
+    ("python3 -c \"import os; d = 'build'; os.system('rm -rf ' + d)\"", None),
+    ("python3 -c \"import shutil; d = 'build'; shutil.rmtree(d)\"", None),
+    ("python3 -c \"import os; open(os.path.join('build', 'x.txt'), 'w')\"", None),
+    ("python3 -c \"import glob; [open(f, 'w').write('x') for f in glob.glob('*.json')]\"", None),
+    ("python3 -c \"from pathlib import Path; Path(p).write_text('x')\"", None),
+    ("python3 -c \"import subprocess; subprocess.run(['git', 'commit', '-m', msg], check=True)\"", None),
+    ('python3 -c "import subprocess; subprocess.run(cmd, shell=True)"', None),
+    ("python3 -c \"import shutil; shutil.copy('/etc/hosts', 'hosts.txt')\"", None),
+    ("python3 -c \"print('%s done' % x)\"", None),
+    ("node -e \"require('fs').writeFileSync(f, 'x')\"", None),
+    ('perl -e \'my $d = "build"; system("rm -rf $d")\'', None),
+    ('php -r \'$d = "build"; shell_exec("rm -rf " . $d);\'', None),
     # the usual inline code stays allowed
     ("python3 -c \"import json; print(json.load(open('package.json'))['version'])\"", None),
     ("python3 -c \"import subprocess; print(subprocess.check_output(['git','log','-1']))\"", None),
@@ -223,7 +266,7 @@ def test_inline_code_is_read_by_language() -> None:
     assert commands("python3", "exec('rm -rf /')") == []  # Python's exec runs Python, not a shell
     assert commands("node", "exec('rm -rf /')") == ["rm -rf /"]
     assert commands("lua", "os.execute('rm -rf /')") == []  # not read here
-    assert commands("python3.11", "subprocess.run(f'rm -rf {d}', shell=True)") == ["rm -rf {d}"]
+    assert commands("python3.11", "subprocess.run(f'rm -rf {d}', shell=True)") == ["rm -rf $d"]
 
 
 @pytest.mark.parametrize(
