@@ -70,7 +70,15 @@ _JOIN_CALLS = {
     "pathlib.Path",
     "path.resolve",
 }
-_SAME_CALLS = {"str", "String", "os.path.abspath", "os.path.normpath", "os.fspath", "path.normalize"}
+_SAME_CALLS = {
+    "str",
+    "String",
+    "os.path.abspath",
+    "os.path.normpath",
+    "os.fspath",
+    "path.normalize",
+    "shlex.split",
+}
 _EXPAND_CALLS = {"os.path.expanduser", "File.expand_path", "expanduser"}
 _RECEIVER = re.compile(r"[$@]?([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
 _SAME_METHODS = {"resolve", "absolute", "strip", "rstrip", "__str__", "as_posix", "to_s", "trim"}
@@ -87,6 +95,7 @@ class Reader:
         self._bound: dict[str, list[int] | None] | None = None
         self._values: dict[str, list[Value]] = {}  # each name's values, read once
         self._nesting = 0
+        self.list_commands: dict[int, list[str]] = {}  # inline_code.py's reading of a list a name is given
 
     # --- names the code assigns ---------------------------------------------------------------------------
     def _assignments(self) -> dict[str, list[int] | None]:
@@ -116,6 +125,16 @@ class Reader:
             bound[m.group(1) or m.group(2)] = None
         self._bound = bound
         return bound
+
+    def list_starts(self, name: str) -> list[int]:
+        """Where the elements of the lists the code gives ``name`` begin (after each ``[``): only when every
+        value it is given is a list written out (``cmd = ['rm', '-rf', d]``), at most ``MAX_ALTERNATIVES``."""
+        starts = self._root._assignments().get(name) or []
+        code = self._root.code
+        opens = [_WS.match(code, at).end() for at in starts]  # type: ignore[union-attr]
+        if not opens or len(opens) > MAX_ALTERNATIVES or any(not code.startswith("[", i) for i in opens):
+            return []
+        return [i + 1 for i in opens]
 
     def _name_value(self, name: str) -> list[Value]:
         """The values the code gives ``name``: each, if every assignment of it is a value read here (at most

@@ -15,6 +15,7 @@ its arguments) gets past, as it does a shell command (a guard rail, not a sandbo
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 
@@ -81,7 +82,10 @@ _PERL_OPEN = re.compile(
     + _STR
     + r"|['\"]\s*(\+?>>?)\s*([^'\"\n]+)['\"])"
 )
-_ELEMENT_END = re.compile(r"\s*[\],]\s*(?:\[\s*)?")
+# Between a call's words: a comma, or a list's end and a comma (`spawn('git', ['push', '-f'])`).
+_ELEMENT_END = re.compile(r"\s*(?:,|\]\s*,)\s*(?:\[\s*)?")
+_PY_EXEC = re.compile(r"\bos\.(exec|spawn)\w*\s*\(\s*(?:\[\s*)?")
+_NAME_ALONE = re.compile(r"\s*([A-Za-z_]\w*)\s*(?=[,)])")
 _KEYWORD_NEXT = re.compile(r"\s*=(?!=)")
 
 
@@ -137,6 +141,10 @@ def commands(name: str, code: str) -> list[str]:
     out: list[str] = []
     for m in _CALLS[lang].finditer(code):
         out += _call_command(reader, m.end())
+    if lang == "python":  # os.execvp(file, [argv0, …]), os.spawnlp(mode, file, argv0, …): argv0 on
+        for m in _PY_EXEC.finditer(code):
+            words = _call_words(reader, m.end())[1 if m.group(1) == "exec" else 2 :]
+            out += _as_words(words) if len(words) > 1 else []
     for quoted in _QUOTED_COMMANDS.get(lang, []):
         out += [next(g for g in x.groups() if g is not None) for x in quoted.finditer(code)]
     out += [
@@ -177,7 +185,27 @@ def _argument(reader: Reader, at: int, second: bool = False) -> list[Value]:
 def _call_command(reader: Reader, at: int) -> list[str]:
     """The commands a call whose arguments begin at ``at`` runs: its one argument as a shell command, or
     its arguments (a list, or several: ``system("rm", "-rf", d)``, ``spawn("rm", ["-rf", d])``) as the
-    words of one. A keyword argument (``shell=True``) ends the words."""
+    words of one; a name the code gives a list (``cmd = ['rm', '-rf', d]``) as that list's words."""
+    alone = _NAME_ALONE.match(reader.code, at)
+    lists = reader.list_starts(alone.group(1)) if alone else []
+    if len(lists) == 1:
+        if lists[0] not in reader.list_commands:  # read once, however many calls name it
+            reader.list_commands[lists[0]] = _command_of(_call_words(reader, lists[0]))
+        return reader.list_commands[lists[0]]
+    return [] if lists else _command_of(_call_words(reader, at))
+
+
+def _command_of(words: list[list[Value]]) -> list[str]:
+    if not words:
+        return []
+    if len(words) == 1:  # one string given alone is a shell command (`os.system("rm -rf " + d)`)
+        return [as_command(v) for v in words[0] if any(k == "text" and t.strip() for k, t in v)]
+    return _as_words(words)
+
+
+def _call_words(reader: Reader, at: int) -> list[list[Value]]:
+    """The values of a call's arguments from ``at``, a list's elements among them. A keyword argument
+    (``shell=True``) ends them."""
     code = reader.code
     words: list[list[Value]] = []
     while (got := reader.expr(at)) is not None and not _KEYWORD_NEXT.match(code, got[1]):
@@ -186,11 +214,10 @@ def _call_command(reader: Reader, at: int) -> list[str]:
         if more is None:
             break
         at = more.end()
-    if not words:
-        return []
-    if len(words) == 1:  # one string given alone is a shell command (`os.system("rm -rf " + d)`)
-        return [as_command(v) for v in words[0] if any(k == "text" and t.strip() for k, t in v)]
-    combos: list[list[Value]] = [[]]
-    for alts in words:
-        combos = [[*c, a] for c in combos for a in alts][:MAX_ALTERNATIVES]
+    return words
+
+
+def _as_words(words: list[list[Value]]) -> list[str]:
+    """The words as one command line, for each way of taking one value of each (``MAX_ALTERNATIVES``)."""
+    combos = itertools.islice(itertools.product(*words), MAX_ALTERNATIVES)
     return [" ".join(as_word(w) for w in c) for c in combos]

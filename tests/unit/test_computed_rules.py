@@ -158,7 +158,13 @@ INLINE = [
     ('perl -e \'my $d = "/"; system("rm -rf $d")\'', "rm-recursive"),
     ("perl -e 'system(\"rm -rf \" . $ENV{HOME})'", "rm-recursive"),
     ('php -r \'shell_exec("rm -rf " . getenv("HOME"));\'', "rm-recursive"),
+    ("python3 -c \"import subprocess; cmd = ['rm', '-rf', '/']; subprocess.run(cmd)\"", "rm-recursive"),
+    ("python3 -c \"import subprocess, shlex; subprocess.run(shlex.split('git push -f'))\"", "force-push"),
+    ("python3 -c \"import os; os.execvp('rm', ['rm', '-rf', '/'])\"", "rm-recursive"),
+    ("python3 -c \"import os; os.spawnlp(os.P_WAIT, 'git', 'git', 'push', '-f')\"", "force-push"),
     # … what they build inside the working tree, and a file whose path the code computes whole, stay allowed
+    ("python3 -c \"import subprocess; cmd = ['ls', '-la']; subprocess.run(cmd)\"", None),
+    ("python3 -c \"import subprocess; subprocess.run(['ls', 'x'])\nfoo(y)\"", None),
     ("python3 -c \"import os; d = 'build'; os.system('rm -rf ' + d)\"", None),
     ("python3 -c \"import shutil; d = 'build'; shutil.rmtree(d)\"", None),
     ("python3 -c \"import os; open(os.path.join('build', 'x.txt'), 'w')\"", None),
