@@ -42,7 +42,7 @@ _NAME = {
 }
 _JOIN_OP = {"python": r"[+/]", "node": r"\+", "ruby": r"\+", "perl": r"\.(?![.=\d])", "php": r"\.(?![.=\d])"}
 _JOINS = {lang: re.compile(r"\s*(" + op + r")\s*") for lang, op in _JOIN_OP.items()}
-_ENV_NAME = re.compile(r"[A-Za-z_]\w*")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
 _WS = re.compile(r"\s*")
 _KEYWORD = re.compile(r"\s*(\w+)\s*=(?!=)")
 _COMMA = re.compile(r"\s*,\s*")
@@ -52,6 +52,32 @@ _FORMAT = re.compile(r"\.format\(")
 _SUBSCRIPT = re.compile(r"\s*[\[{]\s*")
 _SUBSCRIPT_END = re.compile(r"\s*[\]}]")
 _METHOD = re.compile(r"\s*\.\s*([A-Za-z_]\w*)")
+# An assignment (`d = …`, `const d = …`, Perl's and PHP's `$d = …`), by whether names take a `$`.
+_ASSIGN = {
+    sigil: re.compile(
+        r"(?<![\w.$@>:])(?:(?:const|let|var|my|our|local)\s+)?"
+        + (r"\$" if sigil else "")
+        + r"([A-Za-z_]\w*)\s*([-+*/.%|&^]?)=(?![=>~])"
+    )
+    for sigil in (False, True)
+}
+# A loop's variable: over a list written out (group 1), or anything else (2, 3: PHP's foreach … as $d).
+_LOOPS = {
+    sigil: re.compile(
+        r"\bfor(?:each)?\s*\(?\s*(?:(?:const|let|var|my)\s+)?"
+        + (r"\$" if sigil else "")
+        + r"([A-Za-z_]\w*)\s*(?:\b(?:in|of)\b\s*)?(?=[\[(])|\bfor\s+([A-Za-z_]\w*)\s+(?:in|of)\b"
+        r"|\bforeach\s*\([^)\n]{0,200}?\bas\s+\$(\w+)"
+    )
+    for sigil in (False, True)
+}
+_TEMPLATE_HOLE = re.compile(r"\$\{")
+_FSTRING_HOLE = re.compile(r"\{")
+_RUBY_HOLE = re.compile(r"#\{")
+_FSTRING_SUFFIX = re.compile(r"![rsa]|:(?![:=])|=$")
+_SIGIL_HOLE = re.compile(r"\{?\$(?:ENV\{\s*['\"]?(\w+)['\"]?\s*\}|\{(\w+)\}|(\w+))\}?")
+_SPACES = re.compile(r"\s+")
+_ITEM_END = re.compile(r"\s*(?:,\s*)?([\])])?(?(1)|(?<=,))")
 _STATEMENT_END = re.compile(r"[ \t]*(?:[;\n#]|//|$|\bend\b)")
 _PERCENT_HOLDER = re.compile(r"%(?:\(\w+\))?[-#0 +]*\d*(?:\.\d+)?[sdirfxXoeEgGc]")
 _FORMAT_HOLDER = re.compile(r"\{(\w*)(?:![rsa])?(?::[^{}]*)?\}")
@@ -95,6 +121,7 @@ class Reader:
         self._bound: dict[str, list[int] | None] | None = None
         self._values: dict[str, list[Value]] = {}  # each name's values, read once
         self._nesting = 0
+        self._elements: set[int] = set()  # value starts that are a loop list's elements, not statements
         self.list_commands: dict[int, list[str]] = {}  # inline_code.py's reading of a list a name is given
 
     # --- names the code assigns ---------------------------------------------------------------------------
@@ -104,27 +131,37 @@ class Reader:
         if self._bound is not None:
             return self._bound
         bound: dict[str, list[int] | None] = {}
-        sigil = r"\$" if self.lang in ("perl", "php") else ""
-        assign = re.compile(
-            r"(?<![\w.$@>:])(?:(?:const|let|var|my|our|local)\s+)?"
-            + sigil
-            + r"([A-Za-z_]\w*)\s*([-+*/.%|&^]?)=(?![=>~])"
-        )
-        for m in assign.finditer(self.code):
+        sigil = self.lang in ("perl", "php")
+        for m in _ASSIGN[sigil].finditer(self.code):
             name, op = m.group(1), m.group(2)
             if op:
                 bound[name] = None
             elif bound.get(name, []) is not None:
                 bound.setdefault(name, []).append(m.end())  # type: ignore[union-attr]
-        loops = (
-            r"\bfor\s+(?:(?:const|let|var|my)\s+)?"
-            + sigil
-            + r"([A-Za-z_]\w*)\s+(?:in|of)\b|\bforeach\b.*?\bas\s+\$(\w+)"
-        )
-        for m in re.finditer(loops, self.code):
-            bound[m.group(1) or m.group(2)] = None
+        for m in _LOOPS[sigil].finditer(self.code):
+            name = m.group(1) or m.group(2) or m.group(3)
+            items = self._literal_items(m.end()) if m.group(1) else None
+            if items is None or bound.get(name, []) is None:
+                bound[name] = None
+            else:  # `for d in ['build', 'dist']:`: each element is a value of d
+                bound.setdefault(name, []).extend(items)  # type: ignore[union-attr]
+                self._elements.update(items)
         self._bound = bound
         return bound
+
+    def _literal_items(self, at: int) -> list[int] | None:
+        """Where the elements of the list or tuple of string literals at ``at`` begin; None if it is not one."""
+        code, items = self.code, []
+        i = at + 1
+        while (lit := LITERAL.match(code, _WS.match(code, i).end())) is not None:  # type: ignore[union-attr]
+            items.append(lit.start())
+            sep = _ITEM_END.match(code, lit.end())
+            if sep is None:
+                return None
+            if sep.group(1):
+                return items
+            i = sep.end()
+        return None
 
     def list_starts(self, name: str) -> list[int]:
         """Where the elements of the lists the code gives ``name`` begin (after each ``[``): only when every
@@ -152,8 +189,9 @@ class Reader:
         out: list[Value] = []
         for at in starts:
             got = self.expr(at)
-            # The whole statement must be the value (`d = 'a' if x else '/'` is not one).
-            if got is None or not _STATEMENT_END.match(self.code, got[1]):
+            # The whole statement must be the value (`d = 'a' if x else '/'` is not one), or the element.
+            end = _ITEM_END if at in self._elements else _STATEMENT_END
+            if got is None or not end.match(self.code, got[1]):
                 return unknown
             out += got[0]
         self._values[name] = out[:MAX_ALTERNATIVES] or unknown
@@ -165,16 +203,16 @@ class Reader:
         raw = "r" in prefix
         if bq is not None:
             if self.lang == "node":
-                return self._interpolated(bq, re.compile(r"\$\{"), raw)
+                return self._interpolated(bq, _TEMPLATE_HOLE, raw)
             return [[("text", unescape(bq, raw))]]
         # Python interpolates f-strings only; the others their double-quoted strings.
         if ("f" not in prefix) if self.lang == "python" else sq is not None:
             return [[("text", unescape(sq if sq is not None else dq or "", raw))]]
         text = dq if dq is not None else sq or ""
         if self.lang == "python":  # an f-string
-            return self._interpolated(text.replace("{{", "\0").replace("}}", "\1"), re.compile(r"\{"), raw)
+            return self._interpolated(text.replace("{{", "\0").replace("}}", "\1"), _FSTRING_HOLE, raw)
         if self.lang == "ruby":
-            return self._interpolated(dq, re.compile(r"#\{"), raw)
+            return self._interpolated(dq, _RUBY_HOLE, raw)
         if self.lang in ("perl", "php"):
             return self._sigils(dq)
         return [[("text", unescape(dq, raw))]]
@@ -189,7 +227,7 @@ class Reader:
             if close is None:
                 break
             parts.append([[("text", unescape(text[i : m.start()], raw))]])
-            inner = re.split(r"![rsa]|:(?![:=])|=$", text[m.end() : close - 1].strip())[0].strip()
+            inner = _FSTRING_SUFFIX.split(text[m.end() : close - 1].strip())[0].strip()
             got = Reader(self.lang, inner, self._root).expr(0)
             parts.append(got[0] if got and got[1] == len(inner) else unknown())
             i = close
@@ -200,7 +238,7 @@ class Reader:
         """Perl's and PHP's ``"… $d …"``, ``${d}``, ``{$d}``, ``$ENV{HOME}``."""
         parts: list[list[Value]] = []
         i = 0
-        for m in re.finditer(r"\{?\$(?:ENV\{\s*['\"]?(\w+)['\"]?\s*\}|\{(\w+)\}|(\w+))\}?", text):
+        for m in _SIGIL_HOLE.finditer(text):
             if m.start() > 0 and text[m.start() - 1] == "\\":
                 continue
             parts.append([[("text", unescape(text[i : m.start()]))]])
@@ -262,7 +300,7 @@ class Reader:
         if at >= len(code):
             return None
         if self.lang == "ruby" and code.startswith('"', at) and (stop := ruby_string_end(code, at)):
-            return self._interpolated(code[at + 1 : stop - 1], re.compile(r"#\{"), False), stop
+            return self._interpolated(code[at + 1 : stop - 1], _RUBY_HOLE, False), stop
         lit = LITERAL.match(code, at)
         if lit and (lit.group(1) == "" or self.lang == "python"):
             values, end = self._literal(lit), lit.end()
@@ -283,7 +321,7 @@ class Reader:
         name = _NAME[self.lang].match(code, at)
         if name is None:
             return None
-        return self._named(re.sub(r"\s+", "", name.group(0)), name.end())
+        return self._named(_SPACES.sub("", name.group(0)), name.end())
 
     def _formatted(self, values: list[Value], end: int) -> tuple[list[Value], int]:
         """Python's ``'%s' % x`` and ``'{}'.format(x)`` after a literal: each placeholder its argument."""
@@ -336,16 +374,16 @@ class Reader:
         values: list[Value] | None = None
         sub = _SUBSCRIPT.match(code, end)
         if name in _ENV_SUBSCRIPTED and sub:
-            key = LITERAL.match(code, sub.end()) or _ENV_NAME.match(code, sub.end())
+            key = LITERAL.match(code, sub.end()) or _IDENT.match(code, sub.end())
             shut = _SUBSCRIPT_END.match(code, key.end()) if key else None
             env = (
                 (key.group(2) or key.group(3)) if key and key.re is LITERAL else key.group(0) if key else None
             )
-            if key and shut and env and _ENV_NAME.fullmatch(env):
+            if key and shut and env and _IDENT.fullmatch(env):
                 return self._trailers([[("var", env)]], shut.end())
-        if name.startswith("process.env.") and _ENV_NAME.fullmatch(name[12:]):
+        if name.startswith("process.env.") and _IDENT.fullmatch(name[12:]):
             return self._trailers([[("var", name[12:])]], end)
-        if name == "Dir.home" or name == "Dir.pwd":
+        if name in ("Dir.home", "Dir.pwd", "__dirname"):  # node -e's __dirname is its working directory
             return self._trailers([[("home", "~")]] if name == "Dir.home" else [[("var", "PWD")]], end)
         if code.startswith("(", end):
             close = closing(code, end)
@@ -360,7 +398,7 @@ class Reader:
                     and pos[0][0][0][0] == "text"
                 ):
                     env = pos[0][0][0][1]
-                    values = [[("var", env)]] if _ENV_NAME.fullmatch(env) else None
+                    values = [[("var", env)]] if _IDENT.fullmatch(env) else None
                 elif name in _HOME_CALLS:
                     values = [[("home", "~")]]
                 elif name in _CWD_CALLS:
@@ -380,7 +418,7 @@ class Reader:
                 return unknown(name), end
             return self._trailers(unknown(name), close)
         lead = name.lstrip("$@%")
-        if re.fullmatch(r"[A-Za-z_]\w*", lead):
+        if _IDENT.fullmatch(lead):
             return self._trailers(self._root._name_value(lead), end)
         return self._trailers(unknown(name), end)
 

@@ -20,7 +20,7 @@ import re
 import shlex
 
 from .argv import _PYTHON
-from .code_text import MAX_ALTERNATIVES, Value, as_command, as_word
+from .code_text import MAX_ALTERNATIVES, Value, as_command, as_word, closing
 from .code_values import WRITE_METHODS, Reader
 from .languages import fetches
 
@@ -48,7 +48,7 @@ _RUBY_X = re.compile(r"%x\s*(?:\{([^}\n]*)\}|\(([^)\n]*)\)|\[([^\]\n]*)\])")
 # Calls that delete a tree, by language: their first argument is the tree.
 _TREE_DELETES = {
     "python": r"\bshutil\.rmtree",
-    "node": r"(?<![\w$])(?:fs\.|fsp\.|promises\.)?(?:rmSync|rmdirSync|rm|rmdir)(?=\s*\([^)]*recursive\s*:\s*true)",
+    "node": r"(?<![\w$])(?:fs\.|fsp\.|promises\.)?(?:rmSync|rmdirSync|rm|rmdir)(?=\s*\()",  # recursive: below
     "perl": r"\b(?:rmtree|remove_tree)",
     "ruby": r"\bFileUtils\.(?:rm_rf|rm_r|remove_dir|remove_entry|remove_entry_secure|rmtree)",
     "php": r"(?!x)x",
@@ -84,6 +84,8 @@ _PERL_OPEN = re.compile(
 )
 # Between a call's words: a comma, or a list's end and a comma (`spawn('git', ['push', '-f'])`).
 _ELEMENT_END = re.compile(r"\s*(?:,|\]\s*,)\s*(?:\[\s*)?")
+_COMMA = re.compile(r"\s*,")
+_RECURSIVE = re.compile(r"recursive\s*:\s*true")  # Node's rm/rmdir options that delete a tree
 _PY_EXEC = re.compile(r"\bos\.(exec|spawn)\w*\s*\(\s*(?:\[\s*)?")
 _NAME_ALONE = re.compile(r"\s*([A-Za-z_]\w*)\s*(?=[,)])")
 _KEYWORD_NEXT = re.compile(r"\s*=(?!=)")
@@ -148,7 +150,11 @@ def commands(name: str, code: str) -> list[str]:
     for quoted in _QUOTED_COMMANDS.get(lang, []):
         out += [next(g for g in x.groups() if g is not None) for x in quoted.finditer(code)]
     out += [
-        f"rm -rf -- {as_word(v)}" for m in _DELETES[lang].finditer(code) for v in _argument(reader, m.end())
+        f"rm -rf -- {as_word(v)}"
+        for m in _DELETES[lang].finditer(code)
+        if lang != "node"
+        or _RECURSIVE.search(code, m.end(), closing(code, code.rfind("(", 0, m.end())) or len(code))
+        for v in _argument(reader, m.end())
     ]
     written = [v for m in _WRITES[lang].finditer(code) for v in _argument(reader, m.end())]
     written += [v for m in _SECONDS[lang].finditer(code) for v in _argument(reader, m.end(), second=True)]
@@ -177,7 +183,7 @@ def _argument(reader: Reader, at: int, second: bool = False) -> list[Value]:
     """The values of a call's first argument (``second``: its second) that begins at ``at``."""
     got = reader.expr(at)
     if got is not None and second:
-        comma = re.compile(r"\s*,").match(reader.code, got[1])
+        comma = _COMMA.match(reader.code, got[1])
         got = reader.expr(comma.end()) if comma else None
     return got[0] if got else []
 

@@ -82,6 +82,7 @@ def test_a_command_built_from_pieces(lang: str, code: str, command: str) -> None
         ("python", "Path(os.getcwd(), 'x').resolve()", '"$PWD"/x'),
         ("node", "path.join(os.homedir(), '.ssh')", "~/.ssh"),
         ("node", "require('os').homedir() + '/.npmrc'", "~/.npmrc"),
+        ("node", "path.join(__dirname, 'dist')", '"$PWD"/dist'),
         ("ruby", "File.join(Dir.home, '.ssh')", "~/.ssh"),
         ("ruby", "File.expand_path('~/.ssh')", "~/.ssh"),
         ("python", "d", '"$d"'),
@@ -102,11 +103,28 @@ def test_a_name_stands_for_the_values_the_code_gives_it() -> None:
 
 
 @pytest.mark.parametrize(
+    ("lang", "code", "found"),
+    [
+        ("python", "for d in ['build', 'dist']:\n    rmtree(d)", ["build", "dist"]),
+        ("python", "for d in ('build',): rmtree(d)", ["build"]),
+        ("python", "for d in ['build', x]:\n    rmtree(d)", ["$d"]),
+        ("python", "for d in dirs:\n    rmtree(d)", ["$d"]),
+        ("python", "d = 'a'\nfor d in ['b']: rmtree(d)", ["a", "b"]),
+        ("node", "for (const d of ['dist', 'build']) rmSync(d)", ["dist", "build"]),
+        ("perl", 'for my $d ("build", "/") { rmtree($d) }', ["build", "/"]),
+    ],
+)
+def test_a_loop_over_values_the_code_spells_out_gives_each(lang: str, code: str, found: list[str]) -> None:
+    at = code.rindex("(") + 1
+    assert _commands(lang, code, at) == found
+
+
+@pytest.mark.parametrize(
     "code",
     [
         "d = 'a' if x else '/'\nos.system('rm -rf ' + d)",  # not a value read here
         "d = 'a'\nd += '/x'\nos.system('rm -rf ' + d)",  # changed in place
-        "for d in ['a', '/']:\n    os.system('rm -rf ' + d)",  # a loop's variable
+        "for d in dirs:\n    os.system('rm -rf ' + d)",  # a loop over values not spelled out
         "d = d + 'x'\nos.system('rm -rf ' + d)",  # itself
         "".join(f"d = 'v{i}'\n" for i in range(MAX_ALTERNATIVES + 1)) + "os.system('rm -rf ' + d)",
     ],

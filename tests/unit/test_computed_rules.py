@@ -153,6 +153,10 @@ INLINE = [
     ("node -e \"require('fs').writeFileSync(process.env.HOME + '/.npmrc', 'x')\"", "credentials"),
     ("node -e \"require('fs').writeFileSync(path.join(os.homedir(), '.bashrc'), 'x')\"", "write-outside"),
     ("node -e \"require('fs').copyFileSync('a', '/etc/b')\"", "write-outside"),
+    (
+        "node -e \"require('fs').rmSync(path.join(os.homedir(), '.cache'), {recursive: true})\"",
+        "rm-recursive",
+    ),
     ('ruby -e \'system("rm -rf #{ENV["HOME"]}")\'', "rm-recursive"),
     ('ruby -e \'File.write(File.join(Dir.home, ".bashrc"), "x")\'', "write-outside"),
     ('perl -e \'my $d = "/"; system("rm -rf $d")\'', "rm-recursive"),
@@ -161,9 +165,11 @@ INLINE = [
     ("python3 -c \"import subprocess; cmd = ['rm', '-rf', '/']; subprocess.run(cmd)\"", "rm-recursive"),
     ("python3 -c \"import subprocess, shlex; subprocess.run(shlex.split('git push -f'))\"", "force-push"),
     ("python3 -c \"import os; os.execvp('rm', ['rm', '-rf', '/'])\"", "rm-recursive"),
+    ("python3 -c \"import shutil\nfor d in ['build', '/']:\n    shutil.rmtree(d)\"", "rm-recursive"),
     ("python3 -c \"import os; os.spawnlp(os.P_WAIT, 'git', 'git', 'push', '-f')\"", "force-push"),
     # … what they build inside the working tree, and a file whose path the code computes whole, stay allowed
     ("python3 -c \"import subprocess; cmd = ['ls', '-la']; subprocess.run(cmd)\"", None),
+    ("python3 -c \"import shutil\nfor d in ['build', 'dist']:\n    shutil.rmtree(d)\"", None),
     ("python3 -c \"import subprocess; subprocess.run(['ls', 'x'])\nfoo(y)\"", None),
     ("python3 -c \"import os; d = 'build'; os.system('rm -rf ' + d)\"", None),
     ("python3 -c \"import shutil; d = 'build'; shutil.rmtree(d)\"", None),
@@ -175,6 +181,8 @@ INLINE = [
     ("python3 -c \"import shutil; shutil.copy('/etc/hosts', 'hosts.txt')\"", None),
     ("python3 -c \"print('%s done' % x)\"", None),
     ("node -e \"require('fs').writeFileSync(f, 'x')\"", None),
+    ("node -e \"require('fs').rmSync(path.join(__dirname, 'dist'), {recursive: true})\"", None),
+    ("node -e \"require('fs').rmSync(x, {force: true})\"", None),
     ('perl -e \'my $d = "build"; system("rm -rf $d")\'', None),
     ('php -r \'$d = "build"; shell_exec("rm -rf " . $d);\'', None),
     # the usual inline code stays allowed
