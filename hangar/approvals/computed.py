@@ -37,9 +37,10 @@ _ASSIGNED = re.compile(
 )
 _FOR = re.compile(r"\bfor\s+(\w+)\s+in\s+([^;\n]*)")
 # A function definition (``f() { …; }``, ``function f { …; }``) whose body holds no braces of its own.
-_FUNCTION = re.compile(
-    r"(?:\bfunction\s+([\w.:-]+)\s*(?:\(\s*\))?|(?<![\w.:-])([\w.:-]+)\s*\(\s*\))\s*\{([^{}]*)\}"
-)
+# A function definition: `name() { body; }` found from its `()` (a scan for one character, where a pattern
+# that began at the name tried every word of the line: ~0.2 µs a character), and `function name { body; }`.
+_FUNCTION_PARENS = re.compile(r"\(\s*\)\s*\{([^{}]*)\}")
+_FUNCTION_KEYWORD = re.compile(r"\bfunction\s+([\w.:-]+)\s*\{([^{}]*)\}")
 # The positional parameters a script or a function body reads: "$@", $*, ${1}, "$2" …
 _POSITIONAL = re.compile(r'"\$\{?[@*]\}?"|\$\{?[@*]\}?|"\$\{?([0-9])\}?"|\$\{?([0-9])\}?')
 _DEFAULT = re.compile(r"^(\w+)(?::?[-=])(.*)$", re.DOTALL)
@@ -134,9 +135,19 @@ class Values:
     def function(self, name: str) -> str | None:
         """The body of the function ``name`` the command line defines (the last one), if it does."""
         if self._functions is None:
-            defines = "(" in self.top or "function" in self.top  # most lines: no pass of the regex over them
-            found = _FUNCTION.finditer(self.top) if defines else ()
-            self._functions = {(m.group(1) or m.group(2)): m.group(3) for m in found}
+            top, found = self.top, []
+            for m in _FUNCTION_PARENS.finditer(top):
+                end = m.start()
+                while end > 0 and top[end - 1] in " \t":
+                    end -= 1
+                start = end
+                while start > 0 and (top[start - 1].isalnum() or top[start - 1] in "_.:-"):
+                    start -= 1
+                if start < end:
+                    found.append((start, top[start:end], m.group(1)))
+            if "function" in top:
+                found += [(m.start(), m.group(1), m.group(2)) for m in _FUNCTION_KEYWORD.finditer(top)]
+            self._functions = {name: body for _, name, body in sorted(found)}  # the last definition wins
         return self._functions.get(name)
 
     def of(self, name: str) -> list[str | None]:

@@ -71,6 +71,11 @@ POSITIONAL = [
     ("sh -c 'rm -rf \"$1\"'", "rm-recursive"),  # not given: unknown
     ('f() { "$@"; }; f ls -la', None),
     ('g() { echo "$1"; }; g rm -rf /', None),
+    ('function run() { "$@"; }; run git push -f', "force-push"),
+    ('run () { "$@"; }; run rm -rf /', "rm-recursive"),
+    ('a.b-c:d() { "$@"; }; a.b-c:d rm -rf /', "rm-recursive"),
+    ('f() { echo "$1"; }; f() { "$@"; }; f rm -rf /', "rm-recursive"),  # the last definition
+    ('f() { "$@"; }; f() { echo "$1"; }; f rm -rf /', None),
 ]
 
 # a file run from where an archive the command line downloaded was unpacked; other tools' options
