@@ -82,6 +82,7 @@ _STATEMENT_END = re.compile(r"[ \t]*(?:[;\n#]|//|$|\bend\b)")
 _PERCENT_HOLDER = re.compile(r"%(?:\(\w+\))?[-#0 +]*\d*(?:\.\d+)?[sdirfxXoeEgGc]")
 _FORMAT_HOLDER = re.compile(r"\{(\w*)(?:![rsa])?(?::[^{}]*)?\}")
 _MAX_NESTING = 16
+_MAX_HOLE_NESTING = 6  # each string and hole is a term: strings nested in holes three deep are read
 # Calls whose value is a variable of the environment named by their first argument.
 _ENV_CALLS = {"os.environ.get", "os.getenv", "getenv", "ENV.fetch", "process.env.get"}
 _ENV_SUBSCRIPTED = {"os.environ", "ENV", "process.env", "$ENV", "$_ENV", "$_SERVER"}
@@ -228,7 +229,11 @@ class Reader:
                 break
             parts.append([[("text", unescape(text[i : m.start()], raw))]])
             inner = _FSTRING_SUFFIX.split(text[m.end() : close - 1].strip())[0].strip()
-            got = Reader(self.lang, inner, self._root).expr(0)
+            got = None
+            if self._nesting < _MAX_HOLE_NESTING:  # a string in a hole of a string in a hole …: unknown
+                sub = Reader(self.lang, inner, self._root)
+                sub._nesting = self._nesting  # a hole's expression is as deep as the string it is in
+                got = sub.expr(0)
             parts.append(got[0] if got and got[1] == len(inner) else unknown())
             i = close
         parts.append([[("text", unescape(text[i:], raw))]])

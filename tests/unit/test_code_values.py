@@ -8,6 +8,7 @@ import pytest
 
 from hangar.approvals.code_text import MAX_ALTERNATIVES, as_command, as_word
 from hangar.approvals.code_values import Reader
+from hangar.approvals.inline_code import commands
 
 
 def _commands(lang: str, code: str, at: int = 0) -> list[str] | None:
@@ -151,3 +152,15 @@ def test_alternatives_are_bounded() -> None:
 )
 def test_deep_or_broken_code_ends_the_reading(code: str) -> None:
     Reader("python", code).expr(code.index("(") + 1)  # returns, whatever it finds
+
+
+@pytest.mark.parametrize(
+    ("lang", "code"),
+    [
+        ("ruby", 'system("' + '#{"' * 600 + "x" + '"}' * 600 + '")'),
+        ("node", "execSync(`" + "${`" * 600 + "x" + "`}" * 600 + "`)"),
+        ("python", "os.system(f'" + '{f"' * 600 + "x" + '"}' * 600 + "')"),
+    ],
+)
+def test_strings_nested_in_holes_end_the_reading(lang: str, code: str) -> None:
+    assert isinstance(commands(lang, code), list)  # no RecursionError: holes deeper than a few are unknown
