@@ -77,6 +77,7 @@ _RUBY_HOLE = re.compile(r"#\{")
 _FSTRING_SUFFIX = re.compile(r"![rsa]|:(?![:=])|=$")
 _SIGIL_HOLE = re.compile(r"\{?\$(?:ENV\{\s*['\"]?(\w+)['\"]?\s*\}|\{(\w+)\}|(\w+))\}?")
 _SPACES = re.compile(r"\s+")
+_NUMBER = re.compile(r"\d[\w.]*")
 _ITEM_END = re.compile(r"\s*(?:,\s*)?([\])])?(?(1)|(?<=,))")
 _STATEMENT_END = re.compile(r"[ \t]*(?:[;\n#]|//|$|\bend\b)")
 _PERCENT_HOLDER = re.compile(r"%(?:\(\w+\))?[-#0 +]*\d*(?:\.\d+)?[sdirfxXoeEgGc]")
@@ -323,6 +324,8 @@ class Reader:
             if inner is None or close is None:
                 return None
             return self._trailers(inner[0], close.end())
+        if number := _NUMBER.match(code, at):  # a mode, a count: an argument to read past
+            return [[("text", number.group(0))]], number.end()
         name = _NAME[self.lang].match(code, at)
         if name is None:
             return None

@@ -58,9 +58,9 @@ _FILE_WRITES = {
     "python": r"\bos\.(?:remove|unlink|rename|replace|truncate|chmod|chown)|\bshutil\.move",
     "node": r"(?<![\w$])(?:fs\.|fsp\.|promises\.)?(?:writeFileSync|writeFile|appendFileSync|appendFile|"
     r"createWriteStream|unlinkSync|unlink|renameSync|rename|chmodSync|chmod|truncateSync)",
-    "perl": r"\b(?:unlink|rename|chmod\s*\(?\s*0?\d+\s*,)",
+    "perl": r"\b(?:unlink|rename|move|chmod\s*\(?\s*0?\d+\s*,)",
     "ruby": r"\bFile\.(?:write|delete|unlink|rename)|\bFileUtils\.(?:rm|rm_f|mv|touch)",
-    "php": r"\b(?:file_put_contents|unlink|rename)",
+    "php": r"\b(?:file_put_contents|unlink|rename|chmod)",
 }
 # Calls that write the file they are given second: where a copy or a move goes (and a mode's path).
 _SECOND_WRITES = {
@@ -68,7 +68,7 @@ _SECOND_WRITES = {
     "node": r"(?<![\w$])(?:fs\.|fsp\.|promises\.)?(?:renameSync|rename|copyFileSync|copyFile|cpSync)",
     "perl": r"\b(?:rename|copy|move)",
     "ruby": r"\bFile\.(?:rename|chmod)|\bFileUtils\.(?:mv|cp|cp_r|chmod|install)",
-    "php": r"\b(?:rename|copy|chmod)",
+    "php": r"\b(?:rename|copy)",
 }
 # Python's open(P, MODE) with a mode that writes; Node's fs.openSync(P, "w"); Ruby's File.open(P, "w").
 _OPEN = re.compile(r"(?<![\w.$])(?:open|io\.open|codecs\.open|File\.open|fs\.openSync|fs\.open|fopen)\(")
