@@ -28,9 +28,12 @@ LITERAL = re.compile(r"([rRbBuUfF]{0,2})(?:" + _SQ + "|" + _DQ + "|" + _BQ + ")"
 
 
 def unknown(name: str = "") -> list[Value]:
-    """A value hangar cannot know, named for the code that computes it (``tempfile.mkdtemp()``: ``$mkdtemp``)."""
+    """A value hangar cannot know, named for the code that computes it (``tempfile.mkdtemp()``: ``$mkdtemp``;
+    a code's own ``HOME`` is ``$code_HOME``, not the shell's)."""
     last = re.sub(r"\W", "", re.split(r"\.|::|->", name)[-1]) if name else ""
-    return [[("var", last if last and not last[0].isdigit() and last not in KNOWN else "code_value")]]
+    if not last or last[0].isdigit():
+        return [[("var", "code_value")]]
+    return [[("var", "code_" + last if last in KNOWN else last)]]
 
 
 def unescape(s: str, raw: bool = False) -> str:
@@ -124,12 +127,7 @@ def joined(args: list[list[Value]]) -> list[Value]:
             (
                 i
                 for i, b in enumerate(combo)
-                if b
-                and (
-                    b[0][0] == "home"
-                    or b[0] == ("text", "/")
-                    or (b[0][0] == "text" and b[0][1].startswith("/"))
-                )
+                if b and (b[0][0] == "home" or (b[0][0] == "text" and b[0][1].startswith("/")))
             ),
             default=0,
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 
 from .code_text import (
-    KNOWN,
     LITERAL,
     MAX_ALTERNATIVES,
     Value,
@@ -87,7 +86,7 @@ _MAX_HOLE_NESTING = 6  # each string and hole is a term: strings nested in holes
 # Calls whose value is a variable of the environment named by their first argument.
 _ENV_CALLS = {"os.environ.get", "os.getenv", "getenv", "ENV.fetch", "process.env.get"}
 _ENV_SUBSCRIPTED = {"os.environ", "ENV", "process.env", "$ENV", "$_ENV", "$_SERVER"}
-_HOME_CALLS = {"Path.home", "pathlib.Path.home", "os.homedir", "require('os').homedir", "Dir.home"}
+_HOME_CALLS = {"Path.home", "pathlib.Path.home", "os.homedir", "Dir.home"}  # require('os').homedir(): _method
 _CWD_CALLS = {"os.getcwd", "process.cwd", "Dir.pwd", "getcwd", "Path.cwd", "pathlib.Path.cwd"}
 _JOIN_CALLS = {
     "os.path.join",
@@ -119,12 +118,18 @@ class Reader:
 
     def __init__(self, lang: str, code: str, root: Reader | None = None) -> None:
         self.lang, self.code = lang, code
-        self._root = root or self  # names are looked up in the whole code, also from an f-string's {…}
+        # Names are looked up in the whole code, also from an f-string's {…}: the whole code's reader (None:
+        # this one; holding itself, each reader would be a reference cycle left to the collector).
+        self._parent = root
         self._bound: dict[str, list[int] | None] | None = None
         self._values: dict[str, list[Value]] = {}  # each name's values, read once
         self._nesting = 0
         self._elements: set[int] = set()  # value starts that are a loop list's elements, not statements
         self.list_commands: dict[int, list[str]] = {}  # inline_code.py's reading of a list a name is given
+
+    @property
+    def _root(self) -> Reader:
+        return self._parent or self
 
     # --- names the code assigns ---------------------------------------------------------------------------
     def _assignments(self) -> dict[str, list[int] | None]:
@@ -179,24 +184,23 @@ class Reader:
         """The values the code gives ``name``: each, if every assignment of it is a value read here (at most
         ``MAX_ALTERNATIVES``), else one unknown. Read once; a name met while its own value is being read
         (``d = d + 'x'``) is unknown there."""
-        if self._root is not self:
-            return self._root._name_value(name)
+        if self._parent is not None:
+            return self._parent._name_value(name)
         if name in self._values:
             return self._values[name]
-        unknown: list[Value] = [[("var", name if name not in KNOWN else "code_" + name)]]
-        self._values[name] = unknown
+        self._values[name] = unknown_value = unknown(name)
         starts = self._assignments().get(name)
         if not starts or len(starts) > MAX_ALTERNATIVES:
-            return unknown
+            return unknown_value
         out: list[Value] = []
         for at in starts:
             got = self.expr(at)
             # The whole statement must be the value (`d = 'a' if x else '/'` is not one), or the element.
             end = _ITEM_END if at in self._elements else _STATEMENT_END
             if got is None or not end.match(self.code, got[1]):
-                return unknown
+                return unknown_value
             out += got[0]
-        self._values[name] = out[:MAX_ALTERNATIVES] or unknown
+        self._values[name] = out[:MAX_ALTERNATIVES] or unknown_value
         return self._values[name]
 
     # --- literals ---------------------------------------------------------------------------------------

@@ -36,9 +36,9 @@ _ASSIGNED = re.compile(
     r"""(?<![\w$])(\w+)=(?:\(([^()]*)\)|'([^']*)'|"([^"\\]*)"|\$\(([^()]*)\)|`([^`]*)`|([^\s;&|()<>'"`\\]*))"""
 )
 _FOR = re.compile(r"\bfor\s+(\w+)\s+in\s+([^;\n]*)")
-# A function definition (``f() { …; }``, ``function f { …; }``) whose body holds no braces of its own.
-# A function definition: `name() { body; }` found from its `()` (a scan for one character, where a pattern
-# that began at the name tried every word of the line: ~0.2 µs a character), and `function name { body; }`.
+# A function definition whose body holds no braces of its own: ``f() { …; }`` found from its ``()`` (a scan
+# for one character; a pattern that began at the name tried every word of the line, ~0.2 µs a character),
+# and ``function f { …; }``.
 _FUNCTION_PARENS = re.compile(r"\(\s*\)\s*\{([^{}]*)\}")
 _FUNCTION_KEYWORD = re.compile(r"\bfunction\s+([\w.:-]+)\s*\{([^{}]*)\}")
 # The positional parameters a script or a function body reads: "$@", $*, ${1}, "$2" …

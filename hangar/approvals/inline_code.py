@@ -20,7 +20,7 @@ import re
 import shlex
 
 from .argv import _PYTHON
-from .code_text import MAX_ALTERNATIVES, Value, as_command, as_word, closing
+from .code_text import KNOWN, MAX_ALTERNATIVES, Value, as_command, as_word, closing, unescape
 from .code_values import WRITE_METHODS, Reader
 from .languages import fetches
 
@@ -28,7 +28,6 @@ _URL = re.compile(r"(?i)(?:https?|ftp)://[^\s'\"]+$")
 # A string literal of these languages ('…', "…", and JavaScript's `…` without `${`); its text in groups 1 to 3.
 _STR = r"""(?:'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)"|`((?:[^`\\$\n]|\\.)*)`)"""
 _STR_RE = re.compile(_STR)
-_ESCAPE = re.compile(r"\\(.)")
 
 # Calls that hand a string to a shell (or a list of words to a program), by language.
 _SHELL_CALLS = {
@@ -108,11 +107,7 @@ def _text(m: re.Match[str], first: int = 1) -> str:
     for g in range(first, first + 3):
         value = m.group(g)
         if value is not None:
-            return (
-                _ESCAPE.sub(lambda e: {"n": "\n", "t": "\t"}.get(e.group(1), e.group(1)), value)
-                if "\\" in value
-                else value
-            )
+            return unescape(value)
     return ""
 
 
@@ -131,7 +126,7 @@ def _known_start(value: Value) -> bool:
     """A path whose start the code spells out (a literal, ``~``, ``$HOME``): one hangar can place. A file
     written at a path the code computes whole (``open(f, 'w')`` in a loop over files) is left alone; a tree
     deleted there is not (``shutil.rmtree(d)`` is ``rm -rf "$d"``)."""
-    return bool(value) and (value[0][0] != "var" or value[0][1] in ("HOME", "PWD", "HANGAR_IO"))
+    return bool(value) and (value[0][0] != "var" or value[0][1] in KNOWN)
 
 
 def commands(name: str, code: str) -> list[str]:
