@@ -18,7 +18,7 @@ from .credential_tools import CREDENTIAL_TOOLS
 from .downloads import UNPACKERS
 from .installs import INSTALLERS
 from .languages import LANGUAGES
-from .paths import MAYBE_SECRET_IN, Where, dev_kind, locate
+from .paths import Where, dev_kind, locate, maybe_secret_in
 from .plain import MARK, PlainCommand
 from .program_rules import _FD, _NETCAT, _WRITERS, PRIVILEGE, TRACERS, ProgramRules, writable
 from .remotes import REMOTE_CLIENTS
@@ -140,7 +140,7 @@ class Clearing(ProgramRules):
                     target = text
                 redirects.add((op, target))
         words: set[str] | None = None
-        if not self.relative_safe or MAYBE_SECRET_IN.search(marked) is not None:
+        if not self.relative_safe or maybe_secret_in(marked):
             # Every word, targets and IO numbers too (each is checked as a word or a target elsewhere): the
             # marks' words were checked above.
             words = set(marked.translate(_BLANKS).split())
@@ -175,7 +175,7 @@ class Clearing(ProgramRules):
         (:meth:`quiet_redirect`): :meth:`walk` would find nothing in it but its name. Walking only the
         unclear pipelines, in order, gives the findings, in their order, that walking all would; the checks
         here only fill caches. One loop over every command, not a call per pipeline: a long script has
-        thousands. ``clear``: no word or assignment names a secret, known before (``MAYBE_SECRET_IN``)."""
+        thousands. ``clear``: no word or assignment names a secret, known before (``maybe_secret_in``)."""
         if self.all_clear(pipelines, clear):
             return []
         clean = self.clean

@@ -30,7 +30,7 @@ from .credential_tools import CREDENTIAL_TOOLS, credential_use
 from .downloads import SAVERS, UNPACKERS, located, renamed, saved, unpacked
 from .installs import INSTALLERS
 from .languages import URL_RUNNERS, fetches_and_runs
-from .paths import MAYBE_SECRET_IN, Where, holds_credentials
+from .paths import Where, holds_credentials, maybe_secret_in
 from .plain import PlainCommand, Quoted
 from .program_rules import _TEXT, PRIVILEGE, TRACERS, Finding
 from .segments import Item
@@ -117,7 +117,7 @@ class ShellAnalysis(Clearing):
             pipelines += parse(re.sub(r"[\"'`]", " ", src), lenient=True).pipelines
         # No plain word of the script can name a secret: unclear() need not look at each (a mark's word is
         # looked at by rendered()).
-        clear = text is not None and self.relative_safe and MAYBE_SECRET_IN.search(text) is None
+        clear = text is not None and self.relative_safe and not maybe_secret_in(text)
         self.items(items if items is not None else pipelines, depth, clear)
 
     def items(self, items: Sequence[Item], depth: int, clear: bool = False) -> None:

@@ -89,12 +89,19 @@ def value(raw: str, where: Where) -> tuple[str | None, str, tuple[str, ...]]:
     commands it runs (``Word.nested``) — what ``plain.text``, ``render`` and ``nested`` of :func:`word`
     give, without making its parts."""
     if "$" not in raw:
-        text = _QUOTE.sub(r"\1\2", raw)
+        if "'" not in raw or '"' not in raw:  # quotes of one kind: none is inside the other's
+            text = raw.replace('"', "").replace("'", "")
+        else:
+            text = _QUOTE.sub(r"\1\2", raw)
         return text, text, ()
     if "'" not in raw:
         # No single quote: every '"' is a quote and every "$" starts one of _EXP's expansions (plain text and
         # double-quoted text hold no bare "$"), so one C split finds them, and no Python call per piece.
         pieces = _EXP_SPLIT.split(raw)
+        if len(pieces) == 3:  # one expansion, the usual word ("$HOME/x", "step: $(date +%s)")
+            value, run = _expanded(pieces[1], where)
+            rendered = pieces[0].replace('"', "") + value + pieces[2].replace('"', "")
+            return None, rendered, (() if run is None else (run,))
         runs: list[str] = []
         for i in range(1, len(pieces), 2):
             pieces[i], run = _expanded(pieces[i], where)

@@ -43,7 +43,7 @@ def _lined(line: str) -> bool:
 
 
 # A pipe into a group or out of one, or a pipe at a line's end: the parser makes one pipeline across them.
-_GROUP_PIPE = re.compile(plain.GROUP_PIPE.pattern + r"|\|&?[ \t]*(?:#[^\n]*)?\n")
+_PIPE_AT_END = re.compile(r"\|&?[ \t]*(?:#[^\n]*)?\n")
 
 _BREAK = "\x01"  # a word a script holding no \x01 cannot have: the line between the runs read at once
 _BREAK_PIPELINE: list[PlainCommand] = [([], [_BREAK], [])]  # as either reader reads that line
@@ -81,7 +81,7 @@ def read(src: str, marks: dict[str, str], quoted: dict[str, str]) -> list[Item] 
     ``quoted`` are ``quick.read``'s."""
     if "<<" in src or "[[" in src:
         return None  # a here-document's body, or a test the parser reads apart, may go on past a newline
-    if "|" in src and _GROUP_PIPE.search(src) is not None:
+    if "|" in src and (plain.group_pipe(src) or _PIPE_AT_END.search(src) is not None):
         # A group a pipe feeds, or whose output is piped on, and a pipe at a line's end: one pipeline across
         # lines.
         return None

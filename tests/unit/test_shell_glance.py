@@ -6,10 +6,11 @@ commands it takes, with what it must decline mixed in."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hangar.approvals import assess, clearing, commands, glance, plain, quick
@@ -130,6 +131,34 @@ def test_what_it_finds_is_what_the_reader_reads(src: str) -> None:
     assert set(seen.assignments) == {w for assigns, _, _ in commands_ for w in assigns if MARK in w}
     assert redirects == {(op, target) for _, _, rs in commands_ for op, _, target in rs}
     assert all(MARK not in w or w in quoted for w in seen.firsts)
+
+
+# The one scan of every redirection that glance.redirections() made before its scans were split by first
+# character (what the split scans must agree with).
+_ONE_SCAN = re.compile(
+    r"([<>&](?<![;&|()<>\n][<>&])(?:(?<=[<>])|(?=>))[;&|()<>\n]*+)[ \t]*+([^ \t\n;&|()<>]*+)([<>]?)"
+)
+
+
+def _one_scan(src: str) -> set[tuple[str, str]] | None:
+    angles = 0
+    redirects: set[tuple[str, str]] = set()
+    for op, target, after in _ONE_SCAN.findall(src):
+        count = glance._ANGLES.get(op)
+        if count is None or not target or (after and target.isdigit()):
+            return None
+        angles += count
+        redirects.add((op, target))
+    return redirects if angles == src.count("<") + src.count(">") else None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet="<>&|; \tx2\n", max_size=14))
+@example("<x>y")
+@example("x>2>y")
+@example("a&>b &>>c")
+def test_the_redirection_scans_find_what_one_scan_does(src: str) -> None:
+    assert glance.redirections(src) == _one_scan(src)
 
 
 def test_what_it_takes_and_declines() -> None:

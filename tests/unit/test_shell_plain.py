@@ -9,13 +9,13 @@ import re
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hangar.approvals import assess, clearing, decide, plain, shell
+from hangar.approvals import assess, clearing, decide, plain, shell, tree_reads
 from hangar.approvals.paths import (
     MAYBE_SECRET,
-    MAYBE_SECRET_IN,
     Where,
     credential,
     expand_string,
+    maybe_secret_in,
     normalize,
     relative_safe,
 )
@@ -114,6 +114,18 @@ def test_it_reads_every_plain_script_the_parser_takes(src: str) -> None:
         return  # a group next to a pipe: one pipeline of the parser's, left to it
     assert read is not None, src
     assert _tree(read) == tree
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=" \t\n|&;(){}donewhilforsct-x_1", max_size=18))
+@example("x|(y")
+@example("xdone |y")
+@example("a_done|b")
+def test_the_group_pipe_scans_find_what_one_pattern_does(text: str) -> None:
+    """``plain.group_pipe``, its kinds looked for apart for speed, finds a group next to a pipe where the
+    one pattern of all of them does."""
+    if "|" in text:
+        assert plain.group_pipe(text) == (GROUP_PIPE.search(text) is not None)
 
 
 def test_scripts_it_reads_and_ones_it_leaves() -> None:
@@ -217,7 +229,7 @@ def test_a_word_the_shortcut_clears_is_no_secret(where: Where, pieces: list[str]
     word = ("/" if absolute else "") + "/".join(pieces)
     if relative_safe(where) and MAYBE_SECRET.search(word) is None:
         assert _secret(word, where) is None
-    if relative_safe(where) and MAYBE_SECRET_IN.search(f"ls x;{word} y") is None:
+    if relative_safe(where) and not maybe_secret_in(f"ls x;{word} y"):
         assert _secret(word, where) is None
 
 
@@ -226,23 +238,41 @@ def test_a_word_the_shortcut_clears_is_no_secret(where: Where, pieces: list[str]
 @example("/x")
 @example("a=$HOME/.gitx")
 def test_the_scripts_shortcut_is_its_plain_form(text: str) -> None:
-    """``MAYBE_SECRET_IN``, written for speed, finds something where the alternatives side by side do."""
+    """``maybe_secret_in``, written for speed, finds something where the alternatives side by side do."""
     spelled = re.compile(r"(?:\A|[ \t\n;&|()<>])/|=[/~$]|\.\.|\.ssh|netrc|\.git-credentials")
-    assert (MAYBE_SECRET_IN.search(text) is None) == (spelled.search(text) is None)
+    assert maybe_secret_in(text) == (spelled.search(text) is not None)
 
 
 @SETTINGS
 @given(scripts(odd=True))
 def test_a_script_the_shortcut_clears_has_no_word_it_would_not(src: str) -> None:
-    """``MAYBE_SECRET_IN`` finds nothing in a script only when ``MAYBE_SECRET`` finds nothing in any of the
+    """``maybe_secret_in`` finds nothing in a script only when ``MAYBE_SECRET`` finds nothing in any of the
     words ``plain.read`` reads from it."""
     read = plain.read(src)
-    if read is None or MAYBE_SECRET_IN.search(src) is not None:
+    if read is None or maybe_secret_in(src):
         return
     for pipeline in read:
         for assigns, words, redirects in pipeline:
             for w in [*assigns, *words, *(t for _, _, t in redirects)]:
                 assert MAYBE_SECRET.search(w) is None, w
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.sampled_from(PLACES), st.text(alphabet=" ;=/~$.{}HOMEhoe-agnt'x", max_size=18))
+@example(Where(CWD, HOME, IO), "ls /home//agent/")
+@example(Where(CWD, HOME, IO), "x=~")
+@example(Where(CWD, HOME, IO), "${HOME}x")
+def test_the_tree_naming_scans_find_what_one_pattern_does(where: Where, text: str) -> None:
+    """``tree_reads._naming``, its kinds looked for apart for speed, finds a word naming a directory above a
+    secret's place, a ``~``, ``$HOME`` or ``..`` where the one pattern of all of them does."""
+    slash = tree_reads._slash_naming(where).pattern
+    head = rf"/(?:(?<={tree_reads._WORD_START}/)|(?<=\A/))"
+    assert slash.startswith(head)
+    rest, start = slash[len(head) :], tree_reads._WORD_START
+    one = re.compile(
+        rf"[/~$.](?:(?<={start}/){rest}|(?<=\A/){rest}|(?<={start}~)|(?<=\A~)|(?<=\$)\{{?HOME\b|(?<=\.)\.)"
+    )
+    assert tree_reads._naming(text, where) == (one.search(text) is not None)
 
 
 def test_where_the_shortcut_holds() -> None:
