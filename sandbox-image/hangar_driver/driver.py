@@ -351,16 +351,20 @@ class Driver:
             "hardened": hardening.HARDENING_ERROR is None,
         }
 
-    def run(self) -> int:
+    def run(self, started: Optional[Callable[[], None]] = None) -> int:
         # The hello first (the link's thread), then the rest of the driver's start beside the operator's
         # reaction to it: what a command needs is ready before the command loop starts. A sandbox with a
         # checkout says hello once it is made, as before: its session is connected with its workspace.
+        # ``started``: called (on this thread) after the hello, before anything else of the start (main's
+        # hardening and signal handlers).
         hello_first = not os.environ.get("HANGAR_REPO_URL")
         link_thread = threading.Thread(target=self.link.run_forever, name="hangar-link", daemon=True)
         if hello_first:
             link_thread.start()
             if not self.made:  # compiling the rest takes the GIL: the handshake first, for a moment at most
                 self.link.connected.wait(HELLO_FIRST)
+        if started is not None:
+            started()
         # After the hello: logging's import is not on its way (lazylog.py).
         cfg, key = self.cfg, P.fingerprint(self.key)
         log.info("run %s, harness %s, key %s, agent uid %s", cfg.run, cfg.harness, key, cfg.agent_uid)

@@ -7,8 +7,8 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
+import _socket
 import select
-import socket
 import threading
 import time
 
@@ -32,16 +32,33 @@ DEAD_AFTER = 60.0  # idle seconds (nothing from the gateway, pings unanswered) b
 SEND_TIMEOUT = 30.0
 
 
-def _shutdown(sock: socket.socket) -> None:
+def _shutdown(sock: _socket.socket) -> None:
     """Wake whoever reads or writes ``sock`` (its peer may already be gone)."""
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        sock.shutdown(_socket.SHUT_RDWR)
     except OSError:
         pass
 
 
+def _dial(addr: Tuple[Any, int], timeout: float) -> _socket.socket:
+    """``socket.create_connection`` made with the C module: ``socket``'s import, which builds its enums
+    (``enum``'s own import with it; ~5 ms of a pod's start on a slow machine), is not on the way to the first
+    hello. Each address ``getaddrinfo`` gives is tried in turn; the first error is raised if none connects."""
+    errors: List[OSError] = []
+    for family, kind, proto, _, where in _socket.getaddrinfo(addr[0], addr[1], 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(where)
+            return sock
+        except OSError as exc:
+            errors.append(exc)
+            sock.close()
+    raise errors[0] if errors else OSError("getaddrinfo gave no address for %r" % (addr[0],))
+
+
 class _LineReader:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: _socket.socket) -> None:
         self.sock = sock
         self.buf = bytearray()
         self.scanned = 0
@@ -72,7 +89,7 @@ class _LineReader:
 
 
 class _Connection:
-    def __init__(self, sock: socket.socket, nonce: str, sent_upto: int) -> None:
+    def __init__(self, sock: _socket.socket, nonce: str, sent_upto: int) -> None:
         self.sock = sock
         self.nonce = nonce
         self.sent_upto = sent_upto
@@ -218,12 +235,12 @@ class Link:
         # unicodedata) was on the way to every first hello.
         host = self.cfg.host
         addr = (host.encode("ascii") if host.isascii() else host, self.cfg.port)
-        sock = socket.create_connection(addr, timeout=CONNECT_TIMEOUT)  # type: ignore[arg-type]
+        sock = _dial(addr, CONNECT_TIMEOUT)
         conn: Optional[_Connection] = None
         writer: Optional[threading.Thread] = None
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             sock.settimeout(SEND_TIMEOUT)
             reader = _LineReader(sock)
             sock.sendall(self._frame(P.HELLO, self.hello_body()))

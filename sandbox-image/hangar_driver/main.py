@@ -68,7 +68,6 @@ Commands (``command`` frames; every one is answered by a ``command_result`` even
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 from . import hardening, lazylog
@@ -97,13 +96,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("hangar-driver needs Python 3.8 or later\n")
         return 2
     key = read_key()
-    harden_process()
     cfg = Config(dict(os.environ))
     driver = Driver(cfg, key, load=False)  # run() says hello, then logs the start and loads the rest
 
-    def _term(signum: int, frame: Any) -> None:
-        driver.stopping.set()
+    def started() -> None:
+        # Called by run() once the hello is out: ctypes' import and signal's enums (~5 ms of a pod's start
+        # on a slow machine) are not on its way. Nothing of the agent's runs before: commands wait until
+        # run() has loaded the rest.
+        harden_process()
+        import signal
 
-    signal.signal(signal.SIGTERM, _term)
-    signal.signal(signal.SIGINT, _term)
-    return driver.run()
+        def _term(signum: int, frame: Any) -> None:
+            driver.stopping.set()
+
+        signal.signal(signal.SIGTERM, _term)
+        signal.signal(signal.SIGINT, _term)
+
+    return driver.run(started)
