@@ -99,8 +99,8 @@ def value(raw: str, where: Where) -> tuple[str | None, str, tuple[str, ...]]:
         # double-quoted text hold no bare "$"), so one C split finds them, and no Python call per piece.
         pieces = _EXP_SPLIT.split(raw)
         if len(pieces) == 3:  # one expansion, the usual word ("$HOME/x", "step: $(date +%s)")
-            value, run = _expanded(pieces[1], where)
-            rendered = pieces[0].replace('"', "") + value + pieces[2].replace('"', "")
+            known, run = _expanded(pieces[1], where)
+            rendered = pieces[0].replace('"', "") + known + pieces[2].replace('"', "")
             return None, rendered, (() if run is None else (run,))
         runs: list[str] = []
         for i in range(1, len(pieces), 2):
