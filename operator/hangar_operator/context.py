@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from hangar.config import Settings
@@ -15,6 +17,7 @@ from hangar.store import Database
 from . import runs
 from .cache import Cache
 from .gateway import Gateway
+from .held_starts import HeldStarts
 from .k8s_events import Recorder
 
 log = logging.getLogger("hangar.operator")
@@ -41,6 +44,10 @@ class Context:
     tower: TowerClient | None = None
     # What the watches last saw (cache.py): slot counts and sweeps without an apiserver call.
     cache: Cache = field(default_factory=Cache)
+    # New runs' Starting writes, held until their drivers connect (held_starts.py); ``write_held`` writes
+    # one (Sandboxes sets it), which taking the session's lock does first.
+    held: HeldStarts = field(default_factory=HeldStarts)
+    write_held: Callable[[str, str], Awaitable[None]] | None = None
 
     @property
     def home(self) -> str:
@@ -71,8 +78,11 @@ class Context:
     def kube_in(self, namespace: str) -> Kube:
         return self.kube.scoped(namespace)
 
-    def lock(self, namespace: str, session: str) -> asyncio.Lock:
-        return self.locks.setdefault((namespace, session), asyncio.Lock())
+    def lock(self, namespace: str, session: str, keep_held: bool = False) -> SessionLock:
+        """The session's lock. Taking it writes the session's held Starting status first, so whoever holds
+        it sees the status as written; ``keep_held``: the caller folds that write into its own (a connect)."""
+        lock = self.locks.setdefault((namespace, session), asyncio.Lock())
+        return SessionLock(lock, None if keep_held else self, namespace, session)
 
     def drop_lock(self, namespace: str, session: str) -> None:
         self.locks.pop((namespace, session), None)
@@ -94,6 +104,26 @@ class Context:
     ) -> None:
         """An activity event of a session (what the api's event stream shows)."""
         await self.db.append_event(self.scope("session", namespace, session), kind, payload, turn)
+
+
+class SessionLock:
+    def __init__(self, lock: asyncio.Lock, ctx: Context | None, namespace: str, session: str) -> None:
+        self.lock, self.ctx, self.key = lock, ctx, (namespace, session)
+
+    async def __aenter__(self) -> None:
+        await self.lock.acquire()
+        ctx = self.ctx
+        if ctx is not None and ctx.write_held is not None and ctx.held.has(self.key):
+            try:
+                await ctx.write_held(*self.key)
+            except BaseException:
+                self.lock.release()
+                raise
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.lock.release()
 
 
 def resource(namespace: str, name: str) -> dict[str, str]:

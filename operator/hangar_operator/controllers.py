@@ -8,6 +8,7 @@ again; an interrupt unconfirmed → kill the run) are callbacks set here.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 
 from hangar.config import Settings
@@ -36,6 +37,8 @@ from .sweeper import Sweeper, Wakeups
 from .turns.deadlines import Deadlines
 from .turns.outcomes import TurnOutcomes
 from .turns.steering import Steering
+
+log = logging.getLogger("hangar.operator")
 
 
 @dataclass
@@ -72,6 +75,13 @@ class Controllers:
         # The wake-ups and retries running or waiting now: cancelled below, then awaited, so none is left
         # pending on the loop (kopf's stop, or the next test on a shared loop, would meet it).
         left = [*self.wakeups.tasks, *self.retry.waiting.values()]
+        for key in self.ctx.held.keys():  # new runs' held Starting writes: written, not lost
+            try:
+                async with self.ctx.lock(*key):  # which writes it
+                    pass
+            except Exception as e:
+                log.warning("session %s/%s: its Starting write was not written on the way out: %s", *key, e)
+        self.ctx.held.close()
         self.sweeper.stop()
         self.wakeups.stop()
         self.deadlines.stop()

@@ -130,7 +130,7 @@ class Router:
             return
         if self.pools is not None:
             self.pools.session_connected(run_id)
-        async with self.ctx.lock(run.namespace, run.session):
+        async with self.ctx.lock(run.namespace, run.session, keep_held=True):  # sandboxes.connected folds it
             # A warm claim that wrote this run connected records its connect itself (pool_claims.after_claim).
             recorded = self.pools is not None and self.pools.took_connect(run_id)
             if not await self.sandboxes.connected(run.namespace, run.session, run.pod, hello):

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hangar.kube import Obj, status_of
+from hangar.kube import ApiException, Obj, status_of
 from hangar.models import Session, Turn
 from hangar.models import labels as L
 from hangar.models.base import iso
@@ -27,13 +27,14 @@ from . import metrics
 from .approvals.controller import Approvals
 from .context import Context
 from .foreign_status import pod_status
+from .held_starts import combine
 from .lifecycle import SESSION, after, move
 from .pool_objects import parse_pool_run
 from .pools import NO_KEY, Pools
 from .runs import Run, parse_run
 from .sandbox_objects import run_key_secret, sandbox_pod, workspace_pvc
 from .snapshots import Snapshots, Workspace
-from .status import patch_status
+from .status import merged, patch_status
 from .turns.ending import failed
 from .turns.outcomes import TurnOutcomes
 
@@ -48,6 +49,9 @@ def first_volume(s: Session) -> bool:
 
 # (namespace, session): look at the session again (its sandbox changed).
 Reconcile = Callable[[str, str], Awaitable[None]]
+# Seconds a new run's Starting write waits for its driver's hello, to be folded into that write
+# (held_starts.py); a cold start connects in ~0.1 s on two cores.
+START_HOLD = 0.5
 
 
 class Sandboxes:
@@ -56,6 +60,8 @@ class Sandboxes:
         self.outcomes = outcomes
         self.approvals = approvals
         self.snapshots = Snapshots(ctx)
+        self.start_hold = START_HOLD
+        ctx.write_held = self.write_held
         self.reconcile_session: Reconcile | None = None
         self.pools: Pools | None = None  # warm sandboxes (pools.py), set in controllers.py
 
@@ -87,12 +93,29 @@ class Sandboxes:
 
     async def connected(self, ns: str, session: str, run_pod: str, hello: dict[str, Any]) -> bool:
         """The run's driver said hello: the session is ready for turns. Caller holds the session's lock."""
+        held = self.ctx.held.take((ns, session))  # the run's Starting write, folded into this one
+        try:
+            return await self._connected(ns, session, run_pod, hello, held.patch if held else {})
+        except BaseException:
+            if held is not None:
+                self._hold(ns, session, held.run_pod, held.patch)
+            raise
+        finally:
+            if not self.ctx.held.has((ns, session)):
+                self.ctx.reserved.discard((ns, session))
+
+    async def _connected(
+        self, ns: str, session: str, run_pod: str, hello: dict[str, Any], held: dict[str, Any]
+    ) -> bool:
         kube = self.ctx.kube_in(ns)
-        s_obj = await self.read_session(ns, session)
-        if s_obj is None:
+        base = await self.read_session(ns, session)
+        if base is None:
             return False
+        s_obj = merged(base, held) if held else base
         st = Session.model_validate(s_obj).status
         if st.sandbox.run != run_pod:
+            if held:
+                await patch_status(kube, "sessions", base, held)
             return False
         # A warm sandbox's driver adopted as this run by a claim that was then undone (Pools._undo_adopt) may
         # have said hello before its connection was dropped: it is not the sandbox the status names.
@@ -105,13 +128,35 @@ class Sandboxes:
             patch.update(phase=move(SESSION, st.phase, "connected"), reason="", message="sandbox connected")
             if st.sandbox.started_at is not None:
                 metrics.SANDBOX_CONNECT.observe(max(0.0, time.time() - st.sandbox.started_at.timestamp()))
-        written = await patch_status(kube, "sessions", s_obj, patch)
+        written = await patch_status(kube, "sessions", base, combine(held, patch))
         if first:
             driver = hello.get("driver_version", "")
             await self.ctx.events.emit(
                 kube, written, "Normal", "SandboxConnected", f"sandbox {run_pod} connected (driver {driver})"
             )
         return True
+
+    async def write_held(self, ns: str, session: str) -> None:
+        """The session's held Starting write, now (the caller holds the session's lock)."""
+        held = self.ctx.held.take((ns, session))
+        if held is None:
+            return
+        try:
+            s_obj = await self.read_session(ns, session)
+            if s_obj is not None:
+                await patch_status(self.ctx.kube_in(ns), "sessions", s_obj, held.patch)
+        except ApiException as e:
+            if e.status != 404:  # gone: nothing to write
+                self._hold(ns, session, held.run_pod, held.patch)
+                raise
+        self.ctx.reserved.discard((ns, session))
+
+    def _hold(self, ns: str, session: str, run_pod: str, patch: dict[str, Any]) -> None:
+        async def flush() -> None:
+            async with self.ctx.lock(ns, session):  # which writes it
+                pass
+
+        self.ctx.held.hold((ns, session), run_pod, patch, self.start_hold, flush)
 
     async def disconnected(self, ns: str, session: str, run_pod: str) -> None:
         kube = self.ctx.kube_in(ns)
@@ -211,7 +256,8 @@ class Sandboxes:
         try:
             run, written = await self._make_run(ns, s_obj, env, ws.claim, fresh, extra)
         finally:
-            self.ctx.reserved.discard((ns, name))
+            if not self.ctx.held.has((ns, name)):  # else its slot is reserved until that write
+                self.ctx.reserved.discard((ns, name))
         metrics.SANDBOXES_STARTED.inc()
         await self.ctx.activity(ns, name, "sandbox_starting", {"pod": run.pod})
         if ws.restored_from:
@@ -258,11 +304,12 @@ class Sandboxes:
         )
         secret, key = run_key_secret(s_obj, run, pre)
 
-        async def make_secret() -> None:
+        async def make_secret() -> bool:
             if await kube.create_core("secrets", secret):
                 self.ctx.run_keys[run.id] = key.encode()
                 self.ctx.gateway.expect(run.id)  # its stored events read while the pod starts
-            # (an earlier attempt made it: its key is read on the driver's hello)
+                return True
+            return False  # an earlier attempt made it: its key is read on the driver's hello, via the status
 
         async def make_volume_then_pod() -> None:
             # A fork's volume exists already: it was cloned when the fork was recorded.
@@ -287,22 +334,20 @@ class Sandboxes:
             raise pod_made
         counters = st.counters.model_copy()
         counters.sandboxes = n
-        written = await patch_status(
-            kube,
-            "sessions",
-            s_obj,
-            {
-                **(extra or {}),
-                "phase": move(SESSION, st.phase, "sandbox_created"),
-                "reason": "",
-                "message": f"starting sandbox {run.pod}",
-                "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
-                "counters": counters.changed(st.counters),
-                # A volume made now is <session>-workspace, whatever warm sandbox's it had before.
-                **({"workspace": None} if claim is not None else {}),
-            },
-        )
-        return run, written
+        patch = {
+            **(extra or {}),
+            "phase": move(SESSION, st.phase, "sandbox_created"),
+            "reason": "",
+            "message": f"starting sandbox {run.pod}",
+            "sandbox": {"pod": run.pod, "run": run.pod, "connected": False, "startedAt": iso()},
+            "counters": counters.changed(st.counters),
+            # A volume made now is <session>-workspace, whatever warm sandbox's it had before.
+            **({"workspace": None} if claim is not None else {}),
+        }
+        if secret_made is True and self.start_hold > 0:
+            self._hold(ns, name, run.pod, patch)
+            return run, merged(s_obj, patch)
+        return run, await patch_status(kube, "sessions", s_obj, patch)
 
     async def _own_volume(self, ns: str, s_obj: Obj, volume: str) -> None:
         """A first volume that was there already (an earlier attempt made it) is used only if it is this

@@ -79,7 +79,8 @@ class Rig:
         return out
 
     def run_id(self, session: str, ns: str = "default") -> str:
-        pod = self.status("sessions", session, ns)["sandbox"]["run"]
+        held = self.ctx.held._held.get((ns, session))  # a Starting write held for the driver's hello
+        pod = held.run_pod if held else self.status("sessions", session, ns)["sandbox"]["run"]
         run = self.ctx.run_of(ns, pod)
         assert run is not None
         return str(run.id)
@@ -109,8 +110,12 @@ class Rig:
         return f"{session}-1"
 
 
-async def make_rig(tmp_path: Path, *, snapshot_api: bool = False, **settings: Any) -> Rig:
-    """``snapshot_api``: the cluster serves VolumeSnapshots (the CSI snapshot API)."""
+async def make_rig(
+    tmp_path: Path, *, snapshot_api: bool = False, start_hold: float = 0.0, **settings: Any
+) -> Rig:
+    """``snapshot_api``: the cluster serves VolumeSnapshots (the CSI snapshot API). ``start_hold``: seconds a
+    new run's Starting write waits for its driver's hello (held_starts.py; the operator's 0.5). 0 here: a
+    test reads the status the start wrote at once, as it was before the hold."""
     base = {
         "namespace": "default",
         "watch_namespaces": ("default",),
@@ -122,6 +127,7 @@ async def make_rig(tmp_path: Path, *, snapshot_api: bool = False, **settings: An
     kube = FakeKube("default", snapshot_api=snapshot_api)
     db = await open_database(str(base["database_url"]))
     c = build(kube, db, Settings(**base), Retrier(first_delay=0.05, max_delay=0.2))
+    c.sandboxes.start_hold = start_hold
     rig = Rig(c, kube)
     OPEN.append(rig)
     return rig
