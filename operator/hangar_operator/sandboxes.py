@@ -113,14 +113,12 @@ class Sandboxes:
             return False
         s_obj = merged(base, held) if held else base
         st = Session.model_validate(s_obj).status
-        if st.sandbox.run != run_pod:
-            if held:
-                await patch_status(kube, "sessions", base, held)
-            return False
         # A warm sandbox's driver adopted as this run by a claim that was then undone (Pools._undo_adopt) may
         # have said hello before its connection was dropped: it is not the sandbox the status names.
         adopted = parse_pool_run(str(hello.get("adopted_from") or ""))
-        if adopted is not None and adopted != (ns, st.sandbox.pod):
+        if st.sandbox.run != run_pod or (adopted is not None and adopted != (ns, st.sandbox.pod)):
+            if held:  # not this hello's to fold: written as it is
+                await patch_status(kube, "sessions", base, held)
             return False
         patch: dict[str, Any] = {"sandbox": {"connected": True}}
         first = st.phase == "Starting"
@@ -145,9 +143,9 @@ class Sandboxes:
             s_obj = await self.read_session(ns, session)
             if s_obj is not None:
                 await patch_status(self.ctx.kube_in(ns), "sessions", s_obj, held.patch)
-        except ApiException as e:
-            if e.status != 404:  # gone: nothing to write
-                self._hold(ns, session, held.run_pod, held.patch)
+        except Exception as e:
+            if not (isinstance(e, ApiException) and e.status == 404):  # gone: nothing to write
+                self._hold(ns, session, held.run_pod, held.patch)  # kept, and its slot with it
                 raise
         self.ctx.reserved.discard((ns, session))
 
@@ -155,6 +153,8 @@ class Sandboxes:
         async def flush() -> None:
             async with self.ctx.lock(ns, session):  # which writes it
                 pass
+            if self.ctx.cache.primed and self.ctx.cache.fresh("sessions", ns, session) is None:
+                self.ctx.drop_lock(ns, session)  # deleted meanwhile: no lock left behind
 
         self.ctx.held.hold((ns, session), run_pod, patch, self.start_hold, flush)
 

@@ -177,3 +177,42 @@ def test_two_status_patches_combine_as_if_applied_one_after_the_other(
     first: dict[str, Any], then: dict[str, Any], combined: dict[str, Any]
 ) -> None:
     assert combine(first, then) == combined
+
+
+async def test_a_hello_of_another_run_writes_the_held_start_as_it_is(tmp_path: Path) -> None:
+    rig = await held_rig(tmp_path)
+    await rig.session("s")
+    await rig.reconcile("s")
+    assert await rig.c.sandboxes.connected("default", "s", "s-r9", {}) is False
+    st = rig.status("sessions", "s")
+    assert (
+        st["phase"] == "Starting" and st["sandbox"]["run"] == "s-r1" and st["sandbox"]["connected"] is False
+    )
+    assert not rig.ctx.held.has(("default", "s")) and not rig.ctx.reserved
+
+
+async def test_a_held_start_whose_write_fails_is_kept_for_the_next_lock(tmp_path: Path) -> None:
+    rig = await held_rig(tmp_path)
+    await rig.session("s")
+    await rig.reconcile("s")
+    rig.kube.fail_next("patch_status", "sessions", 500)
+    with pytest.raises(ApiException):
+        async with rig.ctx.lock("default", "s"):
+            raise AssertionError("the lock is not given while the held write failed")
+    assert rig.ctx.held.has(("default", "s")) and ("default", "s") in rig.ctx.reserved
+    assert not rig.ctx.lock("default", "s").lock.locked()
+    async with rig.ctx.lock("default", "s"):
+        assert rig.status("sessions", "s")["phase"] == "Starting"
+    assert not rig.ctx.reserved
+
+
+async def test_a_hold_that_runs_out_after_its_session_went_leaves_no_lock(tmp_path: Path) -> None:
+    rig = await held_rig(tmp_path, hold=0.05)
+    await rig.session("s")
+    await rig.reconcile("s")
+    await rig.kube.delete("sessions", "s")
+    rig.ctx.cache.drop("sessions", "default", "s")  # its DELETED watch event
+    rig.ctx.drop_lock("default", "s")  # its reconcile saw it go
+    await until(lambda: not rig.ctx.held.has(("default", "s")), "the hold to run out")
+    await until(lambda: ("default", "s") not in rig.ctx.locks, "the flush's lock to go")
+    assert not rig.ctx.reserved
