@@ -71,17 +71,26 @@ class Controllers:
         await transient(self.ctx.resync_cache, within=60.0)
         self.sweeper.start()
 
+    async def write_held(self, within: float = 5.0) -> None:
+        """New runs' held Starting writes (held_starts.py): written on the way out, not lost; each ``within``
+        seconds, so a lock held by work stuck on the apiserver does not hold up the stop."""
+
+        async def write(key: tuple[str, str]) -> None:
+            async with self.ctx.lock(*key):  # which writes it
+                pass
+
+        for key in self.ctx.held.keys():
+            try:
+                await asyncio.wait_for(write(key), within)
+            except Exception as e:
+                log.warning("session %s/%s: its Starting write was not written on the way out: %s", *key, e)
+        self.ctx.held.close()
+
     async def stop(self) -> None:
         # The wake-ups and retries running or waiting now: cancelled below, then awaited, so none is left
         # pending on the loop (kopf's stop, or the next test on a shared loop, would meet it).
         left = [*self.wakeups.tasks, *self.retry.waiting.values()]
-        for key in self.ctx.held.keys():  # new runs' held Starting writes: written, not lost
-            try:
-                async with self.ctx.lock(*key):  # which writes it
-                    pass
-            except Exception as e:
-                log.warning("session %s/%s: its Starting write was not written on the way out: %s", *key, e)
-        self.ctx.held.close()
+        await self.write_held()
         self.sweeper.stop()
         self.wakeups.stop()
         self.deadlines.stop()

@@ -216,3 +216,19 @@ async def test_a_hold_that_runs_out_after_its_session_went_leaves_no_lock(tmp_pa
     await until(lambda: not rig.ctx.held.has(("default", "s")), "the hold to run out")
     await until(lambda: ("default", "s") not in rig.ctx.locks, "the flush's lock to go")
     assert not rig.ctx.reserved
+
+
+async def test_a_stop_does_not_wait_on_a_lock_held_by_stuck_work(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = await held_rig(tmp_path)
+    await rig.session("s")
+    await rig.reconcile("s")
+    lock = rig.ctx.locks[("default", "s")]
+    await lock.acquire()  # work on the session, stuck
+    try:
+        await rig.c.write_held(within=0.05)
+    finally:
+        lock.release()
+    assert "its Starting write was not written on the way out" in caplog.text
+    assert not rig.ctx.held.has(("default", "s"))
