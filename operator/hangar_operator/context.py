@@ -45,7 +45,7 @@ class Context:
     # What the watches last saw (cache.py): slot counts and sweeps without an apiserver call.
     cache: Cache = field(default_factory=Cache)
     # New runs' Starting writes, held until their drivers connect (held_starts.py); ``write_held`` writes
-    # one (Sandboxes sets it), which taking the session's lock does first.
+    # one (set in controllers.py), which taking the session's lock does first.
     held: HeldStarts = field(default_factory=HeldStarts)
     write_held: Callable[[str, str], Awaitable[None]] | None = None
 

@@ -166,6 +166,7 @@ def build(kube: Kube, db: Database, settings: Settings, retry: Retrier | None = 
     approvals.on_withdrawn = tower_calls.withdrawn
     sessions = Sessions(ctx, sandboxes, outcomes, steering, tainting, suspensions)
     sandboxes.reconcile_session = sessions.reconcile
+    ctx.write_held = sandboxes.write_held  # taking a session's lock writes its held Starting status first
     suspensions.reconcile_session = sessions.reconcile
     deadlines.on_expiry = sessions.kill_unconfirmed
     wakeups = Wakeups(retry)

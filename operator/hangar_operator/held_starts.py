@@ -10,7 +10,7 @@ pod is scheduled: the start's own critical path. So that write is held (:class:`
 - written first whenever anything else takes the session's lock (``Context.lock``): every reader and writer
   of a session's sandbox does, so each of them sees the status as written, as before.
 
-Meanwhile the session's slot stays reserved (``Context.reserved``), so slot counts hold. Only a run whose key
+Meanwhile the session's slot is counted as taken (``Sandboxes.in_use`` counts held starts). Only a run whose key
 Secret this process made is held: a run made again (after a restart) is written at once, since the gateway
 then reads its key through the status. A crash loses a held write and nothing else: the restarted operator
 makes the same run again (its name comes from the counters the held write had not moved yet), finds its
@@ -33,9 +33,13 @@ Flush = Callable[[], Awaitable[None]]
 
 @dataclass
 class Held:
-    run_pod: str  # the run the write names
     patch: dict[str, Any]  # the status merge patch, without conditions (added when it is written)
     timer: asyncio.TimerHandle | None = None
+
+    @property
+    def run_pod(self) -> str:
+        """The run the write names."""
+        return str(self.patch["sandbox"]["run"])
 
 
 def combine(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
@@ -53,11 +57,11 @@ class HeldStarts:
         self._held: dict[Key, Held] = {}
         self._flushes: set[asyncio.Task[None]] = set()
 
-    def hold(self, key: Key, run_pod: str, patch: dict[str, Any], after: float, flush: Flush) -> None:
+    def hold(self, key: Key, patch: dict[str, Any], after: float, flush: Flush) -> None:
         """Hold ``patch`` for ``key`` (replacing one held before); ``flush`` runs after ``after`` seconds."""
         self.take(key)
         timer = asyncio.get_running_loop().call_later(after, self._spawn, flush)
-        self._held[key] = Held(run_pod, patch, timer)
+        self._held[key] = Held(patch, timer)
 
     def keys(self) -> list[Key]:
         return list(self._held)

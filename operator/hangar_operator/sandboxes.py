@@ -61,7 +61,6 @@ class Sandboxes:
         self.approvals = approvals
         self.snapshots = Snapshots(ctx)
         self.start_hold = START_HOLD
-        ctx.write_held = self.write_held
         self.reconcile_session: Reconcile | None = None
         self.pools: Pools | None = None  # warm sandboxes (pools.py), set in controllers.py
 
@@ -98,11 +97,8 @@ class Sandboxes:
             return await self._connected(ns, session, run_pod, hello, held.patch if held else {})
         except BaseException:
             if held is not None:
-                self._hold(ns, session, held.run_pod, held.patch)
+                self._hold(ns, session, held.patch)
             raise
-        finally:
-            if not self.ctx.held.has((ns, session)):
-                self.ctx.reserved.discard((ns, session))
 
     async def _connected(
         self, ns: str, session: str, run_pod: str, hello: dict[str, Any], held: dict[str, Any]
@@ -145,18 +141,17 @@ class Sandboxes:
                 await patch_status(self.ctx.kube_in(ns), "sessions", s_obj, held.patch)
         except Exception as e:
             if not (isinstance(e, ApiException) and e.status == 404):  # gone: nothing to write
-                self._hold(ns, session, held.run_pod, held.patch)  # kept, and its slot with it
+                self._hold(ns, session, held.patch)  # kept, and its slot with it
                 raise
-        self.ctx.reserved.discard((ns, session))
 
-    def _hold(self, ns: str, session: str, run_pod: str, patch: dict[str, Any]) -> None:
+    def _hold(self, ns: str, session: str, patch: dict[str, Any]) -> None:
         async def flush() -> None:
             async with self.ctx.lock(ns, session):  # which writes it
                 pass
             if self.ctx.cache.primed and self.ctx.cache.fresh("sessions", ns, session) is None:
                 self.ctx.drop_lock(ns, session)  # deleted meanwhile: no lock left behind
 
-        self.ctx.held.hold((ns, session), run_pod, patch, self.start_hold, flush)
+        self.ctx.held.hold((ns, session), patch, self.start_hold, flush)
 
     async def disconnected(self, ns: str, session: str, run_pod: str) -> None:
         kube = self.ctx.kube_in(ns)
@@ -169,7 +164,8 @@ class Sandboxes:
         """Sandbox slots held now, across every namespace served, besides ``name``'s own: counted in the cache
         (which holds the operator's own writes at once), or listed before the cache is primed."""
         cache = self.ctx.cache
-        reserved = {key for key in self.ctx.reserved if key != (ns, name)}
+        # A run being made, or made with its status write held (held_starts.py), holds its slot already.
+        reserved = {key for key in (*self.ctx.reserved, *self.ctx.held.keys()) if key != (ns, name)}
         if cache.primed:
             found = [obj for key, obj in cache.items("sessions") if key != (ns, name) and key not in reserved]
         else:
@@ -256,8 +252,7 @@ class Sandboxes:
         try:
             run, written = await self._make_run(ns, s_obj, env, ws.claim, fresh, extra)
         finally:
-            if not self.ctx.held.has((ns, name)):  # else its slot is reserved until that write
-                self.ctx.reserved.discard((ns, name))
+            self.ctx.reserved.discard((ns, name))
         metrics.SANDBOXES_STARTED.inc()
         await self.ctx.activity(ns, name, "sandbox_starting", {"pod": run.pod})
         if ws.restored_from:
@@ -345,7 +340,7 @@ class Sandboxes:
             **({"workspace": None} if claim is not None else {}),
         }
         if secret_made is True and self.start_hold > 0:
-            self._hold(ns, name, run.pod, patch)
+            self._hold(ns, name, patch)
             return run, merged(s_obj, patch)
         return run, await patch_status(kube, "sessions", s_obj, patch)
 
