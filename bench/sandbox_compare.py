@@ -20,6 +20,9 @@ Run: .venv/bin/python bench/sandbox_compare.py [--n 15] [--pools] [--hangar-pool
 - ``--with-volume``: also hangar without a pool against a ``Sandbox`` whose pod mounts a claim made from a
   ``volumeClaimTemplates`` entry with the spec of hangar's workspace claim (size, access mode, storage class):
   both sides then wait for a volume to be provisioned and bound before their pod is placed.
+- Where each side's time goes (the runs without pools): medians of when the bench's pod watch first saw the
+  sample's pod created, bound to the node and Running, from the sample's first call, and the end (ready). Both
+  sides' pods pass the same scheduler and runner; what lies between those stamps is each side's own.
 - Before every sample of either side the machine settles (``bench/_settle.py``): this bench's own processes
   (control plane, stack, pods, agent-sandbox's controller) quiet, so no sample runs while the previous one's
   refill or pre-started CLI still starts. ``--no-settle``: back to back, as before 2026-12-02 07:00.
@@ -40,9 +43,10 @@ from typing import Any
 
 import _agent_sandbox
 from _kube import NAMESPACE, TIMEOUT, Check, Cluster, bare_pod_spec, ready_condition
+from _observe import PodTimes
 from _settle import settle
 from _stack import bench_run, claude_env, header, print_result
-from _stats import log, summary
+from _stats import log, med, summary
 from _watch import call
 
 from hangar.config import Settings
@@ -54,6 +58,7 @@ ENVIRONMENT = "bench-compare"
 POOL_ENVIRONMENT = "bench-compare-warm"  # the same Environment with spec.warmPool (--hangar-pool)
 SB_GROUP, SB_VERSION = "agents.x-k8s.io", "v1beta1"
 EXT_GROUP = "extensions.agents.x-k8s.io"
+STAGES = ("to_pod_created", "to_bound", "to_running", "total")
 
 
 def workspace_spec() -> dict[str, Any]:
@@ -83,6 +88,18 @@ class Compare(Cluster):
         self.how = how  # how "ready" is seen, on both sides: "watch" or "poll" (every `poll` seconds)
         self.settle = True  # before each sample, this bench's processes quiet (_settle.py); --no-settle: off
         self.settled: list[float] = []
+        self.pod_of: str | None = None  # the last sample's pod (None: a claim's, made before the sample)
+        self.w0 = 0.0  # the last sample's first call, wall clock (the pod watch's stamps are wall clock)
+
+    async def __aenter__(self) -> Compare:
+        await super().__aenter__()
+        self.pods = PodTimes(self.kapi)
+        self.pods.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.pods.stop()
+        await super().__aexit__(*exc)
 
     async def environment(self, model: ScriptedModel, name: str = ENVIRONMENT, **spec: Any) -> None:
         await self.create_environment(name, claude_env(model), **spec)
@@ -127,7 +144,7 @@ class Compare(Cluster):
     # -- samples ---------------------------------------------------------------------------------------------
 
     async def hangar(self, name: str, environment: str = ENVIRONMENT) -> float:
-        t0 = time.monotonic()
+        self.w0, t0 = time.time(), time.monotonic()
         r = await self.http.post(
             "/api/sessions", json={"name": name, "environment": environment, "harness": "claude"}
         )
@@ -135,7 +152,9 @@ class Compare(Cluster):
             raise RuntimeError(f"POST /api/sessions: {r.status_code} {r.text}")
 
         def connected(s: dict[str, Any]) -> bool:
-            return bool(((s.get("status") or {}).get("sandbox") or {}).get("connected"))
+            sandbox = (s.get("status") or {}).get("sandbox") or {}
+            self.pod_of = sandbox.get("pod") if environment == ENVIRONMENT else None
+            return bool(sandbox.get("connected"))
 
         await self._until("hangar.dev", "v1alpha1", "sessions", name, connected)
         took = time.monotonic() - t0
@@ -158,7 +177,8 @@ class Compare(Cluster):
             "metadata": {"name": name},
             "spec": spec,
         }
-        t0 = time.monotonic()
+        self.w0, t0 = time.time(), time.monotonic()
+        self.pod_of = name  # agent-sandbox names a Sandbox's pod after it
         await call(
             self.custom.create_namespaced_custom_object, SB_GROUP, SB_VERSION, NAMESPACE, "sandboxes", body
         )
@@ -204,6 +224,7 @@ class Compare(Cluster):
             "spec": {"warmPoolRef": {"name": "bench-pool"}},
         }
         t0 = time.monotonic()
+        self.pod_of = None
         await call(
             self.custom.create_namespaced_custom_object,
             EXT_GROUP,
@@ -227,6 +248,7 @@ class Compare(Cluster):
         await peer_side(f"{label}-sw")
         h: list[float] = []
         s: list[float] = []
+        stages: dict[str, list[dict[str, float | None]]] = {"hangar": [], "agent_sandbox": []}
         for i in range(n):
             # Which side goes first alternates too: neither always follows the other's clean-up.
             sides = [("h", hangar_side), ("s", peer_side)]
@@ -237,6 +259,10 @@ class Compare(Cluster):
                     self.settled.append(await settle())
                 took = await fn(f"{label}-{side}{i}")
                 (h if side == "h" else s).append(took)
+                if self.pod_of is not None:  # read after the sample is gone: every pod event has come
+                    stages["hangar" if side == "h" else "agent_sandbox"].append(
+                        {**self.pods.stages(self.pod_of, self.w0), "total": took}
+                    )
             log(f"{label} {i + 1}/{n}: hangar {h[-1]:.3f} s, agent-sandbox {s[-1]:.3f} s")
         hs, ss = summary(h), summary(s)
         return {
@@ -245,6 +271,8 @@ class Compare(Cluster):
             "ratio_p50": ratio(hs["p50"], ss["p50"]),
             "ratio_p99": ratio(hs["p99"], ss["p99"]),
             "samples": {"hangar": h, "agent_sandbox": s},
+            # Medians, seconds from each sample's first call (None: no pod made in the sample, a claim's).
+            "stages": {k: {st: med([x.get(st) for x in v]) for st in STAGES} for k, v in stages.items() if v},
         }
 
 
@@ -268,6 +296,18 @@ def table(out: dict[str, Any]) -> str:
             f"| {label}{r.get('note', '')} | {h['p50']:.3f} / {h['p99']:.3f} s | {s['p50']:.3f} / {s['p99']:.3f} s"
             f" | **{r['ratio_p50']}x** / {r['ratio_p99']}x |"
         )
+    for key, label in (("cold", "no pools"), ("cold_volume", "no pools, with hangar's workspace claim")):
+        stages = (out.get(key) or {}).get("stages") or {}
+        if len(stages) < 2:
+            continue
+        lines += [
+            "",
+            f"where the time goes, {label}: median seconds from the first call | hangar | agent-sandbox |",
+            "|---|---|---|",
+        ]
+        for st in STAGES:
+            cells = [stages[k].get(st) for k in ("hangar", "agent_sandbox")]
+            lines.append(f"| {st} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
     st = out.get("settled")
     lines.append(
         "\nbefore each sample, both sides: "
