@@ -98,8 +98,14 @@ def objects(name: str, port: int) -> tuple[dict[str, Any], dict[str, Any], dict[
     return secret, pvc, pod
 
 
-async def dial_sample(c: Cluster, listener: DialListener, name: str) -> dict[str, Any]:
-    """One floor sample: create the three objects → the pod's line arrives; then all three gone."""
+async def dial_sample(
+    c: Cluster,
+    listener: DialListener,
+    name: str,
+    at_end: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """One floor sample: create the three objects → the pod's line arrives; then all three gone. ``at_end``:
+    called when the line has arrived, before the clean-up; what it returns goes into the sample."""
     secret, pvc, pod = objects(name, listener.port)
     arrived = listener.expect(name)
     w0, t0 = time.time(), time.monotonic()
@@ -114,6 +120,8 @@ async def dial_sample(c: Cluster, listener: DialListener, name: str) -> dict[str
     pod_name, pvc_name, secret_name = (o["metadata"]["name"] for o in (pod, pvc, secret))
     # ``w0``: the wall clock at ``t0``, for the stamps of the bench's pod watch (``_observe.PodTimes``).
     sample = {"total": at - t0, "to_objects_created": t_created - t0, "pod": pod_name, "w0": w0}
+    if at_end is not None:
+        sample.update(await at_end())
     deletes: list[Callable[[], Awaitable[Any]]] = [
         lambda: c.core.delete_namespaced_pod(pod_name, NAMESPACE, grace_period_seconds=0),
         lambda: c.core.delete_namespaced_persistent_volume_claim(pvc_name, NAMESPACE),

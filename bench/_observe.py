@@ -1,5 +1,6 @@
 """What a bench observes on the way, besides its figures: when model requests arrived, the CPU each process
-spent, the sandbox driver's process, and when each pod was first seen created, bound and Running."""
+spent and the apiserver's requests in a window, the sandbox driver's process, and when each pod was first seen
+created, bound and Running."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import _watch
+from _apiserver import requests
 from _kube import NAMESPACE
 from kubernetes_asyncio import client
 
@@ -144,6 +146,42 @@ def cpu_meter(stack: Stack, cp: ControlPlane) -> CpuMeter:
     pids.update({f"hangar {n}": p.pid for n, p in stack.procs.items()})
     pids["bench"] = os.getpid()
     return CpuMeter(pids)
+
+
+class Costs:
+    """What a sample's timed window cost the machine: CPU seconds per process (``CpuMeter``) and the
+    apiserver's requests by "verb resource" (its ``apiserver_request_total``), between ``mark()`` before the
+    window and ``since()`` after it. The scrapes of /metrics lie outside the window; their own requests have
+    no resource and are left out."""
+
+    def __init__(self, cpu: CpuMeter, cp: ControlPlane) -> None:
+        self.cpu = cpu
+        self.cp = cp
+
+    async def mark(self) -> tuple[dict[str, float], dict[str, float]]:
+        reqs = await requests(self.cp)
+        return self.cpu.snapshot(), reqs
+
+    async def since(self, mark: tuple[dict[str, float], dict[str, float]]) -> dict[str, Any]:
+        cpu = self.cpu.delta(mark[0], self.cpu.snapshot())
+        after = await requests(self.cp)
+        reqs = {k: v - mark[1].get(k, 0.0) for k, v in after.items() if not k.endswith(" ")}
+        return {"cpu": cpu, "requests": {k: v for k, v in reqs.items() if v}}
+
+
+def costs_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over samples that carry ``costs``: CPU seconds per process summed, requests a sample (mean) by kind."""
+    costed = [x["costs"] for x in samples if x.get("costs")]
+    if not costed:
+        return {}
+    cpu: dict[str, float] = {}
+    reqs: dict[str, float] = {}
+    for c in costed:
+        for k, v in c["cpu"].items():
+            cpu[k] = cpu.get(k, 0.0) + v
+        for k, v in c["requests"].items():
+            reqs[k] = reqs.get(k, 0.0) + v / len(costed)
+    return {"n": len(costed), "cpu_s": cpu, "requests_per_sample": reqs}
 
 
 def cpu_medians(samples: list[dict[str, float]]) -> dict[str, float]:

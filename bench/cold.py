@@ -1,6 +1,6 @@
 """A session without a pool beside its floor, and nothing else: the cold path's A/B bench.
 
-Run: .venv/bin/python bench/cold.py [--sessions N] [--json] [--ready watch|poll] [--keep-logs]
+Run: .venv/bin/python bench/cold.py [--sessions N] [--costs] [--json] [--ready watch|poll] [--keep-logs]
 
 ``bench/warm_pool.py``'s cold and dial samples alone, interleaved (dial i, cold i; one warm-up of each, not
 counted): there, each cold sample follows a warm one, whose claim wakes the pool's refill and whose session
@@ -10,6 +10,10 @@ cold path in noise. The issue's goal: cold / dial ≤ 1.3x.
 - **cold**: ``POST /api/sessions`` to an Environment without a pool → ``sandbox.connected``.
 - **dial**: a Secret, a PVC and a pod made as hangar makes a sandbox's, whose python dials the bench
   (``bench/_dial_floor.py``): the first create → the line arrives.
+
+``--costs``: each sample also records what its timed window cost the machine — CPU seconds per process and the
+apiserver's requests by verb and resource (its /metrics, read before and after the window) — printed summed
+(CPU) and a sample (requests) for each side: where a cold sample's extra work goes.
 
 To compare two commits, run it on each (``git archive`` one into a directory and run its copy with
 ``PYTHONPATH`` on its packages), alternating, and compare the ratios.
@@ -21,6 +25,7 @@ import argparse
 import sys
 from typing import Any
 
+from _observe import costs_summary
 from _sessions_report import connect_flags  # bench/ is on sys.path
 from _stack import claude_missing, header, print_result
 from _stats import log, med, summary
@@ -47,6 +52,7 @@ class ColdBench(PoolBench):
 def report(res: dict[str, Any]) -> dict[str, Any]:
     samples = res["samples"]
     c, d = (summary([x["total"] for x in samples[k]]) for k in ("cold", "dial"))
+    costs = {k: costs_summary(samples[k]) for k in ("cold", "dial")}
     return {
         "date": res["date"],
         "machine": res["machine"],
@@ -55,6 +61,7 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
         # Where each side's time goes, medians from its first create / POST: the pod seen created, bound and
         # Running by the bench's pod watch, and the end (hangar: sandbox.connected; the floor: its dial).
         "stages": {k: {st: med([x.get(st) for x in samples[k]]) for st in STAGES} for k in ("cold", "dial")},
+        **({"costs": costs} if all(costs.values()) else {}),
     }
 
 
@@ -74,7 +81,28 @@ def table(out: dict[str, Any]) -> str:
     for st in STAGES:
         cold, dial = (out["stages"][k][st] for k in ("cold", "dial"))
         lines.append(f"{st:48} {_s(cold)} {_s(dial)}")
+    if "costs" in out:
+        lines += _costs_lines(out["costs"])
     return "\n".join(lines)
+
+
+def _costs_lines(costs: dict[str, Any]) -> list[str]:
+    c, d = costs["cold"], costs["dial"]
+    lines = ["", f"{'CPU seconds in the timed windows, summed':48} {'cold':>7} {'dial':>7}"]
+    procs = sorted(
+        set(c["cpu_s"]) | set(d["cpu_s"]), key=lambda k: -(c["cpu_s"].get(k, 0) + d["cpu_s"].get(k, 0))
+    )
+    for k in procs:
+        a, b = c["cpu_s"].get(k, 0.0), d["cpu_s"].get(k, 0.0)
+        if a or b:
+            lines.append(f"{k[:48]:48} {a:7.2f} {b:7.2f}")
+    lines.append(f"{'every process':48} {sum(c['cpu_s'].values()):7.2f} {sum(d['cpu_s'].values()):7.2f}")
+    cr, dr = c["requests_per_sample"], d["requests_per_sample"]
+    lines += ["", f"{'apiserver requests a sample':48} {'cold':>7} {'dial':>7}"]
+    for k in sorted(set(cr) | set(dr), key=lambda k: -(cr.get(k, 0) + dr.get(k, 0))):
+        lines.append(f"{k[:48]:48} {cr.get(k, 0.0):7.2f} {dr.get(k, 0.0):7.2f}")
+    lines.append(f"{'in all':48} {sum(cr.values()):7.2f} {sum(dr.values()):7.2f}")
+    return lines
 
 
 def _s(x: float | None) -> str:
@@ -84,11 +112,16 @@ def _s(x: float | None) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=15, help="samples of each kind (default 15)")
+    ap.add_argument(
+        "--costs",
+        action="store_true",
+        help="also each sample's CPU per process and apiserver requests in its timed window",
+    )
     connect_flags(ap)
     a = ap.parse_args()
     if claude_missing():
         return 2
-    res = header({"sessions": a.sessions, "poll": a.poll, "ready": a.ready})
+    res = header({"sessions": a.sessions, "poll": a.poll, "ready": a.ready, "costs": a.costs})
 
     async def measure(b: ColdBench) -> None:
         await b.environment(COLD)

@@ -50,7 +50,7 @@ from typing import Any, Self, TypeVar
 
 from _dial_floor import DialListener, dial_sample
 from _kube import NAMESPACE, TIMEOUT, Cluster, bare_pod
-from _observe import CpuMeter, PodTimes, Stamps, cpu_meter, find_driver
+from _observe import Costs, CpuMeter, PodTimes, Stamps, cpu_meter, find_driver
 from _sessions_report import POLL, connect_flags, report, table  # connect_flags: warm_pool.py's too
 from _stack import (  # bench/ is the script's directory, so on sys.path
     API_KEY,
@@ -100,6 +100,7 @@ class Bench(Cluster):
         self.work = work
         self.children: list[Any] = []  # floor CLI runs, killed on the way out
         self.dial = DialListener()
+        self.costs: Costs | None = None  # set: each connect and dial sample records what its window cost
 
     async def __aenter__(self) -> Self:
         await super().__aenter__()
@@ -188,6 +189,7 @@ class Bench(Cluster):
 
     async def connect_sample(self, i: int) -> dict[str, Any]:
         name = f"bench-c{i}"
+        mark = await self.costs.mark() if self.costs else None
         c0 = self.cpu.snapshot()
         w0 = time.time()
         t0 = await self.create_session(name)
@@ -195,6 +197,7 @@ class Bench(Cluster):
         s = await self.wait_connected(name, t0)
         total = time.monotonic() - t0
         cpu = self.cpu.delta(c0, self.cpu.snapshot())
+        costs = await self.costs.since(mark) if self.costs and mark else None
         pod = s["sandbox"].get("pod")
         started = wall(s["sandbox"].get("started_at") or s["sandbox"].get("startedAt"))
         ev = await self.event_times(name)
@@ -205,6 +208,7 @@ class Bench(Cluster):
             "to_status_started": (started - w0) if started else None,
             "to_driver_connected_event": (ev["driver_connected"] - w0) if "driver_connected" in ev else None,
             "cpu": cpu,
+            **({"costs": costs} if costs else {}),
         }
         await self.delete_session(name, pod)
         return sample
@@ -286,9 +290,15 @@ class Bench(Cluster):
 
     async def floor_dial(self, i: int) -> dict[str, Any]:
         """A pod made like hangar's sandbox whose python dials the bench (``bench/_dial_floor.py``)."""
+        mark = await self.costs.mark() if self.costs else None
         c0 = self.cpu.snapshot()
-        sample = await dial_sample(self, self.dial, f"bench-dial-{i}")
-        sample["cpu"] = self.cpu.delta(c0, self.cpu.snapshot())
+        costs = self.costs
+
+        async def at_end() -> dict[str, Any]:  # the line arrived: the window's end, before the clean-up
+            cpu = self.cpu.delta(c0, self.cpu.snapshot())
+            return {"cpu": cpu, **({"costs": await costs.since(mark)} if costs and mark else {})}
+
+        sample = await dial_sample(self, self.dial, f"bench-dial-{i}", at_end)
         sample.update(self.pods.stages(sample.pop("pod"), sample.pop("w0")))
         return sample
 
@@ -438,7 +448,8 @@ B = TypeVar("B", bound=Bench)
 
 def with_bench(a: argparse.Namespace, kind: type[B], measure: Callable[[B], Awaitable[None]]) -> bool:
     """``measure`` on a bench of ``kind`` over a started stack (its node Ready), all stopped after; False when
-    interrupted (Ctrl-C or SIGTERM)."""
+    interrupted (Ctrl-C or SIGTERM). ``a.costs`` (when the bench has the flag): each connect and dial sample
+    records its window's CPU per process and apiserver requests."""
     try:
         with bench_run(a.keep_logs) as br:
             cp, stack = br.start()
@@ -449,6 +460,8 @@ def with_bench(a: argparse.Namespace, kind: type[B], measure: Callable[[B], Awai
                 work = br.root / "bench"
                 cpu = cpu_meter(stack, cp)
                 async with kind(stack, cp.kubeconfig, model, stamps, work, a.poll, cpu, a.ready) as b:
+                    if getattr(a, "costs", False):
+                        b.costs = Costs(cpu, cp)
                     await b.wait_node()
                     await measure(b)
 
