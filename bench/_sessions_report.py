@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from _observe import cpu_medians
+from _stack import driver_mount_flag
 from _stats import med, summary
 
 POLL = 0.02  # seconds between polls, both sides (--poll)
@@ -24,6 +25,7 @@ def connect_flags(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--no-dial", action="store_true", help="leave out the floor of a pod like hangar's")
     ap.add_argument("--keep-logs", action="store_true", help="keep the control-plane and stack logs")
+    driver_mount_flag(ap)
 
 
 def report(res: dict[str, Any], samples: bool = False) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -110,6 +111,21 @@ def header(args: dict[str, Any]) -> dict[str, Any]:
         "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start",
         "args": args,
     }
+
+
+def driver_mount_flag(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--driver-mount",
+        choices=("init-copy", "image-volume"),
+        help="HANGAR_DRIVER_MOUNT for this run: the operator's sandbox pods and the floor pods made like them "
+        "(default: the setting's, init-copy)",
+    )
+
+
+def use_driver_mount(a: argparse.Namespace) -> None:
+    """The stack's processes and the floors' ``Settings()`` read it from the environment: both sides alike."""
+    if a.driver_mount:
+        os.environ["HANGAR_DRIVER_MOUNT"] = a.driver_mount
 
 
 def claude_missing() -> bool:

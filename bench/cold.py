@@ -56,6 +56,7 @@ def report(res: dict[str, Any]) -> dict[str, Any]:
     return {
         "date": res["date"],
         "machine": res["machine"],
+        "driver_mount": res["args"]["driver_mount"],
         "figures": {"cold": c, "dial": d},
         "ratios": {"cold / dial": {"p50": c["p50"] / d["p50"], "p99": c["p99"] / d["p99"]}},
         # Where each side's time goes, medians from its first create / POST: the pod seen created, bound and
@@ -69,7 +70,7 @@ STAGES = ("to_pod_created", "to_bound", "to_running", "total")
 
 
 def table(out: dict[str, Any]) -> str:
-    lines = [f"hangar bench/cold.py — {out['date']} — {out['machine']}", ""]
+    lines = [f"hangar bench/cold.py — {out['date']} — {out['machine']} — driver: {out['driver_mount']}", ""]
     labels = {"cold": "session without a pool → sandbox.connected", "dial": "pod like hangar's → dialled"}
     lines.append(f"{'figure (seconds)':48} {'n':>3} {'p50':>7} {'p99':>7}")
     for k, f in out["figures"].items():
@@ -121,7 +122,10 @@ def main() -> int:
     a = ap.parse_args()
     if claude_missing():
         return 2
-    res = header({"sessions": a.sessions, "poll": a.poll, "ready": a.ready, "costs": a.costs})
+    mount = a.driver_mount or "init-copy"
+    res = header(
+        {"sessions": a.sessions, "poll": a.poll, "ready": a.ready, "costs": a.costs, "driver_mount": mount}
+    )
 
     async def measure(b: ColdBench) -> None:
         await b.environment(COLD)

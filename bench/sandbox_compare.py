@@ -45,7 +45,7 @@ import _agent_sandbox
 from _kube import NAMESPACE, TIMEOUT, Check, Cluster, bare_pod_spec, ready_condition
 from _observe import PodTimes
 from _settle import settle
-from _stack import bench_run, claude_env, header, print_result
+from _stack import bench_run, claude_env, driver_mount_flag, header, print_result, use_driver_mount
 from _stats import log, med, summary
 from _watch import call
 
@@ -278,7 +278,8 @@ class Compare(Cluster):
 
 def table(out: dict[str, Any]) -> str:
     lines = [
-        f"# hangar vs agent-sandbox {_agent_sandbox.VERSION}: create → ready ({out['machine']})",
+        f"# hangar vs agent-sandbox {_agent_sandbox.VERSION}: create → ready ({out['machine']}; hangar's driver: "
+        f"{out['args']['driver_mount']})",
         "",
         "| run | hangar p50 / p99 | agent-sandbox p50 / p99 | ratio p50 / p99 |",
         "|---|---|---|---|",
@@ -351,7 +352,9 @@ def main() -> int:
     )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep-logs", action="store_true")
+    driver_mount_flag(ap)
     a = ap.parse_args()
+    use_driver_mount(a)
     if a.hangar_pool and not a.pools:
         print("--hangar-pool goes with --pools", file=sys.stderr)
         return 2
@@ -365,6 +368,7 @@ def main() -> int:
             "ready": a.ready,
             "settle": not a.no_settle,
             "with_volume": a.with_volume,
+            "driver_mount": a.driver_mount or "init-copy",
         }
     )
     try:

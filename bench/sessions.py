@@ -60,6 +60,7 @@ from _stack import (  # bench/ is the script's directory, so on sys.path
     claude_missing,
     header,
     print_result,
+    use_driver_mount,
     wall,
 )
 from _stats import log
@@ -450,6 +451,7 @@ def with_bench(a: argparse.Namespace, kind: type[B], measure: Callable[[B], Awai
     """``measure`` on a bench of ``kind`` over a started stack (its node Ready), all stopped after; False when
     interrupted (Ctrl-C or SIGTERM). ``a.costs`` (when the bench has the flag): each connect and dial sample
     records its window's CPU per process and apiserver requests."""
+    use_driver_mount(a)
     try:
         with bench_run(a.keep_logs) as br:
             cp, stack = br.start()

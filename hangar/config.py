@@ -28,6 +28,8 @@ GOVERNANCE_KINDS: tuple[str, ...] = get_args(GovernanceKind)
 GOVERNANCE_MODES: tuple[str, ...] = get_args(GovernanceMode)
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["json", "text"]
+# How the driver reaches a sandbox pod: copied by an init container, or the driver image mounted as a volume.
+DriverMount = Literal["init-copy", "image-volume"]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
@@ -169,6 +171,16 @@ class Settings(BaseSettings):
         "Image holding hangar-driver (in /opt/hangar/lib), copied into each sandbox pod; the chart sets "
         "hangar's own image, so the driver is always the operator's release.",
         chart="sandbox.driverImage, image",
+    )
+    driver_mount: DriverMount = setting(
+        "init-copy",
+        "HANGAR_DRIVER_MOUNT",
+        "How hangar-driver reaches a sandbox pod. `init-copy`: an init container copies it out of the driver "
+        "image (any cluster). `image-volume`: the driver image's /opt/hangar/lib is mounted read-only as an "
+        "image volume, with no init container and nothing copied (Kubernetes 1.33+ with the ImageVolume "
+        "feature, on by default from 1.35, and a runtime that supports it, e.g. containerd 2.1+).",
+        chart="sandbox.driverMount",
+        allowed="`init-copy`, `image-volume`",
     )
     cli_path: str = setting(
         "/opt/hangar/clis/node_modules/.bin",

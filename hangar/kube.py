@@ -207,6 +207,11 @@ class Kube:
             await self._plain("create", kind, self.namespace, body, decode=False)  # the answer: unused
         return not exists.given
 
+    async def dry_run_create_core(self, kind: str, body: Obj) -> Obj:
+        """The object as the apiserver would create it (defaulted, with fields it does not serve dropped),
+        without creating it (``dryRun=All``)."""
+        return await self._plain("create", kind, self.namespace, body, dry_run="All")
+
     async def patch_core(self, kind: str, name: str, body: Obj | JsonPatch) -> Obj:
         """A merge patch; with ``metadata.resourceVersion`` in it, only if the object is still at that
         version (409 else): a compare-and-set. A list is a JSON patch, applied whole or not at all: a

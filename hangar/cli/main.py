@@ -44,9 +44,13 @@ def _refuse(a: argparse.Namespace, e: Exception) -> NoReturn:
 
 
 def _operator(a: argparse.Namespace) -> None:
+    from hangar.config import SettingsError
     from hangar_operator.main import run
 
-    asyncio.run(run(_settings(a), a.kubeconfig))
+    try:
+        asyncio.run(run(_settings(a), a.kubeconfig))
+    except SettingsError as e:  # one the cluster can't honour (hangar_operator/driver_mount.py)
+        _refuse(a, e)
 
 
 def _api(a: argparse.Namespace) -> None:
@@ -185,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--root", required=True)
     r.add_argument("--node", default="hangar-local")
     r.add_argument("--map", action="append", default=[], help="CONTAINER_PATH=LOCAL_DIR")
+    r.add_argument(
+        "--image", action="append", default=[], help="IMAGE_REFERENCE=LOCAL_ROOT, for image volumes"
+    )
     r.add_argument("--kubeconfig")
     d.set_defaults(func=_dev)
     session.add_parser(sub)

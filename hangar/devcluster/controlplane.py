@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from .binaries import Binaries
+from .binaries import Binaries, default_dir
 from .pki import write_pki
 
 _given: set[int] = set()
@@ -82,6 +82,9 @@ class ControlPlane:
     bins: Binaries
     dir: Path
     components: tuple[str, ...] = ("kube-controller-manager", "kube-scheduler")
+    # The apiserver's ImageVolume gate (HANGAR_DRIVER_MOUNT=image-volume): on, as from Kubernetes 1.35; off
+    # as a 1.34 cluster has it by default.
+    image_volumes: bool = True
     processes: list[Process] = field(default_factory=list)
     api_port: int = 0
     etcd_port: int = 0
@@ -159,6 +162,10 @@ class ControlPlane:
             "--allow-privileged=true",
             f"--cert-dir={pki}",
         ]
+        if self.image_volumes and self.bins.dir == default_dir():
+            # Image volumes (a sandbox's driver with HANGAR_DRIVER_MOUNT=image-volume): beta but off in the
+            # pinned 1.34, on by default from 1.35. Binaries from KUBEBUILDER_ASSETS may predate the gate.
+            api_args.append("--feature-gates=ImageVolume=true")
         if not run_kcm:
             # Without the controller-manager no default ServiceAccount is ever created.
             api_args.append("--disable-admission-plugins=ServiceAccount")

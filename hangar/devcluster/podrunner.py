@@ -5,7 +5,8 @@ container's command with the pod's environment (values, Secret and ConfigMap ref
 volumes as local directories (a PVC is a directory that outlives the pod, a Secret volume is its files),
 and ``cp`` init containers emulated. It reports pod status as a kubelet would, and stops a pod's processes
 when the pod is deleted. Images are not pulled: container paths of hangar's sandbox image are mapped to
-local directories (``image_paths``). Production sandboxes are real pods; this runner is labelled as a
+local directories (``image_paths``), and an image volume's reference to a local directory that plays the
+image's root (``image_volumes``). Production sandboxes are real pods; this runner is labelled as a
 development runtime on its Node and in every pod's status.
 """
 
@@ -91,6 +92,7 @@ class PodRunner:
     root: Path
     node: str = "hangar-local"
     image_paths: dict[str, Path] = field(default_factory=dict)
+    image_volumes: dict[str, Path] = field(default_factory=dict)  # image reference → its root, read-only
     namespace: str | None = None
     pods: dict[str, PodProcess] = field(default_factory=dict)
     clone_retries: set[str] = field(default_factory=set)  # PVC uids whose clone source is awaited
@@ -498,6 +500,14 @@ class PodRunner:
         out: dict[str, Path] = {}
         for vol in pod["spec"].get("volumes") or []:
             name = vol["name"]
+            if "image" in vol:  # read-only: used as it is, never made or changed
+                ref = vol["image"].get("reference", "")
+                if ref not in self.image_volumes:
+                    raise ValueError(
+                        f"image volume {name}: no local copy of {ref} on the local runner (--image)"
+                    )
+                out[name] = self.image_volumes[ref]
+                continue
             if "persistentVolumeClaim" in vol:
                 path = self.root / "pvc" / ns / vol["persistentVolumeClaim"]["claimName"]
             elif "hostPath" in vol:
@@ -589,8 +599,11 @@ class PodRunner:
             local = vols[m["name"]]
             if m.get("subPath"):
                 local = local / m["subPath"]
-                local.mkdir(parents=True, exist_ok=True)
-                os.chmod(local, 0o755)
+                if not (
+                    m.get("readOnly") and local.is_dir()
+                ):  # an image volume's is there, and stays as it is
+                    local.mkdir(parents=True, exist_ok=True)
+                    os.chmod(local, 0o755)
             out[m["mountPath"]] = local
         return out
 

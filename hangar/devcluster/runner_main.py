@@ -20,8 +20,12 @@ async def _main(a: argparse.Namespace) -> None:
     for m in a.map:
         k, _, v = m.partition("=")
         paths[k] = Path(v)
+    images = {}
+    for m in a.image:
+        k, _, v = m.partition("=")
+        images[k] = Path(v)
     async with client.ApiClient(cfg) as api:
-        runner = ServicePodRunner(api, Path(a.root), node=a.node, image_paths=paths)
+        runner = ServicePodRunner(api, Path(a.root), node=a.node, image_paths=paths, image_volumes=images)
         task = asyncio.create_task(runner.run())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

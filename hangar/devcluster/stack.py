@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from ..config import Settings
 from ..crdgen import render_all
 from ..paths import cli_dir, repo_root
 from .controlplane import ControlPlane, free_port, stop_process
@@ -232,6 +233,15 @@ class Stack:
 
     def start_runner(self) -> None:
         image = sandbox_image_copy(self.root)
+        # The driver image as an image volume (HANGAR_DRIVER_MOUNT=image-volume) is a root whose
+        # opt/hangar/lib is that same copy.
+        rootfs = self.root / "image" / "rootfs"
+        (rootfs / "opt" / "hangar").mkdir(parents=True, exist_ok=True)
+        for p in (rootfs, rootfs / "opt", rootfs / "opt" / "hangar"):
+            p.chmod(0o755)
+        link = rootfs / "opt" / "hangar" / "lib"
+        if not link.is_symlink():
+            link.symlink_to(image)
         self._spawn(
             "runner",
             [
@@ -244,8 +254,16 @@ class Stack:
                 f"/opt/hangar/lib={image}",
                 "--map",
                 f"/opt/hangar/clis={cli_dir()}",
+                "--image",
+                f"{self.driver_image}={rootfs}",
             ],
         )
+
+    @property
+    def driver_image(self) -> str:
+        """The driver image the operator names in sandbox pods (its HANGAR_DRIVER_IMAGE)."""
+        default = Settings.model_fields["driver_image"].default
+        return self.extra_env.get("HANGAR_DRIVER_IMAGE") or os.environ.get("HANGAR_DRIVER_IMAGE") or default
 
     def stop(self, name: str) -> None:
         p = self.procs.pop(name, None)

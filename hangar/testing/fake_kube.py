@@ -157,6 +157,13 @@ class FakeKube(Kube):
             self._create("create_core", self._core(kind), body)
         return not exists.given
 
+    async def dry_run_create_core(self, kind: str, body: Obj) -> Obj:
+        """As a cluster that serves every field answers (image volumes too): the object, stored nowhere."""
+        self._core(kind)
+        out = copy.deepcopy(body)
+        out.setdefault("metadata", {})["namespace"] = self.namespace
+        return out
+
     async def patch_core(self, kind: str, name: str, body: Obj | JsonPatch) -> Obj:
         resource = self._core(kind)
         with self._request("patch_core", resource, name, body):

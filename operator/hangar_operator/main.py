@@ -22,6 +22,7 @@ from . import (
 )
 from .controllers import build
 from .diffbase import DiffBase, Progress
+from .driver_mount import check_driver_mount, served_namespace
 
 log = logging.getLogger("hangar.operator")
 
@@ -64,6 +65,8 @@ async def run(settings: Settings, kubeconfig: str | None = None) -> None:
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
     kube = await Kube.connect(kubeconfig, settings.namespace)
+    # A namespace whose pods it makes (the home one may serve nothing but the api).
+    await check_driver_mount(kube.scoped(served_namespace(settings)), settings)
     db = await open_database(settings.database_url)
     controllers = build(kube, db, settings)
     controllers.ctx.cache.observers.append(DIFFBASE.observe)  # a session the cache drops, kopf forgets

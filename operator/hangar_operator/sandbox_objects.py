@@ -22,6 +22,7 @@ from .runs import Run
 # Paths inside the sandbox container. The local pod runner maps these to local directories.
 DRIVER_DIR = "/opt/hangar/lib"
 DRIVER_COMMAND = f"{DRIVER_DIR}/bin/hangar-driver"  # sandbox-image/bin/hangar-driver
+DRIVER_IN_IMAGE = DRIVER_DIR.lstrip("/")  # where the driver image holds it (images/hangar/Containerfile)
 KEY_DIR = "/var/run/hangar/key"
 KEY_FILE = f"{KEY_DIR}/run-key"
 PRECLEARED_FILE = f"{KEY_DIR}/precleared"
@@ -176,6 +177,35 @@ def repository_env(session: Obj, env: EnvironmentSpec) -> list[dict[str, Any]]:
     return out
 
 
+# The driver, always the operator's release (HANGAR_DRIVER_IMAGE), reaches the pod one of two ways
+# (HANGAR_DRIVER_MOUNT): copied into an emptyDir by an init container, which costs a container's start and
+# the copy on every cold start; or the image itself mounted read-only (an image volume), which costs neither.
+def _driver_init(settings: Settings) -> dict[str, Any]:
+    if settings.driver_mount == "image-volume":
+        return {}
+    return {
+        "initContainers": [
+            {
+                "name": "install-driver",
+                "image": settings.driver_image,
+                "command": ["cp", "-a", f"{DRIVER_DIR}/.", "/driver/"],
+                "volumeMounts": [{"name": "driver", "mountPath": "/driver"}],
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ]
+    }
+
+
+def driver_volume(settings: Settings) -> dict[str, Any]:
+    if settings.driver_mount == "image-volume":
+        return {"name": "driver", "image": {"reference": settings.driver_image, "pullPolicy": "IfNotPresent"}}
+    return {"name": "driver", "emptyDir": {}}
+
+
+def driver_sub_path(settings: Settings) -> dict[str, str]:
+    return {"subPath": DRIVER_IN_IMAGE} if settings.driver_mount == "image-volume" else {}
+
+
 def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings, gateway: str) -> Obj:
     name = session["metadata"]["name"]
     spec = session["spec"]
@@ -215,7 +245,7 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
         "volumeMounts": [
             {"name": "workspace", "mountPath": WORKSPACE, "subPath": "workspace"},
             {"name": "workspace", "mountPath": AGENT_HOME, "subPath": "home"},
-            {"name": "driver", "mountPath": DRIVER_DIR, "readOnly": True},
+            {"name": "driver", "mountPath": DRIVER_DIR, "readOnly": True, **driver_sub_path(settings)},
             {"name": "run-key", "mountPath": KEY_DIR, "readOnly": True},
             {"name": "workspace", "mountPath": CHECKPOINT_DIR, "subPath": "checkpoints"},
         ],
@@ -243,19 +273,11 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 10,
-            "initContainers": [
-                {
-                    "name": "install-driver",
-                    "image": settings.driver_image,
-                    "command": ["cp", "-a", "/opt/hangar/lib/.", "/driver/"],
-                    "volumeMounts": [{"name": "driver", "mountPath": "/driver"}],
-                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                }
-            ],
+            **_driver_init(settings),
             "containers": [container],
             "volumes": [
                 {"name": "workspace", "persistentVolumeClaim": {"claimName": workspace_name(session)}},
-                {"name": "driver", "emptyDir": {}},
+                driver_volume(settings),
                 {"name": "run-key", "secret": {"secretName": run.key_secret, "defaultMode": 0o400}},
             ],
         },

@@ -198,6 +198,16 @@ async def scenario(k: Kube, eventually: Eventually) -> list[tuple[str, Any]]:
     await k.create_core("pods", pod)
     got = await k.get_core("pods", "p1")
     note("pod status is the server's", (got or {}).get("status", {}).get("phase"))
+    # A dry run (the image-volume check at the operator's start): the pod as it would be, nothing stored.
+    dry = {**pod, "metadata": {"name": "p2"}}
+    dry["spec"] = {**pod["spec"], "volumes": [{"name": "d", "image": {"reference": "busybox"}}]}
+    made = await k.dry_run_create_core("pods", dry)
+    note(
+        "dry run: its image volume",
+        [v["image"]["reference"] for v in made["spec"]["volumes"] if "image" in v],
+    )
+    note("dry run: its namespace", made["metadata"]["namespace"] == k.namespace)
+    note("dry run: stored nowhere", await k.get_core("pods", "p2"))
     note("delete_core", await k.delete_core("pods", "p1", grace_period_seconds=0))
 
     async def pod_gone() -> bool:

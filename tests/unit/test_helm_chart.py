@@ -627,6 +627,7 @@ def test_chart_crds_match_the_generated_ones() -> None:
         ({"watchNamespaces": "team-a"}, "at '/watchNamespaces': got string, want array"),
         ({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'"),
         ({"logLevel": "verbose"}, "at '/logLevel': value must be one of 'debug', 'info', 'warning', 'error'"),
+        ({"sandbox.driverMount": "hostPath"}, "at '/sandbox/driverMount': value must be one of 'init-copy'"),
         ({"governance.modes": "tools=enforce"}, "at '/governance/modes'"),
         ({"operator.extraEnv": [{"value": "x"}]}, "at '/operator/extraEnv/0': missing property 'name'"),
     ],
@@ -742,3 +743,6 @@ def test_the_driver_comes_from_hangars_own_image_unless_set() -> None:
     assert env_value(pinned["operator"], "HANGAR_DRIVER_IMAGE") == f"ghcr.io/hangar-dev/hangar@{digest}"
     own = containers(rendered_manifests(set_values={"sandbox.driverImage": "registry.example/driver:1"}))
     assert env_value(own["api"], "HANGAR_DRIVER_IMAGE") == "registry.example/driver:1"
+    assert env_value(default["operator"], "HANGAR_DRIVER_MOUNT") == "init-copy"
+    mounted = containers(rendered_manifests(set_values={"sandbox.driverMount": "image-volume"}))
+    assert env_value(mounted["operator"], "HANGAR_DRIVER_MOUNT") == "image-volume"

@@ -6,7 +6,9 @@ import base64
 import json
 from typing import Any
 
-from hangar.config import Settings
+import pytest
+
+from hangar.config import Settings, SettingsError, load
 from hangar.models.environment import EnvironmentSpec
 from hangar_operator.runs import make_run
 from hangar_operator.sandbox_objects import (
@@ -121,6 +123,42 @@ def test_the_sandbox_pod() -> None:
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["workspace"]["persistentVolumeClaim"]["claimName"] == "s1-workspace"
     assert volumes["run-key"]["secret"]["secretName"] == "s1-r1-key"
+    assert volumes["driver"] == {"name": "driver", "emptyDir": {}}
+    assert spec["initContainers"][0]["command"] == ["cp", "-a", "/opt/hangar/lib/.", "/driver/"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["driver"] == {"name": "driver", "mountPath": "/opt/hangar/lib", "readOnly": True}
+
+
+def test_the_driver_as_an_image_volume() -> None:
+    """HANGAR_DRIVER_MOUNT=image-volume: no init container; the driver image's /opt/hangar/lib is mounted
+    read-only where the copy would be, so the command and PYTHONPATH are the same."""
+    env = EnvironmentSpec.model_validate({"image": "python:3.12"})
+    copied = sandbox_pod(SESSION, env, RUN, settings(), "gw:7443")
+    pod = sandbox_pod(SESSION, env, RUN, settings(driver_mount="image-volume"), "gw:7443")
+    spec = pod["spec"]
+    assert "initContainers" not in spec
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["driver"] == {
+        "name": "driver",
+        "image": {"reference": "driver:1", "pullPolicy": "IfNotPresent"},
+    }
+    (c,) = spec["containers"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["driver"] == {
+        "name": "driver",
+        "mountPath": "/opt/hangar/lib",
+        "readOnly": True,
+        "subPath": "opt/hangar/lib",
+    }
+    assert c["command"] == copied["spec"]["containers"][0]["command"]
+    assert c["env"] == copied["spec"]["containers"][0]["env"]
+
+
+def test_an_unknown_driver_mount_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HANGAR_DRIVER_MOUNT", "hostpath")
+    with pytest.raises(SettingsError, match="HANGAR_DRIVER_MOUNT") as e:
+        load()
+    assert "image-volume" in str(e.value)
 
 
 def test_runtime_class_and_pod_overrides() -> None:

@@ -189,6 +189,8 @@ the same values; only the api gets the API tokens.
   value: {{ .Values.sandbox.runtimeClassName | default "" | quote }}
 - name: HANGAR_DRIVER_IMAGE
   value: {{ .Values.sandbox.driverImage | default (include "hangar.image" .) | quote }}
+- name: HANGAR_DRIVER_MOUNT
+  value: {{ .Values.sandbox.driverMount | default "init-copy" | quote }}
 - name: HANGAR_SANDBOX_SERVICE_ACCOUNT
   value: {{ include "hangar.sandboxServiceAccountName" . | quote }}
 - name: HANGAR_WORKSPACE_SNAPSHOT_CLASS
