@@ -599,9 +599,8 @@ class PodRunner:
             local = vols[m["name"]]
             if m.get("subPath"):
                 local = local / m["subPath"]
-                if not (
-                    m.get("readOnly") and local.is_dir()
-                ):  # an image volume's is there, and stays as it is
+                # A read-only one that is there (an image volume's) stays as it is.
+                if not (m.get("readOnly") and local.is_dir()):
                     local.mkdir(parents=True, exist_ok=True)
                     os.chmod(local, 0o755)
             out[m["mountPath"]] = local

@@ -159,7 +159,10 @@ class FakeKube(Kube):
 
     async def dry_run_create_core(self, kind: str, body: Obj) -> Obj:
         """As a cluster that serves every field answers (image volumes too): the object, stored nowhere."""
-        self._core(kind)
+        resource = self._core(kind)
+        self.server.fault(
+            "dry_run_create_core", resource, str((body.get("metadata") or {}).get("name") or "")
+        )
         out = copy.deepcopy(body)
         out.setdefault("metadata", {})["namespace"] = self.namespace
         return out

@@ -7,7 +7,7 @@ that would drop it (fail closed: a setting hangar cannot honour stops it, naming
 from __future__ import annotations
 
 from hangar.config import Settings, SettingsError
-from hangar.kube import Kube, Obj
+from hangar.kube import ApiException, Kube, Obj
 
 from .sandbox_objects import DRIVER_DIR, driver_sub_path, driver_volume
 
@@ -47,7 +47,15 @@ async def check_driver_mount(kube: Kube, settings: Settings) -> None:
     volumes. ``kube``: scoped to a namespace whose pods the operator may create."""
     if settings.driver_mount != "image-volume":
         return
-    if dropped(await kube.dry_run_create_core("pods", probe_pod(settings))):
+    try:
+        made = await kube.dry_run_create_core("pods", probe_pod(settings))
+    except ApiException as e:  # an admission policy's refusal, say: unknown is not yes
+        raise SettingsError(
+            f"HANGAR_DRIVER_MOUNT=image-volume: could not check that this cluster keeps image volumes: a "
+            f"dry-run pod in namespace {kube.namespace} was refused ({e.status} {e.reason}); set "
+            "HANGAR_DRIVER_MOUNT=init-copy, or let the operator create pods there"
+        ) from None
+    if dropped(made):
         raise SettingsError(
             "HANGAR_DRIVER_MOUNT=image-volume: this cluster's apiserver drops image volumes (its ImageVolume "
             "feature is off: Kubernetes 1.33+ with the feature gate, on by default from 1.35); set "

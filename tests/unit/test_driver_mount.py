@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import copy
 
-from hangar.config import Settings
+import pytest
+
+from hangar.config import Settings, SettingsError
 from hangar.models.environment import EnvironmentSpec
-from hangar_operator.driver_mount import dropped, probe_pod, served_namespace
+from hangar.testing.fake_kube import FakeKube
+from hangar_operator.driver_mount import check_driver_mount, dropped, probe_pod, served_namespace
 from hangar_operator.runs import make_run
 from hangar_operator.sandbox_objects import sandbox_pod
 
@@ -49,3 +52,19 @@ def test_an_answer_without_the_image_volume_means_it_was_dropped() -> None:
 def test_the_probe_goes_to_a_namespace_the_operator_makes_pods_in() -> None:
     assert served_namespace(Settings(namespace="hangar", watch_namespaces=("team-a", "team-b"))) == "team-a"
     assert served_namespace(Settings(namespace="hangar", watch_namespaces=("*",))) == "hangar"
+
+
+async def test_a_cluster_that_keeps_the_volume_passes_and_init_copy_asks_nothing() -> None:
+    kube = FakeKube("team")
+    await check_driver_mount(kube, MOUNTED)
+    kube.fail_next("dry_run_create_core", "pods", 500)
+    await check_driver_mount(kube, Settings(driver_image="driver:1"))  # init-copy: no dry run made
+    assert kube.writes == []
+
+
+async def test_a_refused_dry_run_refuses_the_setting() -> None:
+    """An admission policy that refuses the probe: whether the volume would be kept is unknown, so no."""
+    kube = FakeKube("team")
+    kube.fail_next("dry_run_create_core", "pods", 403)
+    with pytest.raises(SettingsError, match=r"could not check .* namespace team was refused \(403"):
+        await check_driver_mount(kube, MOUNTED)
