@@ -303,7 +303,9 @@ def table(out: dict[str, Any]) -> str:
             continue
         lines += [
             "",
-            f"where the time goes, {label}: median seconds from the first call | hangar | agent-sandbox |",
+            f"where the time goes, {label}:",
+            "",
+            "| median seconds from the first call | hangar | agent-sandbox |",
             "|---|---|---|",
         ]
         for st in STAGES:
