@@ -1,6 +1,7 @@
 """A session without a pool beside its floor, and nothing else: the cold path's A/B bench.
 
-Run: .venv/bin/python bench/cold.py [--sessions N] [--costs] [--json] [--ready watch|poll] [--keep-logs]
+Run: .venv/bin/python bench/cold.py [--sessions N] [--costs] [--message TEXT] [--driver-mount M] [--json]
+[--ready watch|poll] [--keep-logs]
 
 ``bench/warm_pool.py``'s cold and dial samples alone, interleaved (dial i, cold i; one warm-up of each, not
 counted): there, each cold sample follows a warm one, whose claim wakes the pool's refill and whose session
@@ -10,6 +11,10 @@ cold path in noise. The issue's goal: cold / dial ≤ 1.3x.
 - **cold**: ``POST /api/sessions`` to an Environment without a pool → ``sandbox.connected``.
 - **dial**: a Secret, a PVC and a pod made as hangar makes a sandbox's, whose python dials the bench
   (``bench/_dial_floor.py``): the first create → the line arrives.
+
+``--message TEXT``: each session is created with a first message (``POST /api/sessions`` with ``message``,
+as ``hangar session new NAME "TEXT"`` does), timed to ``sandbox.connected`` as without one; its turn runs
+after the window (the settle before the next sample waits for it).
 
 ``--costs``: each sample also records what its timed window cost the machine — CPU seconds per process and the
 apiserver's requests by verb and resource (its /metrics, read before and after the window) — printed summed
@@ -118,16 +123,25 @@ def main() -> int:
         action="store_true",
         help="also each sample's CPU per process and apiserver requests in its timed window",
     )
+    ap.add_argument("--message", help="create each session with this first message (spec.prompt)")
     connect_flags(ap)
     a = ap.parse_args()
     if claude_missing():
         return 2
     mount = a.driver_mount or "init-copy"
     res = header(
-        {"sessions": a.sessions, "poll": a.poll, "ready": a.ready, "costs": a.costs, "driver_mount": mount}
+        {
+            "sessions": a.sessions,
+            "poll": a.poll,
+            "ready": a.ready,
+            "costs": a.costs,
+            "driver_mount": mount,
+            "message": a.message,
+        }
     )
 
     async def measure(b: ColdBench) -> None:
+        b.message = a.message
         await b.environment(COLD)
         res["samples"] = await b.run_cold(a.sessions)
 

@@ -102,6 +102,7 @@ class Bench(Cluster):
         self.children: list[Any] = []  # floor CLI runs, killed on the way out
         self.dial = DialListener()
         self.costs: Costs | None = None  # set: each connect and dial sample records what its window cost
+        self.message: str | None = None  # set: connect samples' sessions are created with it (spec.prompt)
 
     async def __aenter__(self) -> Self:
         await super().__aenter__()
@@ -124,10 +125,12 @@ class Bench(Cluster):
 
     # -- hangar side -----------------------------------------------------------------------------------------
 
-    async def create_session(self, name: str, model: str | None = None) -> float:
+    async def create_session(self, name: str, model: str | None = None, message: str | None = None) -> float:
         body: dict[str, Any] = {"name": name, "environment": ENVIRONMENT, "harness": "claude"}
         if model:
             body["model"] = model
+        if message:
+            body["message"] = message
         t0 = time.monotonic()
         r = await self.http.post("/api/sessions", json=body)
         if r.status_code != 201:
@@ -193,7 +196,7 @@ class Bench(Cluster):
         mark = await self.costs.mark() if self.costs else None
         c0 = self.cpu.snapshot()
         w0 = time.time()
-        t0 = await self.create_session(name)
+        t0 = await self.create_session(name, message=self.message)
         t_post = time.monotonic()
         s = await self.wait_connected(name, t0)
         total = time.monotonic() - t0

@@ -60,8 +60,10 @@ class PoolBench(Bench):
             )
             self.connected_at_claim += any("warm sandbox" in (e.message or "") for e in evs.items)
 
-    async def create_session(self, name: str, model: str | None = None) -> float:
+    async def create_session(self, name: str, model: str | None = None, message: str | None = None) -> float:
         body: dict[str, Any] = {"name": name, "environment": self.env_name, "harness": "claude"}
+        if message:
+            body["message"] = message
         t0 = time.monotonic()
         r = await self.http.post("/api/sessions", json=body)
         if r.status_code != 201:
