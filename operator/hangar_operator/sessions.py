@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hangar.bodies import Body, BodyMissing, resolve
-from hangar.kube import Kube, Obj
+from hangar.kube import Obj
 from hangar.models import LIVE_HARNESSES, Session, Turn
 from hangar.models import labels as L
 from hangar.models.base import iso
@@ -167,17 +167,20 @@ class Sessions:
         if policy_patch and not first:
             s_obj = await patch_status(kube, "sessions", s_obj, policy_patch)
             st.policy, policy_patch = policy, {}
-        selector = L.session_selector(name)
-        if first:
+        if first and not s.spec.prompt:
             # Nothing to read before a first sandbox: its driver's hello brings the reconcile that counts the
-            # turns and starts the first queued one. A first message's Turn is made while the pod starts, not
-            # before it: its create and a list are not on the way to the sandbox.
+            # turns and starts the first queued one.
             await self._start_sandbox(ns, s_obj, env, policy_patch)
-            if s.spec.prompt and st.counters.turns == 0 and not st.current_turn:
-                await self._prompt_turn(kube, s_obj, selector)
             return
+        selector = L.session_selector(name)
         if s.spec.prompt and st.counters.turns == 0 and not st.current_turn:
-            await self._prompt_turn(kube, s_obj, selector)
+            if not await kube.list("turns", label_selector=selector):
+                await create_turn(
+                    kube,
+                    name,
+                    Body.of(s_obj["spec"], "prompt") or Body(s.spec.prompt),
+                    by="session.spec.prompt",
+                )
         turns = sorted(await kube.list("turns", label_selector=selector), key=turn_index)
         queued = [t for t in turns if Turn.model_validate(t).status.phase == "Queued"]
         s_obj = await self._sync_counters(ns, s_obj, turns)
@@ -200,14 +203,6 @@ class Sessions:
         elif await self.idle.maybe_suspend(ns, s_obj, env, bool(queued)):
             await self.suspensions.advance(ns, name)  # checkpoint, then release (suspension.py)
             self._wake_at(ns, name, "suspending", time.time() + SUSPENDING_POLL)
-
-    @staticmethod
-    async def _prompt_turn(kube: Kube, s_obj: Obj, selector: str) -> None:
-        """The session's first message (``spec.prompt``) as its Turn 1, unless it has a turn already."""
-        if not await kube.list("turns", label_selector=selector):
-            s = Session.model_validate(s_obj)
-            body = Body.of(s_obj["spec"], "prompt") or Body(s.spec.prompt or "")
-            await create_turn(kube, s.name, body, by="session.spec.prompt")
 
     async def _start_sandbox(self, ns: str, s_obj: Obj, env: EnvironmentSpec, extra: dict[str, Any]) -> None:
         await self.sandboxes.start(ns, s_obj, env, extra)

@@ -176,19 +176,3 @@ async def test_a_released_runs_key_can_no_longer_say_hello(tmp_path: Path) -> No
 
 async def _note(into: list[str], why: str) -> None:
     into.append(why)
-
-
-async def test_a_first_message_becomes_its_turn_after_the_sandbox_pod_is_made(tmp_path: Path) -> None:
-    """The sandbox is on the way first (its pod is what takes time); the message's Turn is made beside it,
-    once, and waits for the driver's hello as it did before."""
-    rig = await make_rig(tmp_path)
-    rig.env()
-    await rig.session("s1", prompt="hello")
-    await rig.reconcile("s1")
-    made = [(w.verb, w.resource, w.name) for w in rig.kube.writes if w.verb in ("create", "create_core")]
-    assert made.index(("create_core", "pods", "s1-r1")) < made.index(("create", "turns", "s1-1"))
-    await rig.reconcile("s1")  # the Turn's create event brings another look: no second Turn
-    assert [n for (v, r, n) in made if r == "turns"] == ["s1-1"]
-    assert [w.name for w in rig.kube.writes if w.verb == "create" and w.resource == "turns"] == ["s1-1"]
-    await rig.connect("s1")
-    assert rig.status("turns", "s1-1")["phase"] == "Running"
