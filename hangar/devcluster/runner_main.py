@@ -13,17 +13,19 @@ from kubernetes_asyncio import client, config
 from .servicepods import ServicePodRunner
 
 
+def _pairs(items: list[str]) -> dict[str, Path]:
+    """``KEY=DIR`` arguments (``--map``, ``--image``) as a mapping."""
+    out: dict[str, Path] = {}
+    for item in items:
+        k, _, v = item.partition("=")
+        out[k] = Path(v)
+    return out
+
+
 async def _main(a: argparse.Namespace) -> None:
     cfg = client.Configuration()
     await config.load_kube_config(config_file=a.kubeconfig, client_configuration=cfg)
-    paths = {}
-    for m in a.map:
-        k, _, v = m.partition("=")
-        paths[k] = Path(v)
-    images = {}
-    for m in a.image:
-        k, _, v = m.partition("=")
-        images[k] = Path(v)
+    paths, images = _pairs(a.map), _pairs(a.image)
     async with client.ApiClient(cfg) as api:
         runner = ServicePodRunner(api, Path(a.root), node=a.node, image_paths=paths, image_volumes=images)
         task = asyncio.create_task(runner.run())
