@@ -9,14 +9,13 @@ from __future__ import annotations
 from hangar.config import Settings, SettingsError
 from hangar.kube import ApiException, Kube, Obj
 
-from .sandbox_objects import DRIVER_DIR, driver_sub_path, driver_volume
+from .sandbox_objects import driver_volume, driver_volume_mount
 
 PROBE = "hangar-driver-mount-check"  # a dry run: never created
 
 
 def probe_pod(settings: Settings) -> Obj:
     """A pod that mounts the driver as sandbox pods do, and nothing else."""
-    mount = {"name": "driver", "mountPath": DRIVER_DIR, "readOnly": True, **driver_sub_path(settings)}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -24,7 +23,13 @@ def probe_pod(settings: Settings) -> Obj:
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
-            "containers": [{"name": "probe", "image": settings.driver_image, "volumeMounts": [mount]}],
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": settings.driver_image,
+                    "volumeMounts": [driver_volume_mount(settings)],
+                }
+            ],
             "volumes": [driver_volume(settings)],
         },
     }

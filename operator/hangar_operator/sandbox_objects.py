@@ -202,8 +202,9 @@ def driver_volume(settings: Settings) -> dict[str, Any]:
     return {"name": "driver", "emptyDir": {}}
 
 
-def driver_sub_path(settings: Settings) -> dict[str, str]:
-    return {"subPath": DRIVER_IN_IMAGE} if settings.driver_mount == "image-volume" else {}
+def driver_volume_mount(settings: Settings) -> dict[str, Any]:
+    sub = {"subPath": DRIVER_IN_IMAGE} if settings.driver_mount == "image-volume" else {}
+    return {"name": "driver", "mountPath": DRIVER_DIR, "readOnly": True, **sub}
 
 
 def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings, gateway: str) -> Obj:
@@ -245,7 +246,7 @@ def sandbox_pod(session: Obj, env: EnvironmentSpec, run: Run, settings: Settings
         "volumeMounts": [
             {"name": "workspace", "mountPath": WORKSPACE, "subPath": "workspace"},
             {"name": "workspace", "mountPath": AGENT_HOME, "subPath": "home"},
-            {"name": "driver", "mountPath": DRIVER_DIR, "readOnly": True, **driver_sub_path(settings)},
+            driver_volume_mount(settings),
             {"name": "run-key", "mountPath": KEY_DIR, "readOnly": True},
             {"name": "workspace", "mountPath": CHECKPOINT_DIR, "subPath": "checkpoints"},
         ],
